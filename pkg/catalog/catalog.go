@@ -1,0 +1,163 @@
+// Package catalog is the one definition of the-loop's catalog events: their
+// names, what a channel may do with each, whether the ledger records it when it
+// starts off the ledger, and who raises it (seed 001 R1.1, R1.2; DESIGN §4).
+//
+// It also builds the NATS subjects events travel on (DESIGN §5). Everything that
+// prints or validates the catalog — `the-loop events --types`, `the-loop
+// channels status`, docs/configuration.md, the config validator — reads it from
+// here, so the outputs cannot drift apart (R1.5).
+//
+// catalog is pure: it does no I/O and imports nothing of this module.
+package catalog
+
+import "slices"
+
+// Type is a catalog event type name, such as "work-item.reply". The name may
+// contain dots; subjects keep them (DESIGN §5).
+type Type string
+
+// The fifteen catalog types (DESIGN §4).
+const (
+	SessionAwaitingInput   Type = "session.awaiting_input"
+	DecisionPending        Type = "decision-pending"
+	PhaseApprovalPending   Type = "phase-approval-pending"
+	PRReviewPending        Type = "pr-review-pending"
+	SecuritySignOffPending Type = "security-sign-off-pending"
+	ConflictEscalated      Type = "conflict-escalated"
+	WorkItemComplete       Type = "work-item-complete"
+	CommentHuman           Type = "comment.human"
+	CommentAgent           Type = "comment.agent"
+	WorkItemReply          Type = "work-item.reply"
+	GateFeedback           Type = "gate.feedback"
+	ControlCommand         Type = "control.command"
+	WorkItemCreate         Type = "work-item.create"
+	WorkItemActivity       Type = "work-item.activity"
+	LedgerRecord           Type = "ledger.record"
+)
+
+// Record says what the ledger does with an event that starts off the ledger.
+type Record int
+
+const (
+	// RecordNone: the event is not written to the ledger (graph notifications).
+	RecordNone Record = iota
+	// RecordOriginatesOnLedger: the event is read off the ledger, so there is
+	// nothing to record.
+	RecordOriginatesOnLedger
+	// RecordQuestion: the record is the question comment itself (R3.3).
+	RecordQuestion
+	// RecordMirror: the record is the-loop's own marker-stamped mirror (R3.4).
+	RecordMirror
+	// RecordAttributed: the record is an unmarked, attributed comment that the
+	// ledger's own ingress then judges like a human's (R3.5).
+	RecordAttributed
+	// RecordIssue: the record is a new issue (R3.6).
+	RecordIssue
+	// RecordReadBack: the event is the ledger's read-back of its own record.
+	RecordReadBack
+)
+
+// Recorded reports whether the ledger-writer writes something to GitHub for an
+// event of this kind that arrives on the inbox.
+func (r Record) Recorded() bool {
+	switch r {
+	case RecordQuestion, RecordMirror, RecordAttributed, RecordIssue:
+		return true
+	}
+	return false
+}
+
+// String is the short column text printed by the catalog tables.
+func (r Record) String() string {
+	switch r {
+	case RecordNone:
+		return "no"
+	case RecordOriginatesOnLedger:
+		return "originates on the ledger"
+	case RecordQuestion:
+		return "yes: the question comment itself"
+	case RecordMirror:
+		return "yes: marker-stamped mirror"
+	case RecordAttributed:
+		return "yes: unmarked, attributed comment"
+	case RecordIssue:
+		return "yes: a new issue"
+	case RecordReadBack:
+		return "is the ledger's own read-back"
+	}
+	return "unknown"
+}
+
+// Entry is one catalog type and its flags (R1.1).
+type Entry struct {
+	Type        Type
+	Description string
+	// Subscribable: a channel may subscribe to it.
+	Subscribable bool
+	// Publishable: a message arriving on a channel may become it. Trusted
+	// publishers (the loop, `ask`, ingress-github) are not constrained by this
+	// flag (AMB-24).
+	Publishable bool
+	// Record: what the ledger does when the event starts off the ledger.
+	Record Record
+	// RaisedBy names who puts the event on the bus.
+	RaisedBy string
+}
+
+var entries = []Entry{
+	{SessionAwaitingInput, "An agent session asks a question and waits for the answer.", true, false, RecordQuestion, "the-loop ask"},
+	{DecisionPending, "The work item's graph waits for a human decision.", true, false, RecordNone, "the loop (graph)"},
+	{PhaseApprovalPending, "A phase artifact waits for human approval.", true, false, RecordNone, "the loop (graph)"},
+	{PRReviewPending, "A pull request waits for human review.", true, false, RecordNone, "the loop (graph)"},
+	{SecuritySignOffPending, "A change waits for a named human's security sign-off.", true, false, RecordNone, "the loop (graph)"},
+	{ConflictEscalated, "The loop could not resolve a conflict and hands it to a human.", true, false, RecordNone, "the loop (graph)"},
+	{WorkItemComplete, "The work item's outer loop reached its complete node.", true, false, RecordNone, "the loop (graph)"},
+	{CommentHuman, "A human's comment accepted on the ledger (authorized user or work-item collaborator).", true, false, RecordOriginatesOnLedger, "ingress-github"},
+	{CommentAgent, "The agent's own marker-stamped comment on the ledger.", true, false, RecordOriginatesOnLedger, "ingress-github"},
+	{WorkItemReply, "A reply from a channel, delivered as input to the work item's session.", true, true, RecordMirror, "a channel"},
+	{GateFeedback, "A channel reply that answers a human gate through the ledger.", true, true, RecordAttributed, "a channel"},
+	{ControlCommand, "A control keyword relayed from a channel through the ledger.", true, true, RecordAttributed, "a channel"},
+	{WorkItemCreate, "A top-level channel message that starts a new work item.", true, true, RecordIssue, "a channel"},
+	{WorkItemActivity, "Lifecycle, review and CI activity on a work item (opened, labeled, closed, merged, reviews, workflow_run, check_run, check_suite, status).", true, false, RecordOriginatesOnLedger, "ingress-github"},
+	{LedgerRecord, "The ledger's read-back of a signed envelope comment by an authorized poster.", false, false, RecordReadBack, "ingress-github"},
+}
+
+// All returns every catalog entry in catalog order. The slice is a copy.
+func All() []Entry { return slices.Clone(entries) }
+
+// Types returns every catalog type name in catalog order.
+func Types() []Type {
+	out := make([]Type, len(entries))
+	for i, e := range entries {
+		out[i] = e.Type
+	}
+	return out
+}
+
+// Lookup returns the entry for t and whether t is in the catalog.
+func Lookup(t Type) (Entry, bool) {
+	for _, e := range entries {
+		if e.Type == t {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
+
+// Known reports whether t is a catalog type.
+func Known(t Type) bool {
+	_, ok := Lookup(t)
+	return ok
+}
+
+// Subscribable reports whether a channel may subscribe to t.
+func Subscribable(t Type) bool {
+	e, ok := Lookup(t)
+	return ok && e.Subscribable
+}
+
+// Publishable reports whether a channel message may become t.
+func Publishable(t Type) bool {
+	e, ok := Lookup(t)
+	return ok && e.Publishable
+}

@@ -1,0 +1,18 @@
+// Package envelope is how a catalog event looks outside a Go value: on NATS
+// and on the ledger.
+//
+// On NATS an event is a CloudEvents binary-mode message: ce-* headers, a
+// lowercase traceparent, Nats-Msg-Id equal to ce-id, and the protojson of
+// loopv1.Event as the body (DESIGN §6). ToMessage and FromMessage convert, and
+// FromMessage refuses a message whose headers and body disagree.
+//
+// On the ledger an event's record carries a hidden HTML comment, the ledger
+// envelope, with a JSON object signed by HMAC-SHA256 under LOOP_ENVELOPE_KEY
+// (DESIGN §6). EncodeLedger and ParseLedger write and read it; an envelope
+// whose signature does not verify is ErrForged, never an envelope. The
+// self-authored marker helpers live here too, so every writer and reader of
+// GitHub bodies agrees on them.
+//
+// envelope is pure: no I/O, no NATS import. It depends only on pkg/catalog and
+// the generated schema.
+package envelope

@@ -1,0 +1,296 @@
+package envelope
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/the-loop/bus/pkg/catalog"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+)
+
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+func replyEvent() *loopv1.Event {
+	return &loopv1.Event{
+		Id:           SlackEventID("Ev0PV52K25"),
+		Source:       "slack",
+		Type:         string(catalog.WorkItemReply),
+		Subject:      "github:Octo/my.repo#15",
+		Time:         NewTime(time.Date(2026, 11, 30, 1, 2, 3, 456789000, time.UTC)),
+		Actor:        &loopv1.Actor{Github: "octocat", Slack: "U123", Name: "Mona"},
+		Conversation: &loopv1.Conversation{Channel: "C1", ThreadTs: "1700000000.000100"},
+		Body:         &loopv1.Event_Reply{Reply: &loopv1.Reply{Text: "yes, ship it — ünïcode"}},
+	}
+}
+
+func TestMessageRoundTrip(t *testing.T) {
+	ev := replyEvent()
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, stage := range []Stage{Inbox, Events} {
+		m, err := ToMessage(ev, stage, tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantSubj := map[Stage]string{Inbox: "loop.in.github_octo_my_repo_15.work-item.reply", Events: "loop.ev.github_octo_my_repo_15.work-item.reply"}[stage]
+		if m.Subject != wantSubj {
+			t.Errorf("subject = %q, want %q", m.Subject, wantSubj)
+		}
+		for k, want := range map[string]string{
+			HeaderSpecVersion: "1.0", HeaderID: ev.Id, HeaderSource: "slack", HeaderType: "work-item.reply",
+			HeaderSubject: "github:Octo/my.repo#15", HeaderTime: "2026-11-30T01:02:03.456789Z",
+			HeaderDataContentType: "application/json", HeaderTraceparent: tp, HeaderMsgID: ev.Id,
+		} {
+			if got := m.Header[k]; len(got) != 1 || got[0] != want {
+				t.Errorf("header %s = %q, want %q", k, got, want)
+			}
+		}
+		back, err := FromMessage(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(ev, back, protocmp.Transform()); diff != "" {
+			t.Errorf("round trip (-want +got):\n%s", diff)
+		}
+		// As stored, with the partition token the stream inserts.
+		m.Subject = strings.Replace(m.Subject, ".github_", ".7.github_", 1)
+		if _, err := FromMessage(m); err != nil {
+			t.Errorf("partitioned subject refused: %v", err)
+		}
+	}
+}
+
+func TestFromMessageRefusesForgery(t *testing.T) {
+	base, err := ToMessage(replyEvent(), Inbox, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clone := func() Message {
+		h := map[string][]string{}
+		for k, v := range base.Header {
+			h[k] = append([]string(nil), v...)
+		}
+		return Message{Subject: base.Subject, Header: h, Data: append([]byte(nil), base.Data...)}
+	}
+	cases := map[string]struct {
+		mut  func(*Message)
+		want error
+	}{
+		"type header says control": {func(m *Message) { m.Header[HeaderType] = []string{"control.command"} }, ErrMismatch},
+		"id header differs":        {func(m *Message) { m.Header[HeaderID] = []string{"slack:other"} }, ErrMismatch},
+		"msg id differs":           {func(m *Message) { m.Header[HeaderMsgID] = []string{"x"} }, ErrMismatch},
+		"subject header differs":   {func(m *Message) { m.Header[HeaderSubject] = []string{"github:a/b#1"} }, ErrMismatch},
+		"source header differs":    {func(m *Message) { m.Header[HeaderSource] = []string{"github"} }, ErrMismatch},
+		"time header differs":      {func(m *Message) { m.Header[HeaderTime] = []string{"2026-01-01T00:00:00Z"} }, ErrMismatch},
+		"nats subject other item":  {func(m *Message) { m.Subject = "loop.in.github_a_b_1.work-item.reply" }, ErrMismatch},
+		"nats subject other type":  {func(m *Message) { m.Subject = "loop.in.github_octo_my_repo_15.control.command" }, ErrMismatch},
+		"malformed json":           {func(m *Message) { m.Data = []byte(`{"id":`) }, ErrInvalid},
+		"not json":                 {func(m *Message) { m.Data = []byte("\x00\xff") }, ErrInvalid},
+		"wrong spec version":       {func(m *Message) { m.Header[HeaderSpecVersion] = []string{"0.3"} }, ErrInvalid},
+		"structured content type":  {func(m *Message) { m.Header[HeaderDataContentType] = []string{"application/cloudevents+json"} }, ErrInvalid},
+		"body case does not fit type": {func(m *Message) {
+			m.Data = []byte(strings.Replace(string(m.Data), `"reply"`, `"control_command"`, 1))
+		}, ErrInvalid},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := clone()
+			tc.mut(&m)
+			_, err := FromMessage(m)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cases := map[string]func(*loopv1.Event){
+		"empty id":          func(e *loopv1.Event) { e.Id = "" },
+		"id with space":     func(e *loopv1.Event) { e.Id = "a b" },
+		"source with dot":   func(e *loopv1.Event) { e.Source = "sl.ack" },
+		"type wildcard":     func(e *loopv1.Event) { e.Type = "work-item.>" },
+		"type empty token":  func(e *loopv1.Event) { e.Type = "work-item..reply" },
+		"type uppercase":    func(e *loopv1.Event) { e.Type = "Work-Item.reply" },
+		"no subject":        func(e *loopv1.Event) { e.Subject = "" },
+		"no time":           func(e *loopv1.Event) { e.Time = nil },
+		"no body":           func(e *loopv1.Event) { e.Body = nil },
+		"custom type reply": func(e *loopv1.Event) { e.Type = "custom-thing" },
+	}
+	for name, mut := range cases {
+		t.Run(name, func(t *testing.T) {
+			ev := replyEvent()
+			mut(ev)
+			if err := Validate(ev); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Validate = %v, want ErrInvalid", err)
+			}
+		})
+	}
+	// A custom notify event of a custom process graph is allowed (R2.4).
+	ev := replyEvent()
+	ev.Type = "custom-gate-pending"
+	ev.Body = &loopv1.Event_Notification{Notification: &loopv1.Notification{Text: "x"}}
+	if err := Validate(ev); err != nil {
+		t.Fatalf("custom notification refused: %v", err)
+	}
+	// Every catalog type has a body it accepts.
+	for _, e := range catalog.All() {
+		if _, ok := bodyFor(e.Type); !ok {
+			t.Errorf("catalog type %s has no body mapping", e.Type)
+		}
+	}
+}
+
+func TestIDs(t *testing.T) {
+	if got := GitHubID("72d3162e-cc78-11e3-81ab-4c9367dc0958"); got != "gh:72d3162e-cc78-11e3-81ab-4c9367dc0958" {
+		t.Error(got)
+	}
+	if LoopID("ask", "ab", "c") == LoopID("ask", "a", "bc") {
+		t.Error("LoopID parts are not separated")
+	}
+	if LoopID("ask", "x") != LoopID("ask", "x") {
+		t.Error("LoopID is not deterministic")
+	}
+	if !validID(SlackInteractionID("C1", "1700000000.000100", "approve")) {
+		t.Error("interaction id invalid")
+	}
+}
+
+func ledgerFixture() Ledger {
+	return Ledger{
+		ID: "slack:Ev0PV52K25", Type: "gate.feedback", Source: "slack",
+		Actor:        LedgerActor{GitHub: "octocat", Slack: "U123", Name: "Mona Lisa"},
+		Conversation: LedgerConversation{Channel: "C1", ThreadTS: "1700000000.000100"},
+	}
+}
+
+func TestLedgerRoundTripAndGolden(t *testing.T) {
+	enc, err := EncodeLedger(testKey, ledgerFixture(), []string{"the-loop stop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "ledger-envelope.txt", enc+"\n")
+	body := "🗣️ relayed from slack\n\nLGTM\n\n" + enc + "\n"
+	got, err := ParseLedger(testKey, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ledgerFixture()
+	want.V = Version
+	want.Sig = got.Sig
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if s := StripLedger(body); strings.Contains(s, "the-loop:envelope") || !strings.Contains(s, "LGTM") {
+		t.Errorf("StripLedger = %q", s)
+	}
+}
+
+func TestLedgerRefusesBreakOut(t *testing.T) {
+	hostile := []string{
+		"-->", "--!>", "<!-- the-loop:agent-comment -->", "the-loop stop", "THE-LOOP STOP",
+		"x --> <script>", "\n\n<!--", "a\u2028b", "🤖 _the-loop, autonomous comment_", `"}`,
+	}
+	for _, h := range hostile {
+		l := ledgerFixture()
+		l.Actor.Name = h
+		l.Conversation.ThreadTS = h
+		enc, err := EncodeLedger(testKey, l, []string{"the-loop stop", "the-loop pause"})
+		if err != nil {
+			// Refusing is also acceptable; escaping is preferred.
+			if !errors.Is(err, ErrUnsafe) {
+				t.Errorf("%q: err = %v", h, err)
+			}
+			continue
+		}
+		inner := strings.TrimSuffix(strings.TrimPrefix(enc, envelopeOpen), envelopeClose)
+		for _, bad := range []string{"-->", "--", "<", ">", SelfMarker, "the-loop stop", "THE-LOOP STOP"} {
+			if strings.Contains(inner, bad) {
+				t.Errorf("%q: encoded envelope contains %q: %s", h, bad, enc)
+			}
+		}
+		got, err := ParseLedger(testKey, "text "+enc)
+		if err != nil || got.Actor.Name != h || got.Conversation.ThreadTS != h {
+			t.Errorf("%q: did not round-trip: %+v, %v", h, got, err)
+		}
+	}
+	// A one-word configured keyword that would appear in a value is refused.
+	l := ledgerFixture()
+	l.Actor.Name = "halt"
+	if _, err := EncodeLedger(testKey, l, []string{"HALT"}); !errors.Is(err, ErrUnsafe) {
+		t.Errorf("keyword in value: err = %v, want ErrUnsafe", err)
+	}
+	if _, err := EncodeLedger(nil, l, nil); !errors.Is(err, ErrNoKey) {
+		t.Errorf("no key: err = %v", err)
+	}
+}
+
+func TestParseLedgerRefusesForgery(t *testing.T) {
+	enc, err := EncodeLedger(testKey, ledgerFixture(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey, _ := EncodeLedger([]byte("another key of the same length.."), ledgerFixture(), nil)
+	retyped := strings.Replace(enc, `gate.feedback`, `control.command`, 1)
+	reactor := strings.Replace(enc, `"github":"octocat"`, `"github":"admin"`, 1)
+	noSig := enc[:strings.Index(enc, `,"sig"`)] + "}" + envelopeClose
+	cases := map[string]struct {
+		body string
+		want error
+	}{
+		"plain comment":       {"LGTM", ErrNoEnvelope},
+		"signed by other key": {otherKey, ErrForged},
+		"type changed":        {retyped, ErrForged},
+		"actor changed":       {reactor, ErrForged},
+		"signature removed":   {noSig, ErrForged},
+		"two envelopes":       {enc + "\n" + enc, ErrMalformed},
+		"unterminated":        {envelopeOpen + `{"v":1`, ErrMalformed},
+		"bad json":            {envelopeOpen + `{"v":1,` + envelopeClose, ErrMalformed},
+		"unknown field":       {envelopeOpen + `{"v":1,"admin":true}` + envelopeClose, ErrMalformed},
+		"other version":       {envelopeOpen + `{"v":2}` + envelopeClose, ErrMalformed},
+		"trailing data":       {strings.Replace(enc, envelopeClose, ` {}`+envelopeClose, 1), ErrMalformed},
+		"huge":                {envelopeOpen + `{"v":1,"id":"` + strings.Repeat("a", MaxEnvelopeBytes) + `"}` + envelopeClose, ErrMalformed},
+		"invalid utf8":        {envelopeOpen + "{\"v\":1,\"id\":\"\xff\"}" + envelopeClose, ErrMalformed},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := ParseLedger(testKey, tc.body); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSelfMarker(t *testing.T) {
+	once := MarkSelfAuthored("hello  \n\n")
+	if once != "hello\n\n"+SelfAttribution+"\n"+SelfMarker+"\n" {
+		t.Errorf("MarkSelfAuthored = %q", once)
+	}
+	if MarkSelfAuthored(once) != once {
+		t.Error("MarkSelfAuthored is not idempotent")
+	}
+	if !HasSelfMarker(once) || HasSelfMarker("hello <!-- the-loop:agent-comment") {
+		t.Error("HasSelfMarker")
+	}
+}
+
+func TestProtojsonIsReadable(t *testing.T) {
+	m, err := ToMessage(replyEvent(), Inbox, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// protojson with proto names: what `nats sub` and the ledger show.
+	for _, want := range []string{`"thread_ts"`, `"reply"`, `"text"`} {
+		if !strings.Contains(string(m.Data), want) {
+			t.Errorf("body lacks %s: %s", want, m.Data)
+		}
+	}
+	ev := &loopv1.Event{}
+	if err := unmarshal.Unmarshal(m.Data, ev); err != nil || !proto.Equal(ev, replyEvent()) {
+		t.Errorf("body does not decode to the event: %v", err)
+	}
+}

@@ -1,0 +1,303 @@
+package envelope
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// The ledger envelope is a hidden HTML comment in a GitHub comment or issue
+// body:
+//
+//	<!-- the-loop:envelope {"v":1,"id":...,"sig":"..."} -->
+//
+// Its JSON is written so that nothing inside can close the comment, look like
+// the self-authored marker, or spell a control keyword: every string value has
+// each byte outside a small safe set escaped as \u00XX (so '-', '<', '>', '!'
+// and spaces never appear raw), and EncodeLedger refuses the result if any
+// forbidden text still shows up.
+const (
+	envelopeOpen  = "<!-- the-loop:envelope "
+	envelopeClose = " -->"
+)
+
+// Version is the envelope format version, "v".
+const Version = 1
+
+// MaxEnvelopeBytes bounds what ParseLedger reads, so a huge comment cannot
+// make the ingress spend unbounded work.
+const MaxEnvelopeBytes = 8 << 10
+
+// Errors of ParseLedger and EncodeLedger; match with errors.Is.
+var (
+	// ErrNoEnvelope: the body carries no envelope.
+	ErrNoEnvelope = errors.New("no ledger envelope")
+	// ErrMalformed: something that starts like an envelope but is not one
+	// (bad JSON, several envelopes, an unknown version).
+	ErrMalformed = errors.New("malformed ledger envelope")
+	// ErrForged: the envelope's signature does not verify. Such a comment is
+	// judged as an ordinary comment by its poster (DESIGN §6).
+	ErrForged = errors.New("forged ledger envelope")
+	// ErrUnsafe: EncodeLedger would write text that could break out of the
+	// envelope or be read as a marker or a control keyword.
+	ErrUnsafe = errors.New("unsafe ledger envelope")
+	// ErrNoKey: no signing key was given.
+	ErrNoKey = errors.New("no envelope key")
+)
+
+// Ledger is the machine-readable record the ledger writes with every event it
+// records (R3.2, R5.4).
+type Ledger struct {
+	V            int                `json:"v"`
+	ID           string             `json:"id"`
+	Type         string             `json:"type"`
+	Source       string             `json:"source"`
+	Actor        LedgerActor        `json:"actor"`
+	Conversation LedgerConversation `json:"conversation"`
+	Sig          string             `json:"sig,omitempty"`
+}
+
+// LedgerActor is every id the actor's authorizedUsers entry declares.
+type LedgerActor struct {
+	GitHub string `json:"github,omitempty"`
+	Slack  string `json:"slack,omitempty"`
+	Name   string `json:"name,omitempty"`
+}
+
+// LedgerConversation is the chat thread the event came from.
+type LedgerConversation struct {
+	Channel  string `json:"channel,omitempty"`
+	ThreadTS string `json:"thread_ts,omitempty"`
+}
+
+// EncodeLedger signs l with key and returns the hidden comment to append to a
+// GitHub body. forbidden lists extra texts (the configured control keywords)
+// that must not appear in it; the marker and "-->" are always forbidden.
+func EncodeLedger(key []byte, l Ledger, forbidden []string) (string, error) {
+	if len(key) == 0 {
+		return "", ErrNoKey
+	}
+	l.V = Version
+	l.Sig = ""
+	canon, err := canonical(l)
+	if err != nil {
+		return "", err
+	}
+	l.Sig = sign(key, canon)
+	body, err := canonical(l)
+	if err != nil {
+		return "", err
+	}
+	out := envelopeOpen + string(body) + envelopeClose
+	inner := string(body)
+	if strings.Contains(inner, "--") || strings.Contains(inner, ">") || strings.Contains(inner, "<") {
+		return "", fmt.Errorf("%w: comment delimiter inside", ErrUnsafe)
+	}
+	lower := strings.ToLower(inner)
+	for _, f := range forbidden {
+		f = strings.TrimSpace(f)
+		if f != "" && strings.Contains(lower, strings.ToLower(f)) {
+			return "", fmt.Errorf("%w: contains a control keyword", ErrUnsafe)
+		}
+	}
+	if len(out) > MaxEnvelopeBytes {
+		return "", fmt.Errorf("%w: %d bytes, limit %d", ErrUnsafe, len(out), MaxEnvelopeBytes)
+	}
+	return out, nil
+}
+
+// ParseLedger finds the envelope in a GitHub body and verifies it with key.
+// It returns ErrNoEnvelope when there is none, ErrMalformed when there is
+// something broken or more than one, and ErrForged when the signature does not
+// verify.
+func ParseLedger(key []byte, body string) (Ledger, error) {
+	i := strings.Index(body, envelopeOpen)
+	if i < 0 {
+		return Ledger{}, ErrNoEnvelope
+	}
+	if strings.Count(body, envelopeOpen) > 1 {
+		return Ledger{}, fmt.Errorf("%w: more than one envelope", ErrMalformed)
+	}
+	rest := body[i+len(envelopeOpen):]
+	j := strings.Index(rest, envelopeClose)
+	if j < 0 {
+		return Ledger{}, fmt.Errorf("%w: unterminated", ErrMalformed)
+	}
+	raw := rest[:j]
+	if len(raw) > MaxEnvelopeBytes || !utf8.ValidString(raw) {
+		return Ledger{}, fmt.Errorf("%w: too long or not UTF-8", ErrMalformed)
+	}
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var l Ledger
+	if err := dec.Decode(&l); err != nil {
+		return Ledger{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if dec.More() {
+		return Ledger{}, fmt.Errorf("%w: trailing data", ErrMalformed)
+	}
+	if l.V != Version {
+		return Ledger{}, fmt.Errorf("%w: version %d", ErrMalformed, l.V)
+	}
+	if len(key) == 0 {
+		return Ledger{}, ErrNoKey
+	}
+	got := l.Sig
+	l.Sig = ""
+	canon, err := canonical(l)
+	if err != nil {
+		return Ledger{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if got == "" || !hmac.Equal([]byte(got), []byte(sign(key, canon))) {
+		return Ledger{}, ErrForged
+	}
+	l.Sig = got
+	// Only the exact bytes EncodeLedger writes are an envelope: encoding/json
+	// also accepts other spellings (keys in another case, other escapes),
+	// and one record must have one text.
+	if full, err := canonical(l); err != nil || string(full) != raw {
+		return Ledger{}, fmt.Errorf("%w: not in canonical form", ErrMalformed)
+	}
+	return l, nil
+}
+
+// StripLedger returns body without its envelope comment (for display and for
+// classifiers that must not read it, AMB-3).
+func StripLedger(body string) string {
+	i := strings.Index(body, envelopeOpen)
+	if i < 0 {
+		return body
+	}
+	j := strings.Index(body[i:], envelopeClose)
+	if j < 0 {
+		return body
+	}
+	return strings.TrimRight(body[:i], " \n") + body[i+j+len(envelopeClose):]
+}
+
+func sign(key, canon []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("the-loop envelope v1\n"))
+	m.Write(canon)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// canonical is the one byte form of l that is signed and written: fields in
+// struct order, string values escaped by safeJSON.
+func canonical(l Ledger) ([]byte, error) {
+	raw, err := json.Marshal(l)
+	if err != nil {
+		return nil, fmt.Errorf("encode envelope: %w", err)
+	}
+	return safeJSON(raw), nil
+}
+
+// safeJSON rewrites the string contents of a compact JSON document so that
+// every byte outside [A-Za-z0-9_.:/@#+=,] (and every non-ASCII rune) is a
+// \uXXXX escape. JSON readers decode it to the same values.
+func safeJSON(raw []byte) []byte {
+	var out bytes.Buffer
+	in := false
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		if !in {
+			out.WriteByte(c)
+			if c == '"' {
+				in = true
+			}
+			i++
+			continue
+		}
+		switch {
+		case c == '"':
+			out.WriteByte(c)
+			in = false
+			i++
+		case c == '\\':
+			// An escape json.Marshal wrote: decode it and re-escape uniformly.
+			r, n := decodeEscape(raw[i:])
+			writeRune(&out, r)
+			i += n
+		default:
+			r, n := utf8.DecodeRune(raw[i:])
+			writeRune(&out, r)
+			i += n
+		}
+	}
+	return out.Bytes()
+}
+
+func writeRune(out *bytes.Buffer, r rune) {
+	if r < 0x80 && safeByte(byte(r)) {
+		out.WriteByte(byte(r))
+		return
+	}
+	if r > 0xffff {
+		r1, r2 := utf16Surrogates(r)
+		fmt.Fprintf(out, `\u%04x\u%04x`, r1, r2)
+		return
+	}
+	fmt.Fprintf(out, `\u%04x`, r)
+}
+
+func safeByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		strings.IndexByte("_.:/@#+=,", c) >= 0
+}
+
+// decodeEscape decodes one JSON escape at the start of b (which begins with a
+// backslash) and returns the rune and the bytes consumed. Surrogate pairs
+// written by json.Marshal are never produced for valid UTF-8 input except as
+// \u2028/\u2029, so a lone \uXXXX is decoded as is.
+func decodeEscape(b []byte) (rune, int) {
+	if len(b) < 2 {
+		return utf8.RuneError, len(b)
+	}
+	switch b[1] {
+	case '"':
+		return '"', 2
+	case '\\':
+		return '\\', 2
+	case '/':
+		return '/', 2
+	case 'b':
+		return '\b', 2
+	case 'f':
+		return '\f', 2
+	case 'n':
+		return '\n', 2
+	case 'r':
+		return '\r', 2
+	case 't':
+		return '\t', 2
+	case 'u':
+		if len(b) < 6 {
+			return utf8.RuneError, len(b)
+		}
+		var r rune
+		for _, h := range b[2:6] {
+			r <<= 4
+			switch {
+			case h >= '0' && h <= '9':
+				r |= rune(h - '0')
+			case h >= 'a' && h <= 'f':
+				r |= rune(h-'a') + 10
+			case h >= 'A' && h <= 'F':
+				r |= rune(h-'A') + 10
+			}
+		}
+		return r, 6
+	}
+	return utf8.RuneError, 2
+}
+
+func utf16Surrogates(r rune) (rune, rune) {
+	r -= 0x10000
+	return 0xd800 + (r>>10)&0x3ff, 0xdc00 + r&0x3ff
+}
