@@ -1,0 +1,77 @@
+# the-loop bus. `make test` is the README's test command and what CI runs.
+GO        ?= go
+PKGS      := ./...
+FUZZTIME  ?= 10s
+BENCHTIME ?= 2s
+
+.PHONY: all build test test-race test-short lint fmt generate verify-generate proto-lint proto-breaking \
+        fuzz bench e2e tidy verify-tidy check-deps verify up clean
+
+all: build
+
+build:
+	$(GO) build -o bin/the-loop ./cmd/the-loop
+
+## test: the whole suite, real in-process JetStream servers included.
+test:
+	$(GO) test -count=1 -shuffle=on -timeout=20m $(PKGS)
+
+test-short:
+	$(GO) test -short -count=1 -shuffle=on -timeout=10m $(PKGS)
+
+test-race:
+	$(GO) test -race -count=1 -shuffle=on -timeout=30m $(PKGS)
+
+lint:
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+## generate: protobuf Go code and the generated docs.
+generate:
+	$(GO) tool buf generate
+	$(GO) generate $(PKGS)
+
+## verify-generate: fails when generated files differ from what is committed.
+verify-generate: generate
+	@git add -N . && git diff --exit-code -- proto docs || { echo "generated files drifted: run 'make generate' and commit"; exit 1; }
+
+proto-lint:
+	$(GO) tool buf lint
+
+proto-breaking:
+	$(GO) tool buf breaking --against '.git#branch=main'
+
+## fuzz: every Fuzz target for FUZZTIME each.
+fuzz:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+## bench: benchmarks; figures are reported as ratios to a raw JetStream baseline run in the same process.
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=1 $(PKGS)
+
+## e2e: multi-process end-to-end suite (built binary, real nats-server process).
+e2e:
+	$(GO) test -count=1 -timeout=30m -tags=e2e ./test/e2e/...
+
+tidy:
+	$(GO) mod tidy
+	$(GO) work sync
+
+verify-tidy:
+	$(GO) mod tidy -diff
+
+## check-deps: pkg never imports services; only pkg/bus imports NATS.
+check-deps:
+	./scripts/check-deps.sh
+
+verify: lint verify-generate verify-tidy check-deps proto-lint
+
+up:
+	$(GO) run ./cmd/the-loop up
+
+clean:
+	rm -rf bin

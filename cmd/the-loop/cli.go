@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+
+	"github.com/the-loop/bus/pkg/config"
+)
+
+// version is set at link time (-ldflags "-X main.version=..."); otherwise the
+// module's build info names it.
+var version = ""
+
+// errUsage marks an error whose message is a usage problem (exit code 2).
+var errUsage = errors.New("usage")
+
+const usageText = `the-loop — GitHub and Slack to AI coding-agent sessions over NATS JetStream
+
+Usage:
+  the-loop up                          run all five services on an embedded JetStream server
+  the-loop serve <service> [--help]    run one service: ` + "ingress-github, ingress-slack, ledger-writer, slack-renderer, dispatcher" + `
+  the-loop events --types              the catalog event types and their flags
+  the-loop events --log-types          the event-log record types
+  the-loop events --follow [--last N]  tail the event log (loop.log.>)
+  the-loop channels status             the channels' configuration and grants
+  the-loop migrate-config [--write] [FILE]
+                                       migrate an operator config to version 0.7.0
+  the-loop dlq list [--limit N]        dead-lettered events
+  the-loop dlq replay <seq>            republish a dead-lettered event under a new id
+  the-loop version                     print the version
+
+Settings come from LOOP_* environment variables ('the-loop serve <service> --help' lists them).
+`
+
+// run executes one verb and returns the process exit code: 0 success, 1
+// failure, 2 usage error.
+func run(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, env, stdout, stderr)
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "the-loop: %v\n", err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "the-loop: %v\n", err)
+		return 1
+	}
+}
+
+func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return fmt.Errorf("%w: no verb given", errUsage)
+	}
+	verb, rest := args[0], args[1:]
+	switch verb {
+	case "up":
+		return cmdUp(ctx, rest, env, stdout, stderr)
+	case "serve":
+		return cmdServe(ctx, rest, env, stdout, stderr)
+	case "events":
+		return cmdEvents(ctx, rest, env, stdout, stderr)
+	case "channels":
+		return cmdChannels(ctx, rest, env, stdout, stderr)
+	case "migrate-config":
+		return cmdMigrateConfig(ctx, rest, env, stdout, stderr)
+	case "dlq":
+		return cmdDLQ(ctx, rest, env, stdout, stderr)
+	case "docs":
+		return cmdDocs(ctx, rest, env, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "the-loop", buildVersion())
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usageText)
+		return nil
+	}
+	fmt.Fprint(stderr, usageText)
+	return fmt.Errorf("%w: unknown verb %q", errUsage, verb)
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// newFlags returns a FlagSet that reports errors instead of exiting.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses args, turning a parse failure into a usage error.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %s: %v", errUsage, fs.Name(), err)
+	}
+	return nil
+}
+
+func quoteList(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, ", ")
+}

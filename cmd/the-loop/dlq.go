@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/the-loop/bus/pkg/config"
+)
+
+// connectWait bounds how long an operator verb waits for NATS.
+const connectWait = 5 * time.Second
+
+// cmdDLQ lists dead-lettered events or replays one under a new id.
+func cmdDLQ(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: dlq list|replay", errUsage)
+	}
+	switch args[0] {
+	case "list":
+		fs := newFlags("dlq list", stderr)
+		limit := fs.Int("limit", 100, "show at most N entries")
+		if err := parseFlags(fs, args[1:]); err != nil {
+			return err
+		}
+		conn, err := cliConnect(ctx, env, "the-loop-dlq")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		entries, err := conn.ListDLQ(ctx, *limit)
+		if err != nil {
+			return fmt.Errorf("list DLQ: %w", err)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tTIME\tEVENT ID\tSUBJECT\tDELIVERIES\tREASON")
+		for _, e := range entries {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", e.Seq, e.Time.UTC().Format(time.RFC3339), e.CEID, e.PublishSubject, e.Deliveries, e.Reason)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%d dead-lettered event(s)\n", len(entries))
+		return nil
+	case "replay":
+		if len(args) != 2 {
+			return fmt.Errorf("%w: dlq replay <seq>", errUsage)
+		}
+		seq, err := strconv.ParseUint(args[1], 10, 64)
+		if err != nil {
+			return fmt.Errorf("%w: dlq replay: %q is not a sequence number", errUsage, args[1])
+		}
+		conn, err := cliConnect(ctx, env, "the-loop-dlq")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		res, err := conn.ReplayDLQ(ctx, seq)
+		if err != nil {
+			return fmt.Errorf("replay DLQ entry %d: %w", seq, err)
+		}
+		fmt.Fprintf(stdout, "replayed DLQ entry %d to %s as %s\n", seq, res.Subject, res.MsgID)
+		return nil
+	}
+	return fmt.Errorf("%w: dlq list|replay", errUsage)
+}

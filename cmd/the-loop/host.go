@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/eventlog"
+	"github.com/the-loop/bus/pkg/httpserver"
+	"github.com/the-loop/bus/services/dispatcher"
+	ingressgithub "github.com/the-loop/bus/services/ingress-github"
+	ingressslack "github.com/the-loop/bus/services/ingress-slack"
+	ledgerwriter "github.com/the-loop/bus/services/ledger-writer"
+	"github.com/the-loop/bus/services/runtime"
+	slackrenderer "github.com/the-loop/bus/services/slack-renderer"
+)
+
+// runner is what every service is to its host.
+type runner interface {
+	Run(ctx context.Context) error
+}
+
+type serviceDef struct {
+	name string
+	// needsKey: refuses to start without LOOP_ENVELOPE_KEY (DESIGN §6).
+	needsKey bool
+	new      func(runtime.Deps) (runner, error)
+}
+
+// services lists the five services in start order: consumers of the streams
+// first, producers last, so nothing published by a producer at start waits
+// on a consumer that is not up yet.
+var services = []serviceDef{
+	{ledgerwriter.Name, true, func(d runtime.Deps) (runner, error) { return ledgerwriter.New(d) }},
+	{slackrenderer.Name, false, func(d runtime.Deps) (runner, error) { return slackrenderer.New(d) }},
+	{dispatcher.Name, false, func(d runtime.Deps) (runner, error) { return dispatcher.New(d) }},
+	{ingressgithub.Name, true, func(d runtime.Deps) (runner, error) { return ingressgithub.New(d) }},
+	{ingressslack.Name, false, func(d runtime.Deps) (runner, error) { return ingressslack.New(d) }},
+}
+
+func serviceNames() []string {
+	out := make([]string, len(services))
+	for i, s := range services {
+		out[i] = s.name
+	}
+	return out
+}
+
+func lookupService(name string) (serviceDef, bool) {
+	for _, s := range services {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return serviceDef{}, false
+}
+
+// settings is every environment setting a host reads.
+type settings struct {
+	Common config.Common
+	GitHub config.GitHub
+	Slack  config.Slack
+	Up     config.Up
+}
+
+func loadSettings(env config.Env) (settings, error) {
+	var s settings
+	if err := config.CheckEnv(env); err != nil {
+		return s, err
+	}
+	if err := config.Process(env, &s.Common, &s.GitHub, &s.Slack, &s.Up); err != nil {
+		return s, err
+	}
+	if err := s.Common.Validate(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// host runs a set of services over one bus connection with one admin server.
+type host struct {
+	name     string
+	settings settings
+	log      *slog.Logger
+	conn     *bus.Conn
+	stdout   io.Writer
+	defs     []serviceDef
+}
+
+func (h *host) run(ctx context.Context) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := bus.NewMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	ready := httpserver.NewReadiness()
+	ready.Add("nats", func() error {
+		if !h.conn.Connected() {
+			return errors.New("not connected to NATS")
+		}
+		return nil
+	})
+
+	topo := bus.DefaultTopology()
+	topo.Partitions = h.settings.Common.Partitions
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = h.conn.Provision(pctx, topo)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("provision streams and consumers: %w", err)
+	}
+
+	ln, err := httpserver.Listen(h.settings.Common.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	fmt.Fprintf(h.stdout, "%s: admin on http://%s (/healthz /readyz /metrics)\n", h.name, displayAddr(ln.Addr()))
+
+	g, gctx := errgroup.WithContext(ctx)
+	var watcher *config.Watcher
+	if path := h.settings.Common.ConfigPath; path != "" {
+		watcher, err = config.NewWatcher(path, h.log)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("operator config: %w", err)
+		}
+		g.Go(func() error { return watcher.Run(gctx) })
+	}
+	names := make([]string, 0, len(h.defs))
+	for _, def := range h.defs {
+		deps := runtime.Deps{
+			Conn:       h.conn,
+			Log:        h.log.With("service", def.name),
+			Events:     eventlog.New(def.name, h.log.With("service", def.name), logPublisher{h.conn}),
+			Registry:   reg,
+			Ready:      ready,
+			Partitions: topo.Partitions,
+			Metrics:    metrics,
+		}
+		svc, err := def.new(deps)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("%s: %w", def.name, err)
+		}
+		names = append(names, def.name)
+		g.Go(func() error {
+			deps.Events.Emit(gctx, "service.started")
+			err := svc.Run(gctx)
+			deps.Events.Emit(context.WithoutCancel(gctx), "service.stopped")
+			return err
+		})
+	}
+	g.Go(func() error { return httpserver.Serve(gctx, ln, httpserver.AdminMux(ready, reg), h.log) })
+	fmt.Fprintf(h.stdout, "%s: running %s; Ctrl-C drains and stops\n", h.name, strings.Join(names, ", "))
+	return g.Wait()
+}
+
+// logPublisher sends event-log records to loop.log.> with a core publish: the
+// LOOP_LOG stream stores them, and a slow log never holds up the work.
+type logPublisher struct{ conn *bus.Conn }
+
+func (p logPublisher) PublishLog(_ context.Context, subject string, data []byte) error {
+	return p.conn.PublishCore(bus.Message{Subject: subject, Data: data})
+}
+
+func displayAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// envelopeKey returns LOOP_ENVELOPE_KEY or, under `up`, the key kept in the
+// store dir, generating it on first run.
+func envelopeKey(s settings, storeDir string) ([]byte, error) {
+	if s.GitHub.EnvelopeKey.IsSet() {
+		return []byte(s.GitHub.EnvelopeKey.Reveal()), nil
+	}
+	if storeDir == "" {
+		return nil, errors.New("LOOP_ENVELOPE_KEY is not set: ledger-writer and ingress-github sign and verify ledger envelopes with it (32 bytes or more)")
+	}
+	path := filepath.Join(storeDir, "envelope.key")
+	if b, err := os.ReadFile(path); err == nil {
+		key := strings.TrimSpace(string(b))
+		if len(key) < 32 {
+			return nil, fmt.Errorf("envelope key in %s is shorter than 32 bytes", path)
+		}
+		return []byte(key), nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read envelope key: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, fmt.Errorf("generate envelope key: %w", err)
+	}
+	key := hex.EncodeToString(raw)
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("write envelope key: %w", err)
+	}
+	return []byte(key), nil
+}
+
+// splitListen parses LOOP_NATS_LISTEN; port 0 means any free port.
+func splitListen(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("LOOP_NATS_LISTEN %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("LOOP_NATS_LISTEN %q: bad port", addr)
+	}
+	if port == 0 {
+		port = -1
+	}
+	return host, port, nil
+}

@@ -1,0 +1,398 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/envelope"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+)
+
+// syncBuffer is a bytes.Buffer safe for a verb writing while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func runVerb(t *testing.T, env config.Env, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, env, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestCatalogPrintersAgree pins R1.5: `events --types`, `channels status` and
+// docs/configuration.md all print the catalog from the one definition, and
+// the committed doc is what the generator writes now.
+func TestCatalogPrintersAgree(t *testing.T) {
+	env := config.Env{}
+	code, types, stderr := runVerb(t, env, "events", "--types")
+	if code != 0 {
+		t.Fatalf("events --types: %d %s", code, stderr)
+	}
+	code, status, stderr := runVerb(t, env, "channels", "status")
+	if code != 0 {
+		t.Fatalf("channels status: %d %s", code, stderr)
+	}
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gen bytes.Buffer
+	if err := writeConfigurationDoc(&gen); err != nil {
+		t.Fatal(err)
+	}
+	if gen.String() != string(doc) {
+		t.Error("docs/configuration.md drifted from its definitions: run 'make generate'")
+	}
+	space := regexp.MustCompile(`\s{2,}`)
+	columns := func(out, typ string) []string {
+		for _, line := range strings.Split(out, "\n") {
+			cols := space.Split(strings.TrimSpace(line), -1)
+			if len(cols) > 0 && cols[0] == typ {
+				return cols
+			}
+		}
+		return nil
+	}
+	for _, e := range catalog.All() {
+		want := []string{string(e.Type), catalog.YesNo(e.Subscribable), catalog.YesNo(e.Publishable), e.Record.String(), e.RaisedBy}
+		for name, out := range map[string]string{"events --types": types, "channels status": status} {
+			got := columns(out, string(e.Type))
+			if len(got) < len(want) || strings.Join(got[:len(want)], "|") != strings.Join(want, "|") {
+				t.Errorf("%s row for %s = %q, want it to start %q", name, e.Type, got, want)
+			}
+		}
+		mdRow := fmt.Sprintf("| `%s` | %s | %s | %s | %s |", want[0], want[1], want[2], want[3], want[4])
+		if !strings.Contains(string(doc), mdRow) {
+			t.Errorf("docs/configuration.md lacks %q", mdRow)
+		}
+	}
+	// The default grants show in channels status (R2.2).
+	if got := columns(status, string(catalog.SessionAwaitingInput)); len(got) != 7 || got[5] != "[x]" || got[6] != "[ ]" {
+		t.Errorf("default grants for session.awaiting_input = %q", got)
+	}
+	if got := columns(status, string(catalog.WorkItemReply)); len(got) != 7 || got[6] != "[x]" {
+		t.Errorf("default publish grant for work-item.reply = %q", got)
+	}
+}
+
+const oldConfig = `# operator config of a 12.x install
+version: "0.6.0"
+routing:
+  authorizedUsers:
+    - octocat   # the operator
+channels:
+  slack:
+    enabled: true
+    channel: C0123
+    events: [session.awaiting_input, pr-review-pending]
+    authorizedUsers: [U111, U222]
+`
+
+func TestMigrateConfigVerb(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(oldConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := config.Env{"LOOP_CONFIG": path}
+
+	// Loading the old file is refused with the message.
+	code, _, stderr := runVerb(t, env, "channels", "status")
+	if code == 0 {
+		t.Fatal("channels status accepted a config with removed keys")
+	}
+	for _, want := range []string{"channels.slack.events", "channels.slack.subscribe", "channels.slack.authorizedUsers", "routing.authorizedUsers", "the-loop migrate-config"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("refusal does not name %q:\n%s", want, stderr)
+		}
+	}
+
+	// Without --write: a report and the result, the file untouched.
+	code, out, stderr := runVerb(t, env, "migrate-config")
+	if code != 0 {
+		t.Fatalf("migrate-config: %d %s", code, stderr)
+	}
+	if b, _ := os.ReadFile(path); string(b) != oldConfig {
+		t.Error("migrate-config without --write changed the file")
+	}
+	if !strings.Contains(out, "U111") || !strings.Contains(out, "subscribe") {
+		t.Errorf("report does not show the moves:\n%s", out)
+	}
+
+	code, out, stderr = runVerb(t, env, "migrate-config", "--write", path)
+	if code != 0 {
+		t.Fatalf("migrate-config --write: %d %s", code, stderr)
+	}
+	migrated, _ := os.ReadFile(path)
+	if bak, _ := os.ReadFile(path + ".bak"); string(bak) != oldConfig {
+		t.Error("the original was not kept as .bak")
+	}
+	for _, want := range []string{`version: "0.7.0"`, "subscribe:", "slack: U111", "slack: U222", "# the operator"} {
+		if !strings.Contains(string(migrated), want) {
+			t.Errorf("migrated file lacks %q:\n%s", want, migrated)
+		}
+	}
+	if strings.Contains(string(migrated), "events:") {
+		t.Errorf("migrated file still has events:\n%s", migrated)
+	}
+
+	// A second run changes nothing.
+	code, out, _ = runVerb(t, env, "migrate-config", "--write")
+	if code != 0 || !strings.Contains(out, "nothing to migrate") {
+		t.Errorf("second run: %d %s", code, out)
+	}
+	if again, _ := os.ReadFile(path); !bytes.Equal(again, migrated) {
+		t.Error("second run changed the file")
+	}
+
+	// The migrated file loads, with the Slack ids now from routing.
+	code, out, stderr = runVerb(t, env, "channels", "status")
+	if code != 0 {
+		t.Fatalf("channels status after migration: %d %s", code, stderr)
+	}
+	if !strings.Contains(out, "2 Slack member id(s)") {
+		t.Errorf("status after migration:\n%s", out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{nil, {"nope"}, {"serve"}, {"serve", "nope"}, {"events"}, {"dlq", "replay", "x"}} {
+		if code, _, _ := runVerb(t, config.Env{}, args...); code != 2 {
+			t.Errorf("%q: exit %d, want 2", args, code)
+		}
+	}
+	code, _, stderr := runVerb(t, config.Env{"LOOP_NAT_URL": "nats://x"}, "channels", "status")
+	if code != 1 || !strings.Contains(stderr, "LOOP_NAT_URL") {
+		t.Errorf("unknown LOOP_ variable: %d %s", code, stderr)
+	}
+	code, out, _ := runVerb(t, config.Env{}, "serve", "ledger-writer", "--help")
+	if code != 0 || !strings.Contains(out, "LOOP_NATS_URL") || !strings.Contains(out, "LOOP_ENVELOPE_KEY") {
+		t.Errorf("serve --help: %d\n%s", code, out)
+	}
+}
+
+func TestServeRefusesWithoutEnvelopeKey(t *testing.T) {
+	srv := bustest.NewServer(t)
+	for _, svc := range []string{"ledger-writer", "ingress-github"} {
+		code, _, stderr := runVerb(t, config.Env{"LOOP_NATS_URL": srv.URL(), "LOOP_GITHUB_TOKEN": "t"}, "serve", svc)
+		if code != 1 || !strings.Contains(stderr, "LOOP_ENVELOPE_KEY") {
+			t.Errorf("serve %s without a key: %d %s", svc, code, stderr)
+		}
+	}
+}
+
+// TestServeConsumes runs one service as its container would, against a real
+// JetStream server, and checks it consumes an event published to the inbox,
+// answers /readyz, and drains on cancel.
+func TestServeConsumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	srv := bustest.NewServer(t)
+	env := config.Env{
+		"LOOP_NATS_URL":     srv.URL(),
+		"LOOP_ADMIN_ADDR":   "127.0.0.1:0",
+		"LOOP_ENVELOPE_KEY": strings.Repeat("k", 32),
+		"LOOP_GITHUB_TOKEN": "ghp_not_a_real_token_0123456789",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"serve", "ledger-writer"}, env, &out, &errb) }()
+	admin := adminURL(t, &out)
+	waitReady(t, admin)
+
+	conn := srv.Connect(t, "test-publisher")
+	publishReply(t, conn, "slack:EvServe1")
+	waitFor(t, 10*time.Second, "the ledger-writer to consume the event", func() bool {
+		return strings.Contains(errb.String(), `"event_id":"slack:EvServe1"`)
+	})
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("serve exited %d: %s", code, errb.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not drain and stop")
+	}
+	if strings.Contains(errb.String(), "ghp_not_a_real_token") || strings.Contains(out.String(), "ghp_not_a_real_token") {
+		t.Error("the token reached the output")
+	}
+}
+
+func publishReply(t *testing.T, conn *bus.Conn, id string) {
+	t.Helper()
+	ev := &loopv1.Event{
+		Id: id, Source: "slack", Type: string(catalog.WorkItemReply), Subject: "github:octo/repo#15",
+		Time: envelope.NewTime(time.Now()),
+		Body: &loopv1.Event_Reply{Reply: &loopv1.Reply{Text: "hello"}},
+	}
+	m, err := envelope.ToMessage(ev, envelope.Inbox, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := bus.Header{}
+	for k, v := range m.Header {
+		if k != envelope.HeaderMsgID {
+			h[k] = v
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := conn.Publish(ctx, bus.Message{Subject: m.Subject, Header: h, Data: m.Data, MsgID: ev.Id}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var adminRE = regexp.MustCompile(`admin on (http://\S+) `)
+
+func adminURL(t *testing.T, out *syncBuffer) string {
+	t.Helper()
+	var url string
+	waitFor(t, 20*time.Second, "the admin address", func() bool {
+		m := adminRE.FindStringSubmatch(out.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	})
+	return url
+}
+
+func waitReady(t *testing.T, admin string) {
+	t.Helper()
+	waitFor(t, 20*time.Second, "/readyz to answer 200", func() bool {
+		resp, err := http.Get(admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// TestUpRunsAndCtrlCExitsZero builds the binary, runs `the-loop up` as an
+// operator would, checks every service is ready and the embedded server
+// takes events, then sends SIGINT: it must drain and exit 0.
+func TestUpRunsAndCtrlCExitsZero(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "the-loop")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "up")
+	cmd.Dir = dir
+	cmd.Env = append(filteredEnviron(), "LOOP_NATS_LISTEN=127.0.0.1:0", "LOOP_ADMIN_ADDR=127.0.0.1:0")
+	var out, errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	admin := adminURL(t, &out)
+	waitReady(t, admin)
+	resp, err := http.Get(admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, svc := range serviceNames() {
+		if !strings.Contains(string(body), svc) {
+			t.Errorf("/readyz does not cover %s: %s", svc, body)
+		}
+	}
+	natsURL := regexp.MustCompile(`NATS on (nats://\S+)`).FindStringSubmatch(out.String())
+	if natsURL == nil {
+		t.Fatalf("no NATS address printed:\n%s", out.String())
+	}
+	conn, err := bus.Connect(context.Background(), bus.Options{URL: natsURL[1], Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishReply(t, conn, "slack:EvUp1")
+	conn.Close()
+	waitFor(t, 10*time.Second, "the ledger-writer under up to consume", func() bool {
+		return strings.Contains(errb.String(), `"event_id":"slack:EvUp1"`)
+	})
+	if _, err := os.Stat(filepath.Join(dir, ".the-loop", "envelope.key")); err != nil {
+		t.Errorf("up did not keep an envelope key in its store: %v", err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- cmd.Wait() }()
+	select {
+	case err := <-errc:
+		var exit *exec.ExitError
+		if errors.As(err, &exit) || err != nil {
+			t.Fatalf("up exited with %v after Ctrl-C\n%s", err, errb.String())
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("up did not stop after Ctrl-C")
+	}
+	if !strings.Contains(out.String(), "drained and stopped") {
+		t.Errorf("up did not report its drain:\n%s", out.String())
+	}
+}
+
+// filteredEnviron is the test's environment without LOOP_* variables, so a
+// developer's shell cannot change what the binary under test reads.
+func filteredEnviron() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LOOP_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

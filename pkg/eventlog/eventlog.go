@@ -1,0 +1,177 @@
+// Package eventlog writes the event log (seed 001 R8, DESIGN §9): one record
+// per bus step, channel decision, routing, dispatch, control, session and graph
+// action, as a JSON log line through slog and as a message on
+// loop.log.<service>.<type>, which `the-loop events --follow` tails.
+//
+// Records carry ids and types, never message text and never tokens (R8.2):
+// Emit drops any attribute whose key names content or a secret, so a careless
+// caller cannot leak one.
+//
+// The log-type catalog here is distinct from the bus catalog in pkg/catalog,
+// although two names (session.awaiting_input, control.command) are in both;
+// see docs/decisions (AMB-23).
+package eventlog
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/the-loop/bus/pkg/catalog"
+)
+
+// Type describes one event-log record type.
+type Type struct {
+	Name        string
+	Level       slog.Level
+	Description string
+}
+
+var types = []Type{
+	{"bus.published", slog.LevelInfo, "An event was accepted by the bus (PubAck received)."},
+	{"bus.recorded", slog.LevelInfo, "The ledger recorded an off-ledger event on GitHub and fanned it out."},
+	{"bus.record_failed", slog.LevelWarn, "The ledger could not record an event; it went to the DLQ."},
+	{"bus.dead_lettered", slog.LevelWarn, "A message exhausted its deliveries or failed permanently and was copied to LOOP_DLQ."},
+	{"bus.replayed", slog.LevelInfo, "A DLQ entry was republished under a new id."},
+	{"channel.posted", slog.LevelInfo, "A channel rendered an event."},
+	{"channel.post_failed", slog.LevelWarn, "A channel failed to render an event."},
+	{"channel.reply_received", slog.LevelInfo, "A channel message was received."},
+	{"channel.dropped", slog.LevelInfo, "A channel message was dropped; reason is one of unmapped, self-authored, unauthorized-actor, undeliverable, unpublishable-event, kickoff-disabled."},
+	{"channel.kickoff_created", slog.LevelInfo, "A kickoff created a work item."},
+	{"routing.routed", slog.LevelInfo, "A GitHub delivery was routed to work items."},
+	{"routing.dropped", slog.LevelInfo, "A GitHub delivery was dropped (disabled-event, duplicate-delivery, no-work-item, self-authored, unauthorized-actor, forged-envelope)."},
+	{"dispatch.queued", slog.LevelInfo, "An event was queued for an agent session."},
+	{"dispatch.succeeded", slog.LevelInfo, "An event was delivered to an agent session."},
+	{"dispatch.dropped", slog.LevelInfo, "An event was not delivered to a session."},
+	{"dispatch.failed", slog.LevelError, "Delivering to a session failed."},
+	{"control.command", slog.LevelInfo, "A control command was recognised and applied."},
+	{"control.rejected", slog.LevelWarn, "A control command was refused."},
+	{"control.ambiguous", slog.LevelWarn, "A comment named two different control commands; nothing was executed."},
+	{"session.spawned", slog.LevelInfo, "An agent session was started."},
+	{"session.awaiting_input", slog.LevelInfo, "An agent session asked a question."},
+	{"session.paused", slog.LevelInfo, "An agent session was paused."},
+	{"session.resumed", slog.LevelInfo, "An agent session was resumed."},
+	{"session.closed", slog.LevelInfo, "An agent session was closed."},
+	{"graph.advanced", slog.LevelInfo, "A work item's graph moved to another node."},
+	{"graph.completed", slog.LevelInfo, "A work item's graph reached a terminal node."},
+	{"config.reloaded", slog.LevelInfo, "The operator config was reloaded."},
+	{"config.reload_failed", slog.LevelWarn, "A config edit was refused; the last good config stays."},
+	{"service.started", slog.LevelInfo, "A service started."},
+	{"service.stopped", slog.LevelInfo, "A service stopped."},
+}
+
+// Types returns the registered log types in registration order.
+func Types() []Type { return slices.Clone(types) }
+
+// Lookup returns the log type called name.
+func Lookup(name string) (Type, bool) {
+	for _, t := range types {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Type{}, false
+}
+
+// forbiddenKeys name attributes that would carry content or secrets.
+var forbiddenKeys = []string{"text", "body", "question", "message", "token", "secret", "password", "key", "payload"}
+
+func forbidden(key string) bool {
+	k := strings.ToLower(key)
+	for _, f := range forbiddenKeys {
+		if k == f || strings.HasSuffix(k, "_"+f) {
+			return true
+		}
+	}
+	return false
+}
+
+// Publisher sends a log record to the bus. It is best-effort: the event log
+// never blocks or fails the work it describes.
+type Publisher interface {
+	PublishLog(ctx context.Context, subject string, data []byte) error
+}
+
+// Logger emits event-log records for one service.
+type Logger struct {
+	service string
+	log     *slog.Logger
+	pub     Publisher
+	now     func() time.Time
+}
+
+// New returns a Logger for service. pub may be nil (slog only).
+func New(service string, log *slog.Logger, pub Publisher) *Logger {
+	return &Logger{service: service, log: log, pub: pub, now: time.Now}
+}
+
+// Record is one event-log record as it appears on loop.log.>.
+type Record struct {
+	TS     string         `json:"ts"`
+	Source string         `json:"source"`
+	Event  string         `json:"event"`
+	Level  string         `json:"level"`
+	PID    int            `json:"pid"`
+	Fields map[string]any `json:"fields,omitempty"`
+}
+
+// Emit writes one record of type name. Unregistered names are a programming
+// error and are logged as such rather than dropped silently.
+func (l *Logger) Emit(ctx context.Context, name string, attrs ...slog.Attr) {
+	t, ok := Lookup(name)
+	if !ok {
+		l.log.LogAttrs(ctx, slog.LevelError, "unregistered event-log type", slog.String("event", name))
+		t = Type{Name: name, Level: slog.LevelInfo}
+	}
+	fields := make(map[string]any, len(attrs))
+	kept := attrs[:0:0]
+	for _, a := range attrs {
+		if forbidden(a.Key) {
+			l.log.LogAttrs(ctx, slog.LevelError, "event-log attribute dropped: records carry ids, never content or secrets",
+				slog.String("event", name), slog.String("attr", a.Key))
+			continue
+		}
+		kept = append(kept, a)
+		fields[a.Key] = a.Value.Resolve().Any()
+	}
+	l.log.LogAttrs(ctx, t.Level, name, append([]slog.Attr{slog.String("event", name)}, kept...)...)
+	if l.pub == nil {
+		return
+	}
+	rec := Record{
+		TS:     l.now().UTC().Format("2006-01-02T15:04:05.000Z"),
+		Source: l.service,
+		Event:  name,
+		Level:  strings.ToLower(t.Level.String()),
+		PID:    os.Getpid(),
+		Fields: fields,
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		l.log.LogAttrs(ctx, slog.LevelWarn, "event-log record not encodable", slog.String("event", name), slog.Any("err", err))
+		return
+	}
+	if err := l.pub.PublishLog(ctx, catalog.LogSubject(l.service, name), data); err != nil {
+		l.log.LogAttrs(ctx, slog.LevelWarn, "event-log record not published", slog.String("event", name), slog.Any("err", err))
+	}
+}
+
+// Format renders a record for a terminal, one line.
+func Format(r Record) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %-5s %-16s %s", r.TS, r.Level, r.Source, r.Event)
+	keys := make([]string, 0, len(r.Fields))
+	for k := range r.Fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%v", k, r.Fields[k])
+	}
+	return b.String()
+}

@@ -1,0 +1,99 @@
+// Package runtime holds what every service is given by the process that runs
+// it (`the-loop serve <service>` or `the-loop up`): its bus connection, logger,
+// event log, metrics registry and readiness checks, plus the skeleton consumer
+// loop the consuming services share until their real handlers land.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/eventlog"
+	"github.com/the-loop/bus/pkg/httpserver"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+)
+
+// Deps is what a service needs from its host process.
+type Deps struct {
+	Conn       *bus.Conn
+	Log        *slog.Logger
+	Events     *eventlog.Logger
+	Registry   prometheus.Registerer
+	Ready      *httpserver.Readiness
+	Partitions int
+	// Metrics is the bus metrics shared by the process's runners.
+	Metrics *bus.Metrics
+}
+
+// Validate reports a missing dependency.
+func (d Deps) Validate() error {
+	if d.Conn == nil || d.Log == nil || d.Events == nil || d.Ready == nil {
+		return errors.New("service deps: connection, logger, event log and readiness are required")
+	}
+	return nil
+}
+
+// EventHandler handles one decoded event.
+type EventHandler func(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) error
+
+// Consume runs service's partitioned consumers on stream and hands each
+// decoded event to h. A message that is not a valid event can never become
+// one, so it goes to the DLQ at once (bus.Permanent).
+func Consume(ctx context.Context, deps Deps, service, stream string, h EventHandler) error {
+	runner, err := deps.Conn.NewRunner(bus.ConsumerSpec{
+		Service:    service,
+		Stream:     stream,
+		Partitions: deps.Partitions,
+		Logger:     deps.Log,
+		Metrics:    deps.Metrics,
+	}, bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
+		ev, err := envelope.FromMessage(envelope.Message{Subject: d.Subject, Header: d.Header, Data: d.Data})
+		if err != nil {
+			return bus.Permanent(fmt.Errorf("decode %s: %w", d.Subject, err))
+		}
+		return h(ctx, ev, d)
+	}))
+	if err != nil {
+		return fmt.Errorf("%s: consumer runner: %w", service, err)
+	}
+	deps.Ready.Add(service, func() error {
+		if !runner.Ready() {
+			return errors.New("consumers not running")
+		}
+		return nil
+	})
+	if err := runner.Run(ctx); err != nil {
+		return fmt.Errorf("%s: %w", service, err)
+	}
+	return nil
+}
+
+// EventAttrs are the log attributes of an event: ids and types only (R8.2).
+func EventAttrs(ev *loopv1.Event, d *bus.Delivery) []slog.Attr {
+	return []slog.Attr{
+		slog.String("event_id", ev.GetId()),
+		slog.String("event_type", ev.GetType()),
+		slog.String("work_item", ev.GetSubject()),
+		slog.String("origin", ev.GetSource()),
+		slog.Int("partition", d.Partition),
+		slog.Uint64("delivery", d.NumDelivered),
+	}
+}
+
+// WaitConnected marks the service ready once the bus is connected and then
+// waits for ctx; it is the whole of an ingress skeleton.
+func WaitConnected(ctx context.Context, deps Deps, service string) error {
+	deps.Ready.Add(service, func() error {
+		if !deps.Conn.Connected() {
+			return errors.New("not connected to NATS")
+		}
+		return nil
+	})
+	<-ctx.Done()
+	return nil
+}
