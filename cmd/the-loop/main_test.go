@@ -396,3 +396,16 @@ func filteredEnviron() []string {
 	}
 	return out
 }
+
+// TestREADMEListsEverySetting keeps the README's configuration table true.
+func TestREADMEListsEverySetting(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range config.Settings() {
+		if !strings.Contains(string(readme), "| `"+name+"` |") {
+			t.Errorf("README.md's configuration table lacks %s", name)
+		}
+	}
+}

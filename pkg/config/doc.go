@@ -1,0 +1,19 @@
+// Package config is where the-loop's settings come from, and the only place
+// that knows their names and defaults (DESIGN §8):
+//
+//   - process settings from the environment (LOOP_*): one struct per concern
+//     (Common, GitHub, Slack, Up) that a service composes into its own Config
+//     and fills with Process; Usage prints them for `the-loop serve X --help`
+//     and the docs;
+//   - the operator YAML named by LOOP_CONFIG (version 0.7.0): Parse and
+//     LoadFile validate it strictly, Watcher reloads it on change without a
+//     restart, and Migrate rewrites an older file into the current shape for
+//     `the-loop migrate-config`.
+//
+// Secrets (tokens, signing secrets, the envelope key) are held as Secret, which
+// never prints its value; errors from this package never carry one.
+//
+// config reads files and the environment it is handed, but never os.Environ
+// on its own (OSEnv is the one door), so tests run on fake environments. It
+// imports pkg/catalog and pkg/identity and nothing else of this module.
+package config

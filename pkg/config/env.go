@@ -1,0 +1,465 @@
+package config
+
+import (
+	"encoding"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kelseyhightower/envconfig"
+)
+
+// Prefix is the prefix of every process setting: LOOP_NATS_URL and so on. It
+// must never be empty: envconfig would then read bare names such as NATS_URL,
+// which Kubernetes service links inject.
+const Prefix = "LOOP"
+
+// testPrefix marks variables the test suites read (LOOP_TEST_NATS_URL …). They
+// are not settings of the binary, so CheckEnv lets them through rather than
+// refusing to start a service in a shell that also runs the tests.
+const testPrefix = Prefix + "_TEST_"
+
+// Env is a snapshot of environment variables. Settings are read only from an
+// Env handed in, never from the process environment behind the caller's
+// back, so tests build one as a literal: config.Env{"LOOP_NATS_URL": "…"}.
+type Env map[string]string
+
+// EnvFrom parses "KEY=value" lines as os.Environ returns them. The first
+// occurrence of a key wins, as it does for os.Getenv.
+func EnvFrom(environ []string) Env {
+	e := make(Env, len(environ))
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			continue
+		}
+		if _, dup := e[k]; !dup {
+			e[k] = v
+		}
+	}
+	return e
+}
+
+// OSEnv snapshots the process environment. It is meant for main and nowhere
+// else.
+func OSEnv() Env { return EnvFrom(os.Environ()) }
+
+// Lookup returns a variable's value and whether it is set; it has the shape of
+// os.LookupEnv.
+func (e Env) Lookup(key string) (string, bool) {
+	v, ok := e[key]
+	return v, ok
+}
+
+// Common is what every service reads.
+type Common struct {
+	NATSURL    string     `envconfig:"NATS_URL" desc:"NATS server URL(s), comma-separated; empty: the embedded server of 'the-loop up'"`
+	AdminAddr  string     `envconfig:"ADMIN_ADDR" default:":9090" desc:"listen address of /healthz, /readyz and /metrics"`
+	ConfigPath string     `envconfig:"CONFIG" desc:"path of the operator YAML (version 0.7.0), reloaded on change; empty: built-in defaults (nobody authorized, Slack off)"`
+	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	Partitions int        `envconfig:"PARTITIONS" default:"16" desc:"partitions of the inbox and event streams; change only with an empty inbox (keys move)"`
+}
+
+// GitHub is what the services that talk to GitHub read: ingress-github,
+// ledger-writer and the dispatcher.
+type GitHub struct {
+	Token         Secret `envconfig:"GITHUB_TOKEN" desc:"GitHub token the ledger reads and writes with; ledger-writer and ingress-github need it once they talk to GitHub"`
+	APIURL        string `envconfig:"GITHUB_API_URL" default:"https://api.github.com/" desc:"GitHub REST base URL (GitHub Enterprise, or a fake in tests)"`
+	Login         string `envconfig:"GITHUB_LOGIN" desc:"the ledger's own login; empty: asked of GET /user with the token"`
+	WebhookSecret Secret `envconfig:"GITHUB_WEBHOOK_SECRET" desc:"webhook HMAC secret; ingress-github needs it to accept webhooks"`
+	WebhookAddr   string `envconfig:"GITHUB_WEBHOOK_ADDR" default:":8787" desc:"listen address of POST /gh-webhook"`
+	EnvelopeKey   Secret `envconfig:"ENVELOPE_KEY" desc:"HMAC key signing ledger envelopes, at least 32 bytes; ledger-writer and ingress-github need it ('up' generates one)"`
+}
+
+// Slack is what ingress-slack and slack-renderer read.
+type Slack struct {
+	BotToken      Secret `envconfig:"SLACK_BOT_TOKEN" desc:"Slack bot token (xoxb-…); needed whenever channels.slack.enabled"`
+	AppToken      Secret `envconfig:"SLACK_APP_TOKEN" desc:"Slack app-level token (xapp-…); needed by read.mode socket"`
+	SigningSecret Secret `envconfig:"SLACK_SIGNING_SECRET" desc:"Slack signing secret; needed by read.mode events"`
+	APIURL        string `envconfig:"SLACK_API_URL" default:"https://slack.com/api/" desc:"Slack Web API base URL (a fake in tests)"`
+	EventsAddr    string `envconfig:"SLACK_EVENTS_ADDR" default:":8788" desc:"listen address of POST /slack/events and /slack/interactions (read.mode events)"`
+}
+
+// Up is what `the-loop up` reads on top of the services' settings.
+type Up struct {
+	StoreDir   string `envconfig:"STORE_DIR" default:"./.the-loop" desc:"directory of the embedded JetStream store and the generated envelope key"`
+	NATSListen string `envconfig:"NATS_LISTEN" default:"127.0.0.1:4222" desc:"listen address of the embedded NATS server (no auth: keep it on loopback)"`
+}
+
+// allSettings is the union of every concern. CheckEnv judges the environment
+// against it, not against the one service's struct, because services share
+// one .env (compose, a laptop shell): `serve ledger-writer` must not refuse
+// LOOP_SLACK_BOT_TOKEN that is there for ingress-slack. A typo still fails,
+// in every service. Add each new concern here.
+type allSettings struct {
+	Common
+	GitHub
+	Slack
+	Up
+}
+
+// minEnvelopeKey is the shortest envelope key accepted: HMAC-SHA256 keys
+// shorter than the hash's 32 bytes weaken the signature that stops a
+// prompt-injected agent forging an approver's envelope (DESIGN §6).
+const minEnvelopeKey = 32
+
+// Validate checks the values Process cannot check by type.
+func (c Common) Validate() error {
+	var errs []error
+	errs = append(errs, checkAddr("LOOP_ADMIN_ADDR", c.AdminAddr))
+	if c.Partitions < 1 || c.Partitions > 1024 {
+		errs = append(errs, fmt.Errorf("LOOP_PARTITIONS is %d: it must be between 1 and 1024", c.Partitions))
+	}
+	if c.NATSURL != "" {
+		for u := range strings.SplitSeq(c.NATSURL, ",") {
+			if err := checkURL("LOOP_NATS_URL", strings.TrimSpace(u), "nats", "tls", "ws", "wss"); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the values Process cannot check by type. It does not
+// require the envelope key or the webhook secret, which only some services
+// need; see RequireEnvelopeKey.
+func (g GitHub) Validate() error {
+	var errs []error
+	errs = append(errs, checkURL("LOOP_GITHUB_API_URL", g.APIURL, "https", "http"))
+	errs = append(errs, checkAddr("LOOP_GITHUB_WEBHOOK_ADDR", g.WebhookAddr))
+	if g.EnvelopeKey.IsSet() && len(g.EnvelopeKey.Reveal()) < minEnvelopeKey {
+		errs = append(errs, fmt.Errorf("LOOP_ENVELOPE_KEY is too short: it must be at least %d bytes", minEnvelopeKey))
+	}
+	return errors.Join(errs...)
+}
+
+// RequireToken fails unless the GitHub token is set. It is not a `required`
+// tag because `up` and cmd compose every concern for every service, and
+// slack-renderer never talks to GitHub.
+func (g GitHub) RequireToken() error {
+	if !g.Token.IsSet() {
+		return errors.New("LOOP_GITHUB_TOKEN is not set: this service reads or writes GitHub with it")
+	}
+	return nil
+}
+
+// RequireEnvelopeKey fails unless the envelope key is set: `serve` refuses to
+// start the ledger-writer or ingress-github without it (DESIGN §6).
+func (g GitHub) RequireEnvelopeKey() error {
+	if !g.EnvelopeKey.IsSet() {
+		return errors.New("LOOP_ENVELOPE_KEY is not set: the ledger-writer and ingress-github sign and verify envelopes with it")
+	}
+	return nil
+}
+
+// Validate checks the values Process cannot check by type. Which tokens are
+// needed depends on the operator YAML; see Require.
+func (s Slack) Validate() error {
+	return errors.Join(
+		checkURL("LOOP_SLACK_API_URL", s.APIURL, "https", "http"),
+		checkAddr("LOOP_SLACK_EVENTS_ADDR", s.EventsAddr),
+	)
+}
+
+// Require fails unless the tokens the given read mode needs are set: the bot
+// token always, the app token for Socket Mode, the signing secret for the
+// Events API.
+func (s Slack) Require(mode ReadMode) error {
+	var errs []error
+	if !s.BotToken.IsSet() {
+		errs = append(errs, errors.New("LOOP_SLACK_BOT_TOKEN is not set: the Slack channel is enabled"))
+	}
+	if mode == ReadSocket && !s.AppToken.IsSet() {
+		errs = append(errs, errors.New("LOOP_SLACK_APP_TOKEN is not set: channels.slack.read.mode is socket"))
+	}
+	if mode == ReadEvents && !s.SigningSecret.IsSet() {
+		errs = append(errs, errors.New("LOOP_SLACK_SIGNING_SECRET is not set: channels.slack.read.mode is events"))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the values Process cannot check by type.
+func (u Up) Validate() error {
+	var errs []error
+	if u.StoreDir == "" {
+		errs = append(errs, errors.New("LOOP_STORE_DIR is empty"))
+	}
+	errs = append(errs, checkAddr("LOOP_NATS_LISTEN", u.NATSListen))
+	return errors.Join(errs...)
+}
+
+func checkAddr(name, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s is %q: want host:port or :port", name, addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%s is %q: the port must be a number from 0 to 65535", name, addr)
+	}
+	return nil
+}
+
+// checkURL accepts an absolute URL with one of the schemes. It quotes the
+// value, so it must only see settings that are not secret.
+func checkURL(name, raw string, schemes ...string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || !slices.Contains(schemes, u.Scheme) {
+		return fmt.Errorf("%s is %q: want an absolute %s URL", name, raw, strings.Join(schemes, "/"))
+	}
+	return nil
+}
+
+// setting is one environment variable bound to a struct field. The key is
+// derived exactly as envconfig derives it (a test pins the two together).
+type setting struct {
+	key   string
+	field reflect.Value
+	tag   reflect.StructTag
+}
+
+// Process fills each spec — a pointer to a struct composed of Common, GitHub,
+// Slack, Up and fields tagged in envconfig's vocabulary — from env, after
+// CheckEnv has found no unknown LOOP_* variable. Then it runs Validate of
+// every concern the spec embeds. All problems come back at once, joined, so an
+// operator fixes them in one pass.
+//
+// It follows envconfig's tags (envconfig, default, required, desc) but reads
+// env instead of the process environment: envconfig v1.4.0's Process and
+// CheckDisallowed read os.Environ directly, which tests must not touch. Two
+// deliberate differences: a variable set to "" counts as unset (so a .env
+// line `LOOP_ADMIN_ADDR=` keeps the default and `required` means non-empty),
+// and there is no fallback to the bare name without the prefix.
+func Process(env Env, specs ...any) error {
+	errs := []error{CheckEnv(env)}
+	for _, spec := range specs {
+		settings, err := gather(Prefix, spec)
+		if err != nil {
+			return err
+		}
+		for _, s := range settings {
+			errs = append(errs, s.set(env))
+		}
+		if err := errors.Join(errs...); err != nil {
+			// Validating half-filled structs would only repeat the errors.
+			continue
+		}
+		errs = append(errs, validateAll(reflect.ValueOf(spec).Elem()))
+	}
+	return errors.Join(errs...)
+}
+
+// CheckEnv reports every LOOP_* variable in env that is not a known setting
+// of any service, naming it and the nearest known name. Variables under
+// LOOP_TEST_ belong to the test suites and pass.
+func CheckEnv(env Env) error {
+	known := knownKeys()
+	var unknown []string
+	for k := range env {
+		if !strings.HasPrefix(k, Prefix+"_") || strings.HasPrefix(k, testPrefix) || slices.Contains(known, k) {
+			continue
+		}
+		unknown = append(unknown, k)
+	}
+	slices.Sort(unknown)
+	errs := make([]error, 0, len(unknown))
+	for _, k := range unknown {
+		msg := fmt.Sprintf("unknown environment variable %s", k)
+		if near := nearest(k, known); near != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", near)
+		}
+		errs = append(errs, errors.New(msg))
+	}
+	return errors.Join(errs...)
+}
+
+// Settings lists every known setting name, sorted.
+func Settings() []string {
+	keys := knownKeys()
+	slices.Sort(keys)
+	return keys
+}
+
+func knownKeys() []string {
+	settings, err := gather(Prefix, &allSettings{})
+	if err != nil {
+		panic(err) // allSettings is ours; a test covers it
+	}
+	keys := make([]string, len(settings))
+	for i, s := range settings {
+		keys[i] = s.key
+	}
+	return keys
+}
+
+// nearest returns the known key closest to k by edit distance, if it is
+// close enough to be the likely intent.
+func nearest(k string, known []string) string {
+	best, bestD := "", 4
+	for _, c := range known {
+		if d := editDistance(k, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+
+// gather walks spec the way envconfig's gatherInfo does: an embedded struct
+// shares its parent's prefix, a named struct field extends it, and a field's
+// key is its envconfig tag (or its name), upper-cased, after the prefix.
+func gather(prefix string, spec any) ([]setting, error) {
+	v := reflect.ValueOf(spec)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil, fmt.Errorf("config: a spec must be a pointer to a struct, not %T", spec)
+	}
+	return gatherValue(prefix, v.Elem()), nil
+}
+
+func gatherValue(prefix string, v reflect.Value) []setting {
+	var out []setting
+	t := v.Type()
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		f := v.Field(i)
+		if !f.CanSet() || sf.Tag.Get("ignored") == "true" {
+			continue
+		}
+		key := sf.Name
+		if tag := sf.Tag.Get("envconfig"); tag != "" {
+			key = tag
+		}
+		key = strings.ToUpper(prefix + "_" + key)
+		if f.Kind() == reflect.Struct && !reflect.PointerTo(f.Type()).Implements(textUnmarshaler) {
+			inner := prefix
+			if !sf.Anonymous {
+				inner = key
+			}
+			out = append(out, gatherValue(inner, f)...)
+			continue
+		}
+		out = append(out, setting{key: key, field: f, tag: sf.Tag})
+	}
+	return out
+}
+
+// set fills the field from env or its default. Its errors quote the value only
+// when the field is not a Secret.
+func (s setting) set(env Env) error {
+	raw, _ := env.Lookup(s.key)
+	if raw == "" {
+		raw = s.tag.Get("default")
+	}
+	if raw == "" {
+		if s.tag.Get("required") == "true" {
+			return fmt.Errorf("%s is required and not set: %s", s.key, s.tag.Get("desc"))
+		}
+		s.field.Set(reflect.Zero(s.field.Type()))
+		return nil
+	}
+	if u, ok := s.field.Addr().Interface().(encoding.TextUnmarshaler); ok {
+		if err := u.UnmarshalText([]byte(raw)); err != nil {
+			return fmt.Errorf("%s is %q: %w", s.key, raw, err)
+		}
+		return nil
+	}
+	switch s.field.Kind() {
+	case reflect.String:
+		s.field.SetString(raw)
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || s.field.OverflowInt(n) {
+			return fmt.Errorf("%s is %q: want a whole number", s.key, raw)
+		}
+		s.field.SetInt(n)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return fmt.Errorf("%s is %q: want true or false", s.key, raw)
+		}
+		s.field.SetBool(b)
+	default:
+		return fmt.Errorf("config: %s has unsupported type %s", s.key, s.field.Type())
+	}
+	return nil
+}
+
+// validateAll runs Validate of each concern struct found in v. It matches the
+// concern types themselves rather than any Validate method, because a
+// service's struct that embeds one concern gets its Validate promoted and
+// would otherwise be validated twice.
+func validateAll(v reflect.Value) error {
+	var errs []error
+	if v.CanAddr() {
+		switch c := v.Addr().Interface().(type) {
+		case *Common:
+			return c.Validate()
+		case *GitHub:
+			return c.Validate()
+		case *Slack:
+			return c.Validate()
+		case *Up:
+			return c.Validate()
+		}
+	}
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Struct && f.CanSet() {
+			errs = append(errs, validateAll(f))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// usageFormat is envconfig's table with the columns the docs print.
+const usageFormat = "SETTING\tTYPE\tDEFAULT\tREQUIRED\tDESCRIPTION\n" +
+	"{{range .}}{{usage_key .}}\t{{usage_type .}}\t{{usage_default .}}\t{{usage_required .}}\t{{usage_description .}}\n{{end}}"
+
+// Usage writes the table of the settings specs read — name, type, default,
+// required, description — for `the-loop serve X --help`. With no specs it
+// lists every known setting, for the docs.
+func Usage(w io.Writer, specs ...any) error {
+	if len(specs) == 0 {
+		specs = []any{&allSettings{}}
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for i, spec := range specs {
+		format := usageFormat
+		if i > 0 {
+			_, format, _ = strings.Cut(usageFormat, "\n")
+		}
+		if err := envconfig.Usagef(Prefix, spec, tw, format); err != nil {
+			return fmt.Errorf("usage: %w", err)
+		}
+	}
+	return tw.Flush()
+}

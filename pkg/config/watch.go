@@ -1,0 +1,218 @@
+package config
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Watcher keeps the operator YAML loaded and reloads it when the file changes,
+// without a restart (DESIGN §8). Readers call Current for the config in force
+// or Subscribe to hear of a new one; either way they see a whole config, old
+// or new, never a mix. A broken edit never replaces a good config: the last
+// good one stays in force and Err says why the edit was refused.
+//
+// Changes are noticed through fsnotify on the file's directory — watching the
+// directory, not the file, survives editors and `kubectl` that replace the
+// file by rename or swap a symlink — plus a slow poll for file systems that
+// send no events (NFS, some container mounts). Both only trigger a re-read;
+// the content hash decides whether anything changed.
+type Watcher struct {
+	path     string
+	log      *slog.Logger
+	poll     time.Duration
+	debounce time.Duration
+
+	cur atomic.Pointer[Config]
+
+	mu       sync.Mutex // guards the fields below and serialises reloads
+	lastSum  [sha256.Size]byte
+	err      error
+	warnings []Warning
+	subs     map[chan *Config]struct{}
+}
+
+// WatcherOption configures a Watcher.
+type WatcherOption func(*Watcher)
+
+// WithPollInterval sets how often the file is re-read when no file-system
+// event arrives (default 5 s). Zero or less turns the poll off.
+func WithPollInterval(d time.Duration) WatcherOption { return func(w *Watcher) { w.poll = d } }
+
+// WithDebounce sets how long the watcher waits for a burst of file-system
+// events to settle before it reads the file (default 100 ms): an editor's save
+// is often several events, and the first may see a half-written file.
+func WithDebounce(d time.Duration) WatcherOption { return func(w *Watcher) { w.debounce = d } }
+
+// NewWatcher loads the file at path. It fails when that first load fails: a
+// service must not start without a config it can read. Warnings are logged.
+func NewWatcher(path string, log *slog.Logger, opts ...WatcherOption) (*Watcher, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	w := &Watcher{path: path, log: log, poll: 5 * time.Second, debounce: 100 * time.Millisecond, subs: map[chan *Config]struct{}{}}
+	for _, o := range opts {
+		o(w)
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, ws, err := Parse(src)
+	if err != nil {
+		return nil, errors.Join(errors.New("config "+path), err)
+	}
+	LogWarnings(log, path, ws)
+	w.lastSum = sha256.Sum256(src)
+	w.warnings = ws
+	w.cur.Store(cfg)
+	return w, nil
+}
+
+// Path is the file being watched.
+func (w *Watcher) Path() string { return w.path }
+
+// Current returns the config in force. It never returns nil.
+func (w *Watcher) Current() *Config { return w.cur.Load() }
+
+// Err returns why the latest change to the file was refused, or nil when the
+// config in force is the file's current content.
+func (w *Watcher) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Warnings returns the warnings of the config in force.
+func (w *Watcher) Warnings() []Warning {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]Warning(nil), w.warnings...)
+}
+
+// Subscribe returns a channel that receives each new config after a reload.
+// It holds at most one: a slow reader skips to the newest config instead of
+// holding the watcher up. Call cancel to stop; it closes the channel.
+func (w *Watcher) Subscribe() (updates <-chan *Config, cancel func()) {
+	ch := make(chan *Config, 1)
+	w.mu.Lock()
+	w.subs[ch] = struct{}{}
+	w.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			w.mu.Lock()
+			delete(w.subs, ch)
+			w.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// Reload re-reads the file now (for SIGHUP, or a test). It returns the error
+// that kept the last good config in force, if any.
+func (w *Watcher) Reload() error { return w.reload(true) }
+
+// reload reads the file and, if its content changed (or force), parses it and
+// swaps it in when it is good.
+func (w *Watcher) reload(force bool) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	src, err := os.ReadFile(w.path)
+	var sum [sha256.Size]byte
+	if err != nil {
+		// Hash the error so a file that stays missing is reported once.
+		sum = sha256.Sum256([]byte("\x00read error\x00" + err.Error()))
+	} else {
+		sum = sha256.Sum256(src)
+	}
+	if sum == w.lastSum && !force {
+		return w.err
+	}
+	w.lastSum = sum
+	if err != nil {
+		w.refused(err)
+		return err
+	}
+	cfg, ws, err := Parse(src)
+	if err != nil {
+		w.refused(err)
+		return err
+	}
+	w.err = nil
+	w.warnings = ws
+	w.cur.Store(cfg)
+	w.log.Info("config reloaded", slog.String("file", w.path), slog.String("version", cfg.Version))
+	LogWarnings(w.log, w.path, ws)
+	for ch := range w.subs {
+		select { // drop a stale config nobody read yet, then send the new one
+		case <-ch:
+		default:
+		}
+		ch <- cfg
+	}
+	return nil
+}
+
+func (w *Watcher) refused(err error) {
+	w.err = err
+	w.log.Error("config change refused; keeping the last good config", slog.String("file", w.path), slog.Any("error", err))
+}
+
+// Run watches the file until ctx ends, then returns nil. If file-system
+// events cannot be had, it logs why and relies on the poll.
+func (w *Watcher) Run(ctx context.Context) error {
+	var events <-chan fsnotify.Event
+	var fsErrs <-chan error
+	if fw, err := fsnotify.NewWatcher(); err != nil {
+		w.log.Warn("config: no file-system events; polling only", slog.Any("error", err))
+	} else {
+		defer fw.Close()
+		if err := fw.Add(filepath.Dir(w.path)); err != nil {
+			w.log.Warn("config: cannot watch the config directory; polling only", slog.String("dir", filepath.Dir(w.path)), slog.Any("error", err))
+		} else {
+			events, fsErrs = fw.Events, fw.Errors
+		}
+	}
+	var tick <-chan time.Time
+	if w.poll > 0 {
+		t := time.NewTicker(w.poll)
+		defer t.Stop()
+		tick = t.C
+	}
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	defer settle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			// Any event in the directory may be ours (a rename onto the file,
+			// a ConfigMap's ..data swap); the hash sorts out the rest.
+			settle.Reset(w.debounce)
+		case err, ok := <-fsErrs:
+			if !ok {
+				fsErrs = nil
+				continue
+			}
+			w.log.Warn("config: file-system watch error", slog.Any("error", err))
+		case <-settle.C:
+			_ = w.reload(false)
+		case <-tick:
+			_ = w.reload(false)
+		}
+	}
+}

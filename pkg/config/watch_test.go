@@ -1,0 +1,219 @@
+package config
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	slackOff = "version: \"0.7.0\"\nrouting:\n  authorizedUsers: [alice]\n"
+	slackOn  = "version: \"0.7.0\"\nrouting:\n  authorizedUsers: [alice, bob]\nchannels:\n  slack:\n    enabled: true\n    channel: C1\n"
+	broken   = "version: \"0.7.0\"\nchannels:\n  slack:\n    events: [comment.human]\n"
+)
+
+// replace writes body the way editors and kubectl do: a new file renamed
+// over the old one, so the watched inode goes away.
+func replace(t *testing.T, path, body string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func startWatcher(t *testing.T, body string, opts ...WatcherOption) (*Watcher, string, *logBuffer) {
+	t.Helper()
+	path := writeFile(t, t.TempDir(), "cli-config.yaml", []byte(body))
+	logs := &logBuffer{}
+	w, err := NewWatcher(path, slog.New(slog.NewTextHandler(logs, nil)), append([]WatcherOption{WithDebounce(10 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatalf("NewWatcher: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("Run did not stop on ctx")
+		}
+	})
+	return w, path, logs
+}
+
+func TestWatcherReloadsOnChange(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		write func(t *testing.T, path, body string)
+		opts  []WatcherOption
+	}{
+		{"rename-replace, events only", replace, []WatcherOption{WithPollInterval(0)}},
+		{"in-place write, events only", func(t *testing.T, path, body string) {
+			if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, []WatcherOption{WithPollInterval(0)}},
+		{"poll", replace, []WatcherOption{WithPollInterval(20 * time.Millisecond)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w, path, _ := startWatcher(t, slackOff, tc.opts...)
+			updates, cancel := w.Subscribe()
+			defer cancel()
+			if w.Current().Channels.Slack.Enabled {
+				t.Fatal("initial config wrong")
+			}
+			// Run may not have its watch in place yet, so write again until
+			// the change is seen; the content is the same each time.
+			deadline := time.After(5 * time.Second)
+			var cfg *Config
+			for cfg == nil {
+				tc.write(t, path, slackOn)
+				select {
+				case cfg = <-updates:
+				case <-time.After(200 * time.Millisecond):
+				case <-deadline:
+					t.Fatal("no reload after the file changed")
+				}
+			}
+			if !cfg.Channels.Slack.Enabled || cfg.Routing.AuthorizedUsers.Len() != 2 {
+				t.Errorf("update is not the new file: %+v", cfg.Channels.Slack)
+			}
+			if w.Current() != cfg {
+				t.Error("Current is not the config just announced")
+			}
+			if w.Err() != nil {
+				t.Errorf("Err = %v", w.Err())
+			}
+		})
+	}
+}
+
+func TestWatcherKeepsLastGood(t *testing.T) {
+	t.Parallel()
+	w, path, logs := startWatcher(t, slackOn, WithPollInterval(20*time.Millisecond))
+	good := w.Current()
+	updates, cancel := w.Subscribe()
+	defer cancel()
+
+	replace(t, path, broken)
+	eventually(t, "the broken edit to be refused", func() bool { return w.Err() != nil })
+	if !errors.Is(w.Err(), ErrRemovedKey) || !strings.Contains(w.Err().Error(), "the-loop migrate-config") {
+		t.Errorf("Err = %v", w.Err())
+	}
+	if w.Current() != good {
+		t.Error("a broken edit replaced the last good config")
+	}
+	select {
+	case cfg := <-updates:
+		t.Fatalf("a broken edit was announced: %+v", cfg)
+	default:
+	}
+	eventually(t, "the refusal to be logged", func() bool {
+		return strings.Contains(logs.String(), "config change refused; keeping the last good config")
+	})
+
+	// The file disappearing is a broken edit too.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the missing file to be reported", func() bool {
+		err := w.Err()
+		return err != nil && errors.Is(err, os.ErrNotExist)
+	})
+	if w.Current() != good {
+		t.Error("a missing file replaced the last good config")
+	}
+
+	replace(t, path, slackOff)
+	select {
+	case cfg := <-updates:
+		if cfg.Channels.Slack.Enabled {
+			t.Error("the fixed file was not applied")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no reload after the fix")
+	}
+	if w.Err() != nil {
+		t.Errorf("Err after the fix = %v", w.Err())
+	}
+}
+
+func TestWatcherReload(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, t.TempDir(), "c.yaml", []byte(slackOff))
+	w, err := NewWatcher(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("version: 0.7.0\nwat: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(); !errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), "wat") {
+		t.Errorf("Reload = %v", err)
+	}
+	if err := os.WriteFile(path, []byte(slackOn), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(); err != nil || !w.Current().Channels.Slack.Enabled {
+		t.Errorf("Reload = %v", err)
+	}
+}
+
+func TestNewWatcherRefusesBadFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if _, err := NewWatcher(filepath.Join(dir, "missing.yaml"), nil); err == nil {
+		t.Error("missing file accepted")
+	}
+	path := writeFile(t, dir, "old.yaml", []byte(broken))
+	if _, err := NewWatcher(path, nil); !errors.Is(err, ErrRemovedKey) {
+		t.Errorf("NewWatcher(old) = %v", err)
+	}
+}
+
+// logBuffer lets the watcher's goroutine log while the test reads.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
