@@ -162,8 +162,8 @@ func TestMigrateConfigVerb(t *testing.T) {
 	}
 
 	code, out, stderr = runVerb(t, env, "migrate-config", "--write", path)
-	if code != 0 {
-		t.Fatalf("migrate-config --write: %d %s", code, stderr)
+	if code != 0 || !strings.Contains(out, "wrote "+path) {
+		t.Fatalf("migrate-config --write: %d %s %s", code, out, stderr)
 	}
 	migrated, _ := os.ReadFile(path)
 	if bak, _ := os.ReadFile(path + ".bak"); string(bak) != oldConfig {

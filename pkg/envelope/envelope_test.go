@@ -152,8 +152,8 @@ func TestIDs(t *testing.T) {
 	if LoopID("ask", "ab", "c") == LoopID("ask", "a", "bc") {
 		t.Error("LoopID parts are not separated")
 	}
-	if LoopID("ask", "x") != LoopID("ask", "x") {
-		t.Error("LoopID is not deterministic")
+	if a, b := LoopID("ask", "x"), LoopID("ask", "x"); a != b || !strings.HasPrefix(a, "loop:ask:") {
+		t.Errorf("LoopID is not deterministic or not prefixed: %q %q", a, b)
 	}
 	if !validID(SlackInteractionID("C1", "1700000000.000100", "approve")) {
 		t.Error("interaction id invalid")
