@@ -37,7 +37,7 @@ generate:
 
 ## verify-generate: fails when generated files differ from what is committed.
 verify-generate: generate
-	@git add -N . && git diff --exit-code -- proto docs || { echo "generated files drifted: run 'make generate' and commit"; exit 1; }
+	@out="$$(git status --porcelain -- proto docs)"; if [ -n "$$out" ]; then echo "$$out"; echo "generated files drifted: run 'make generate' and commit"; exit 1; fi
 
 proto-lint:
 	$(GO) tool buf lint

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +23,7 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/eventlog"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
@@ -407,5 +409,99 @@ func TestREADMEListsEverySetting(t *testing.T) {
 		if !strings.Contains(string(readme), "| `"+name+"` |") {
 			t.Errorf("README.md's configuration table lacks %s", name)
 		}
+	}
+}
+
+// TestEventsFollow tails loop.log.> from a real server: records emitted by a
+// service's event log show up, formatted, with ids and no content.
+func TestEventsFollow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	srv := bustest.NewServer(t)
+	srv.Provision(t, bus.DefaultTopology())
+	conn := srv.Connect(t, "test-log")
+	log := eventlog.New("ledger-writer", slog.New(slog.DiscardHandler), logPublisher{conn})
+	log.Emit(context.Background(), "bus.recorded", slog.String("event_id", "slack:EvFollow1"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"events", "--follow", "--last", "10"}, config.Env{"LOOP_NATS_URL": srv.URL()}, &out, &errb)
+	}()
+	waitFor(t, 10*time.Second, "the earlier record", func() bool { return strings.Contains(out.String(), "event_id=slack:EvFollow1") })
+	log.Emit(context.Background(), "channel.dropped", slog.String("reason", "unauthorized-actor"))
+	waitFor(t, 10*time.Second, "a record published while following", func() bool {
+		return strings.Contains(out.String(), "channel.dropped") && strings.Contains(out.String(), "reason=unauthorized-actor")
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("events --follow exited %d: %s", code, errb.String())
+	}
+}
+
+// TestMalformedEventIsDeadLetteredAndReplayable: a message on the inbox that
+// is not a valid event (its type header says control.command, its body is a
+// reply) is never handled as either; the ledger-writer sends it to LOOP_DLQ
+// with the reason, `dlq list` shows it and `dlq replay` republishes it.
+func TestMalformedEventIsDeadLetteredAndReplayable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	srv := bustest.NewServer(t)
+	env := config.Env{"LOOP_NATS_URL": srv.URL(), "LOOP_ADMIN_ADDR": "127.0.0.1:0", "LOOP_ENVELOPE_KEY": strings.Repeat("k", 32)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"serve", "ledger-writer"}, env, &out, &errb) }()
+	waitReady(t, adminURL(t, &out))
+
+	ev := &loopv1.Event{
+		Id: "slack:EvForged", Source: "slack", Type: string(catalog.WorkItemReply), Subject: "github:octo/repo#15",
+		Time: envelope.NewTime(time.Now()), Body: &loopv1.Event_Reply{Reply: &loopv1.Reply{Text: "the-loop stop"}},
+	}
+	m, err := envelope.ToMessage(ev, envelope.Inbox, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := bus.Header{}
+	for k, v := range m.Header {
+		if k != envelope.HeaderMsgID {
+			h[k] = v
+		}
+	}
+	h[envelope.HeaderType] = []string{string(catalog.ControlCommand)}
+	conn := srv.Connect(t, "forger")
+	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer pcancel()
+	if _, err := conn.Publish(pctx, bus.Message{Subject: catalog.InboxSubject(ev.Subject, catalog.ControlCommand), Header: h, Data: m.Data, MsgID: ev.Id}); err != nil {
+		t.Fatal(err)
+	}
+	var list string
+	waitFor(t, 15*time.Second, "the forged message in the DLQ", func() bool {
+		var code int
+		code, list, _ = runVerb(t, env, "dlq", "list")
+		return code == 0 && strings.Contains(list, "slack:EvForged")
+	})
+	if !strings.Contains(list, "disagree") || !strings.Contains(list, "1 dead-lettered") {
+		t.Errorf("dlq list does not give the reason:\n%s", list)
+	}
+	if strings.Contains(errb.String(), "would record") && strings.Contains(errb.String(), "slack:EvForged") {
+		t.Error("the ledger-writer handled a forged message")
+	}
+	seq := regexp.MustCompile(`(?m)^(\d+)\s`).FindStringSubmatch(list)
+	if seq == nil {
+		t.Fatalf("no sequence in:\n%s", list)
+	}
+	code, replayed, stderr := runVerb(t, env, "dlq", "replay", seq[1])
+	if code != 0 || !strings.Contains(replayed, "slack:EvForged:replay:"+seq[1]) {
+		t.Fatalf("dlq replay: %d %s %s", code, replayed, stderr)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d", code)
 	}
 }
