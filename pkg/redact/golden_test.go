@@ -1,0 +1,48 @@
+package redact
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// golden compares got with testdata/name; UPDATE=1 rewrites the file.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if os.Getenv("UPDATE") == "1" {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden (run with UPDATE=1 to create): %v", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs:\nwant %s\ngot  %s", name, want, got)
+	}
+}
+
+// TestGoldenMirrorBodies: realistic Slack replies as the mirror quotes them,
+// scrubbed with the fixture machine.
+func TestGoldenMirrorBodies(t *testing.T) {
+	t.Parallel()
+	inputs, err := filepath.Glob(filepath.Join("testdata", "*.txt"))
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no inputs: %v", err)
+	}
+	s := New(machine)
+	for _, in := range inputs {
+		name := strings.TrimSuffix(filepath.Base(in), ".txt")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			body, err := os.ReadFile(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, name+".golden", Quote(s.Scrub(string(body)))+"\n")
+		})
+	}
+}
