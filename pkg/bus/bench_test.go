@@ -1,0 +1,120 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BenchmarkPublishConsume measures one event's round trip, publish (with
+// PubAck) → handler → DoubleAck confirmed, one message in flight, on an
+// embedded server with SyncAlways. "bus" goes through Publish and a Runner
+// (pinned priority group, keep-alive, metrics off); "raw" is the same work
+// with nats.go JetStream directly (Fetch(1), DoubleAck) on a stream of the
+// same shape. Compare the two: absolute times drift on shared machines, the
+// ratio does not (DESIGN §10).
+func BenchmarkPublishConsume(b *testing.B) {
+	ctx := context.Background()
+	emb, err := StartEmbedded(ctx, EmbeddedOptions{StoreDir: b.TempDir(), Port: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer emb.Shutdown()
+	data := make([]byte, 512)
+	// -count reruns a sub-benchmark on the same server: ids must not repeat,
+	// or the duplicate window would swallow the messages.
+	run := 0
+	nonce := func() string { run++; return fmt.Sprint(run, "-") }
+
+	b.Run("bus", func(b *testing.B) {
+		c, err := emb.Connect(ctx, Options{Name: "bench-bus"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		topo := DefaultTopology()
+		topo.Consumers = []ConsumerGroup{{Service: "bench", Stream: StreamInbox}}
+		topo.Buckets = []Bucket{}
+		if err := c.Provision(ctx, topo); err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan struct{}, 1)
+		r, err := c.NewRunner(ConsumerSpec{Service: "bench", Stream: StreamInbox, Partitions: topo.Partitions},
+			HandlerFunc(func(context.Context, *Delivery) error { return nil }))
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.afterSettle = func(*Delivery) { done <- struct{}{} }
+		rctx, cancel := context.WithCancel(ctx)
+		stopped := make(chan error, 1)
+		go func() { stopped <- r.Run(rctx) }()
+		defer func() { cancel(); <-stopped }()
+		for !r.Ready() {
+			time.Sleep(time.Millisecond)
+		}
+		id := "b" + nonce()
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			if _, err := c.Publish(ctx, Message{Subject: "loop.in.key.bench", Data: data, MsgID: fmt.Sprint(id, i)}); err != nil {
+				b.Fatal(err)
+			}
+			<-done
+		}
+	})
+
+	b.Run("raw", func(b *testing.B) {
+		nc, err := nats.Connect("", nats.InProcessServer(emb.srv), nats.Name("bench-raw"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name: "RAW", Subjects: []string{"raw.in.*.>"}, Retention: jetstream.WorkQueuePolicy,
+			Storage: jetstream.FileStorage, Discard: jetstream.DiscardNew, Duplicates: 2 * time.Hour,
+			SubjectTransform: partitionTransform("raw.in", 16),
+		}); err != nil {
+			b.Fatal(err)
+		}
+		cons, err := js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{
+			Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1,
+			FilterSubject: "raw.in.>", AckWait: time.Minute,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan struct{}, 1)
+		rctx, cancel := context.WithCancel(ctx)
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			for rctx.Err() == nil {
+				batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+				if err != nil {
+					continue
+				}
+				for m := range batch.Messages() {
+					if err := m.DoubleAck(ctx); err == nil {
+						done <- struct{}{}
+					}
+				}
+			}
+		}()
+		defer func() { cancel(); <-stopped }()
+		id := "r" + nonce()
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			if _, err := js.Publish(ctx, "raw.in.key.bench", data, jetstream.WithMsgID(fmt.Sprint(id, i))); err != nil {
+				b.Fatal(err)
+			}
+			<-done
+		}
+	})
+}

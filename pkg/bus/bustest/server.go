@@ -1,0 +1,211 @@
+// Package bustest runs a real JetStream server for tests and holds the bus
+// conformance suite (RunConformance) that every consumer of package bus relies
+// on. It never mocks the bus: every helper talks to an in-process nats-server
+// (or, with LOOP_TEST_NATS_URL, to an external one).
+//
+// Like package bus it may import nats; nothing else in the module does.
+package bustest
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/the-loop/bus/pkg/bus"
+)
+
+// EnvURL names the variable that points the helpers at an external server
+// instead of an in-process one. The external server is wiped of the-loop's
+// streams and buckets before every test that uses it, so never point it at
+// anything but a scratch server, and do not run such tests in parallel.
+const EnvURL = "LOOP_TEST_NATS_URL"
+
+// Options configures StartServer.
+type Options struct {
+	// StoreDir is the JetStream store (default t.TempDir()).
+	StoreDir string
+	// Port is the TCP port (default -1: a free one).
+	Port int
+	// InProcessOnly ignores LOOP_TEST_NATS_URL (tests that restart the
+	// server need one they own).
+	InProcessOnly bool
+}
+
+// Server is a JetStream server for one test.
+type Server struct {
+	mu       sync.Mutex
+	emb      *bus.Embedded
+	url      string
+	storeDir string
+	port     int
+	external bool
+}
+
+// NewServer starts an in-process server (or uses LOOP_TEST_NATS_URL) that is
+// shut down when t ends.
+func NewServer(t testing.TB) *Server {
+	t.Helper()
+	return StartServer(t, Options{})
+}
+
+// StartServer is NewServer with options.
+func StartServer(t testing.TB, opts Options) *Server {
+	t.Helper()
+	if u := os.Getenv(EnvURL); u != "" && !opts.InProcessOnly {
+		s := &Server{url: u, external: true}
+		s.wipe(t)
+		return s
+	}
+	if opts.StoreDir == "" {
+		opts.StoreDir = t.TempDir()
+	}
+	if opts.Port == 0 {
+		opts.Port = -1
+	}
+	s := &Server{storeDir: opts.StoreDir, port: opts.Port}
+	s.start(t)
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+func (s *Server) start(t testing.TB) {
+	t.Helper()
+	emb, err := bus.StartEmbedded(context.Background(), bus.EmbeddedOptions{
+		StoreDir: s.storeDir,
+		Port:     s.port,
+	})
+	if err != nil {
+		t.Fatalf("bustest: start server: %v", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.emb = emb
+	s.url = emb.ClientURL()
+	// Restarts must come back on the same port, or clients could not
+	// reconnect to it.
+	s.port = emb.Port()
+}
+
+// External reports whether the server is the external LOOP_TEST_NATS_URL.
+func (s *Server) External() bool { return s.external }
+
+// URL is the server's client URL.
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.url
+}
+
+// StoreDir is the in-process server's store ("" when external).
+func (s *Server) StoreDir() string { return s.storeDir }
+
+// Shutdown stops the in-process server (a no-op when external or stopped).
+func (s *Server) Shutdown() {
+	s.mu.Lock()
+	emb := s.emb
+	s.emb = nil
+	s.mu.Unlock()
+	if emb != nil {
+		emb.Shutdown()
+	}
+}
+
+// Restart shuts the in-process server down and starts it again on the same
+// store dir and port, as after a crash-free restart of `the-loop up`.
+// It skips the test when the server is external.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	if s.external {
+		t.Skip("bustest: cannot restart an external server")
+	}
+	s.Shutdown()
+	s.start(t)
+}
+
+// Connect opens a TCP connection named name that reconnects quickly and is
+// closed when t ends. TCP, not an in-process pipe, so that it survives
+// Restart.
+func (s *Server) Connect(t testing.TB, name string) *bus.Conn {
+	t.Helper()
+	c, err := bus.Connect(context.Background(), bus.Options{
+		URL:            s.URL(),
+		Name:           name,
+		ReconnectWait:  50 * time.Millisecond,
+		PublishTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("bustest: connect: %v", err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.WaitConnected(ctx); err != nil {
+		t.Fatalf("bustest: connect: %v", err)
+	}
+	return c
+}
+
+// Provision provisions topo through a short-lived connection.
+func (s *Server) Provision(t testing.TB, topo bus.Topology) {
+	t.Helper()
+	c := s.Connect(t, "bustest-provision")
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Provision(ctx, topo); err != nil {
+		t.Fatalf("bustest: provision: %v", err)
+	}
+}
+
+// FastTopology is a topology with timings short enough for tests: AckWait
+// 2s, PinnedTTL 1s, MaxDeliver 3, and n partitions.
+func FastTopology(n int) bus.Topology {
+	t := bus.DefaultTopology()
+	t.Partitions = n
+	t.AckWait = 2 * time.Second
+	t.PinnedTTL = time.Second
+	t.MaxDeliver = 3
+	return t
+}
+
+// wipe deletes the-loop's streams and KV buckets from an external server.
+func (s *Server) wipe(t testing.TB) {
+	t.Helper()
+	nc, err := nats.Connect(s.url, nats.Name("bustest-wipe"))
+	if err != nil {
+		t.Fatalf("bustest: %s: %v", EnvURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("bustest: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var buckets []string
+	for _, b := range bus.DefaultTopology().Buckets {
+		buckets = append(buckets, b.Name)
+	}
+	names := js.StreamNames(ctx)
+	var del []string
+	for n := range names.Name() {
+		if strings.HasPrefix(n, "LOOP_") || slices.Contains(buckets, strings.TrimPrefix(n, "KV_")) {
+			del = append(del, n)
+		}
+	}
+	if err := names.Err(); err != nil {
+		t.Fatalf("bustest: list streams: %v", err)
+	}
+	for _, n := range del {
+		if err := js.DeleteStream(ctx, n); err != nil {
+			t.Fatalf("bustest: delete stream %s: %v", n, err)
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options configures a client connection.
+type Options struct {
+	// URL is the server URL (LOOP_NATS_URL); a comma-separated list is
+	// allowed. Credentials may be embedded in it; they are never logged.
+	// Ignored by (*Embedded).Connect.
+	URL string
+	// Name identifies the connection in the server's /connz, e.g.
+	// "ledger-writer/pod-7". Required.
+	Name string
+	// Logger receives connection events. nil discards them.
+	Logger *slog.Logger
+	// ReconnectWait is the pause between reconnect attempts (default 2s).
+	ReconnectWait time.Duration
+	// PublishTimeout bounds one publish attempt waiting for its PubAck
+	// (default 5s).
+	PublishTimeout time.Duration
+	// PublishAttempts bounds how often an ambiguous publish is retried under
+	// the same Nats-Msg-Id (default 5).
+	PublishAttempts int
+}
+
+func (o *Options) setDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.ReconnectWait <= 0 {
+		o.ReconnectWait = 2 * time.Second
+	}
+	if o.PublishTimeout <= 0 {
+		o.PublishTimeout = 5 * time.Second
+	}
+	if o.PublishAttempts <= 0 {
+		o.PublishAttempts = 5
+	}
+}
+
+// Conn is a connection to the bus. It reconnects forever; Close ends it.
+// A Conn is safe for concurrent use.
+type Conn struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	log  *slog.Logger
+	opts Options
+}
+
+// ErrClosed is returned by operations on a connection that was closed.
+var ErrClosed = errors.New("bus: connection closed")
+
+// Connect opens a connection to opts.URL. It does not wait for the server:
+// with RetryOnFailedConnect a service can start before NATS does, and stays
+// not ready (Connected reports false) until the first connect succeeds. Use
+// WaitConnected to block until then.
+func Connect(ctx context.Context, opts Options) (*Conn, error) {
+	if opts.URL == "" {
+		return nil, errors.New("bus: connect: URL is required")
+	}
+	return connect(ctx, opts)
+}
+
+func connect(ctx context.Context, opts Options, extra ...nats.Option) (*Conn, error) {
+	if opts.Name == "" {
+		return nil, errors.New("bus: connect: Name is required")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	opts.setDefaults()
+	log := opts.Logger.With("component", "bus", "conn", opts.Name)
+	nopts := []nats.Option{
+		nats.Name(opts.Name),
+		// The nats.go default gives up after 60 attempts (about 2 minutes):
+		// a NATS outage must never turn into a dead service.
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(opts.ReconnectWait),
+		nats.ReconnectJitter(opts.ReconnectWait/10, opts.ReconnectWait/10),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			log.Info("nats connected", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			log.Warn("nats disconnected", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			log.Info("nats connection closed")
+		}),
+		nats.LameDuckModeHandler(func(nc *nats.Conn) {
+			log.Warn("nats server entering lame-duck mode", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			log.Warn("nats async error", "subject", subj, "err", err)
+		}),
+	}
+	nopts = append(nopts, extra...)
+	nc, err := nats.Connect(opts.URL, nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("bus: connect %s: %w", RedactURL(opts.URL), err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bus: jetstream: %w", err)
+	}
+	return &Conn{nc: nc, js: js, log: log, opts: opts}, nil
+}
+
+// RedactURL strips user info (user, password, token) from every URL of a
+// comma-separated list, so that it can be logged or shown.
+func RedactURL(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		u, err := url.Parse(p)
+		if err != nil || u.Host == "" {
+			// Not a URL we can parse: drop anything before an '@' anyway.
+			if j := strings.LastIndexByte(p, '@'); j >= 0 {
+				k := strings.Index(p, "://")
+				if k >= 0 && k < j {
+					p = p[:k+3] + "redacted@" + p[j+1:]
+				} else {
+					p = "redacted@" + p[j+1:]
+				}
+			}
+			parts[i] = p
+			continue
+		}
+		if u.User != nil {
+			u.User = url.User("redacted")
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// Connected reports whether the connection is up right now.
+func (c *Conn) Connected() bool { return c.nc.IsConnected() }
+
+// Ready is Connected: a connection is ready when it can reach the server.
+// Runner.Ready adds "and consuming".
+func (c *Conn) Ready() bool { return c.Connected() }
+
+// WaitConnected blocks until the connection is up, ctx ends or the
+// connection is closed.
+func (c *Conn) WaitConnected(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if c.nc.IsConnected() {
+			return nil
+		}
+		if c.nc.IsClosed() {
+			return ErrClosed
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bus: wait for connection: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Drain flushes pending publishes, drains subscriptions and closes the
+// connection, waiting at most until ctx ends.
+func (c *Conn) Drain(ctx context.Context) error {
+	if c.nc.IsClosed() {
+		return nil
+	}
+	if err := c.nc.Drain(); err != nil {
+		c.nc.Close()
+		return fmt.Errorf("bus: drain: %w", err)
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !c.nc.IsClosed() {
+		select {
+		case <-ctx.Done():
+			c.nc.Close()
+			return fmt.Errorf("bus: drain: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Close closes the connection at once. In-flight publishes fail.
+func (c *Conn) Close() { c.nc.Close() }
+
+// Name is the connection name given in Options.
+func (c *Conn) Name() string { return c.opts.Name }

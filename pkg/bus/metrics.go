@@ -1,0 +1,109 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the consumer runner's Prometheus collectors, labelled by
+// service. Create one per registry and share it between runners.
+type Metrics struct {
+	received    *prometheus.CounterVec
+	redelivered *prometheus.CounterVec
+	acked       *prometheus.CounterVec
+	nakd        *prometheus.CounterVec
+	dlqd        *prometheus.CounterVec
+	errors      *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+}
+
+// NewMetrics registers the runner's collectors on reg (never the global
+// registry). Registering twice on one registry returns the collectors already
+// there.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "loop", Subsystem: "bus", Name: name, Help: help,
+		}, []string{"service"})
+	}
+	m := &Metrics{
+		received:    counter("received_total", "Deliveries handed to a handler."),
+		redelivered: counter("redelivered_total", "Deliveries that were not the first of their message."),
+		acked:       counter("acked_total", "Messages acknowledged after their handler succeeded."),
+		nakd:        counter("nakd_total", "Deliveries negatively acknowledged for a later retry."),
+		dlqd:        counter("dlq_total", "Messages copied to the dead-letter queue and terminated."),
+		errors:      counter("settle_errors_total", "Acks, naks or dead-letter copies that failed."),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "loop", Subsystem: "bus", Name: "handler_duration_seconds",
+			Help:    "Time a handler took per delivery.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"service"}),
+	}
+	var err error
+	m.received, err = register(reg, m.received)
+	if err == nil {
+		m.redelivered, err = register(reg, m.redelivered)
+	}
+	if err == nil {
+		m.acked, err = register(reg, m.acked)
+	}
+	if err == nil {
+		m.nakd, err = register(reg, m.nakd)
+	}
+	if err == nil {
+		m.dlqd, err = register(reg, m.dlqd)
+	}
+	if err == nil {
+		m.errors, err = register(reg, m.errors)
+	}
+	if err == nil {
+		m.latency, err = register(reg, m.latency)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: metrics: %w", err)
+	}
+	return m, nil
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, err
+	}
+	return c, nil
+}
+
+// serviceMetrics is Metrics bound to one service; its zero value (nil
+// Metrics) records nothing.
+type serviceMetrics struct {
+	received, redelivered, acked, nakd, dlqd, errors prometheus.Counter
+	latency                                          prometheus.Observer
+}
+
+func (m *Metrics) forService(service string) serviceMetrics {
+	if m == nil {
+		return serviceMetrics{}
+	}
+	return serviceMetrics{
+		received:    m.received.WithLabelValues(service),
+		redelivered: m.redelivered.WithLabelValues(service),
+		acked:       m.acked.WithLabelValues(service),
+		nakd:        m.nakd.WithLabelValues(service),
+		dlqd:        m.dlqd.WithLabelValues(service),
+		errors:      m.errors.WithLabelValues(service),
+		latency:     m.latency.WithLabelValues(service),
+	}
+}
+
+func inc(c prometheus.Counter) {
+	if c != nil {
+		c.Inc()
+	}
+}

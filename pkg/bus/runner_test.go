@@ -1,0 +1,229 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/pkg/catalog"
+)
+
+func TestNewRunnerValidatesSpec(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	c := srv.Connect(t, "spec")
+	h := bus.HandlerFunc(func(context.Context, *bus.Delivery) error { return nil })
+	for _, spec := range []bus.ConsumerSpec{
+		{Stream: bus.StreamInbox},
+		{Service: "x", Stream: bus.StreamDLQ},
+		{Service: "x"},
+	} {
+		if _, err := c.NewRunner(spec, h); err == nil {
+			t.Errorf("NewRunner(%+v) accepted", spec)
+		}
+	}
+	if _, err := c.NewRunner(bus.ConsumerSpec{Service: "x", Stream: bus.StreamInbox}, nil); err == nil {
+		t.Error("NewRunner accepted a nil handler")
+	}
+}
+
+// TestRunnerDrainsAndCounts checks the shutdown contract (stop fetching, let
+// the in-flight handler finish, ack it, return), readiness, and the metrics.
+func TestRunnerDrainsAndCounts(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	srv.Provision(t, bustest.FastTopology(2))
+	c := srv.Connect(t, "drain")
+	reg := prometheus.NewPedanticRegistry()
+	m, err := bus.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m2, err := bus.NewMetrics(reg); err != nil || m2 == nil {
+		t.Fatalf("second NewMetrics on one registry: %v", err)
+	}
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var handlerCtxErr error
+	h := bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
+		switch string(d.Data) {
+		case "slow":
+			entered <- struct{}{}
+			<-release
+			handlerCtxErr = ctx.Err()
+			return nil
+		case "flaky":
+			if d.NumDelivered == 1 {
+				return errors.New("transient")
+			}
+		case "panic":
+			if d.NumDelivered == 1 {
+				panic("handler bug")
+			}
+		case "bad":
+			return bus.Permanent(errors.New("422"))
+		}
+		return nil
+	})
+	spec := fastSpec("ledger-writer", bus.StreamInbox, 2)
+	spec.Metrics = m
+	r, err := c.NewRunner(spec, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Ready() {
+		t.Fatal("ready before Run")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	waitFor(t, 10*time.Second, r.Ready, "ready")
+
+	pub := func(key, data string) {
+		t.Helper()
+		if _, err := c.Publish(context.Background(), bus.Message{
+			Subject: catalog.InboxSubject(key, catalog.GateFeedback), MsgID: key, Data: []byte(data),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub("k1", "flaky")
+	pub("k2", "panic")
+	pub("k3", "bad")
+	count := func(name string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				var s float64
+				for _, m := range mf.GetMetric() {
+					if m.Counter != nil {
+						s += m.Counter.GetValue()
+					}
+					if m.Histogram != nil {
+						s += float64(m.Histogram.GetSampleCount())
+					}
+				}
+				return s
+			}
+		}
+		return 0
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		return count("loop_bus_acked_total") == 2 && count("loop_bus_dlq_total") == 1
+	}, "flaky and panicking messages acked on their retry, bad one dead-lettered")
+
+	pub("k4", "slow")
+	<-entered
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) while a handler was in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if handlerCtxErr != nil {
+		t.Fatalf("handler ctx cancelled during the drain: %v", handlerCtxErr)
+	}
+	if r.Ready() {
+		t.Fatal("ready after Run returned")
+	}
+	for name, want := range map[string]float64{
+		"loop_bus_received_total":           6, // flaky×2, panic×2, bad, slow
+		"loop_bus_redelivered_total":        2,
+		"loop_bus_acked_total":              3,
+		"loop_bus_nakd_total":               2,
+		"loop_bus_dlq_total":                1,
+		"loop_bus_settle_errors_total":      0,
+		"loop_bus_handler_duration_seconds": 6,
+	} {
+		if got := count(name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	// The slow message was acked during the drain: nothing left to redeliver.
+	st, err := c.StreamStats(context.Background(), bus.StreamInbox)
+	if err != nil || st.Msgs != 0 {
+		t.Fatalf("inbox after drain: %+v, %v", st, err)
+	}
+}
+
+func TestRunnerReturnsErrClosed(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	srv.Provision(t, bustest.FastTopology(1))
+	c := srv.Connect(t, "closed")
+	r, err := c.NewRunner(fastSpec("ledger-writer", bus.StreamInbox, 1), bus.HandlerFunc(func(context.Context, *bus.Delivery) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	waitFor(t, 10*time.Second, r.Ready, "ready")
+	c.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, bus.ErrClosed) {
+			t.Fatalf("Run = %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after Close")
+	}
+}
+
+func TestEmbedded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	if _, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{Port: -1}); err == nil {
+		t.Fatal("StartEmbedded without StoreDir succeeded")
+	}
+	e, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StoreDir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	if e.Port() <= 0 || !strings.HasSuffix(e.ClientURL(), ":"+strconv.Itoa(e.Port())) {
+		t.Fatalf("port %d, url %s", e.Port(), e.ClientURL())
+	}
+	c, err := e.Connect(ctx, bus.Options{Name: "in-process"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Provision(ctx, bustest.FastTopology(1)); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := c.Publish(ctx, bus.Message{Subject: "loop.ev.k.t", MsgID: "1"})
+	if err != nil || ack.Stream != bus.StreamEvents {
+		t.Fatalf("publish over the in-process connection: %+v, %v", ack, err)
+	}
+	tcp, err := bus.Connect(ctx, bus.Options{URL: e.ClientURL(), Name: "tcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	if err := tcp.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tcp.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if tcp.Connected() {
+		t.Fatal("connected after Drain")
+	}
+}

@@ -1,0 +1,363 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/the-loop/bus/pkg/catalog"
+)
+
+// Stream names (DESIGN §5).
+const (
+	StreamInbox      = "LOOP_INBOX"
+	StreamEvents     = "LOOP_EVENTS"
+	StreamDLQ        = "LOOP_DLQ"
+	StreamLog        = "LOOP_LOG"
+	StreamAdvisories = "LOOP_ADVISORIES"
+)
+
+// KV bucket names (DESIGN §5).
+const (
+	BucketLedger   = "ledger"
+	BucketSeen     = "seen"
+	BucketThreads  = "threads"
+	BucketPosted   = "posted"
+	BucketSessions = "sessions"
+	BucketGraph    = "graph"
+	BucketCursors  = "cursors"
+)
+
+// Service names that consume a stream by default (DESIGN §2).
+const (
+	ServiceLedgerWriter  = "ledger-writer"
+	ServiceSlackRenderer = "slack-renderer"
+	ServiceDispatcher    = "dispatcher"
+)
+
+// DefaultGroup is the priority group every partition consumer pins in.
+const DefaultGroup = "loop"
+
+// ConsumerGroup is one service consuming one partitioned stream: it gets one
+// durable consumer per partition.
+type ConsumerGroup struct {
+	Service string // e.g. "ledger-writer"; a subject-safe token
+	Stream  string // StreamInbox or StreamEvents
+	// DeliverNew starts a newly created consumer at the end of the stream
+	// instead of its beginning. Only matters the first time the consumer is
+	// created (on LOOP_EVENTS, a service added later would otherwise replay
+	// up to MaxAge of events). Must be false on the WorkQueue inbox.
+	DeliverNew bool
+}
+
+// Bucket is one KV bucket.
+type Bucket struct {
+	Name string
+	// TTL expires keys this long after their last write; 0 keeps them.
+	TTL time.Duration
+}
+
+// Topology is everything Provision creates. Start from DefaultTopology and
+// change what differs; zero fields take the defaults documented on each.
+type Topology struct {
+	// Partitions is N (default catalog.DefaultPartitions). Changing it remaps
+	// keys to partitions: drain the inbox first.
+	Partitions int
+	// Replicas of every stream, consumer and bucket: 1 on a single node, 3
+	// on a Kubernetes cluster (default 1).
+	Replicas int
+	// InboxMaxBytes caps LOOP_INBOX; beyond it publishes fail (Discard New:
+	// back-pressure, never silent loss). Default 1 GiB.
+	InboxMaxBytes int64
+	// DuplicateWindow is the Nats-Msg-Id window of the inbox, the events and
+	// the DLQ (default 2h; DESIGN asks for at least 1h).
+	DuplicateWindow time.Duration
+	// EventsMaxAge (default 7d), DLQMaxAge (default 30d), LogMaxAge (default
+	// 7d) and AdvisoryMaxAge (default 30d) bound the Limits streams.
+	EventsMaxAge, DLQMaxAge, LogMaxAge, AdvisoryMaxAge time.Duration
+	// AckWait is how long a delivery may stay unacknowledged before it is
+	// redelivered; the runner keeps it alive with InProgress while the
+	// handler works (default 3m).
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of one message; the last one that fails
+	// goes to the DLQ (default 10).
+	MaxDeliver int
+	// PinnedTTL is how long the server keeps a partition pinned to a replica
+	// that sends no pull request; a replica that died without unpinning is
+	// replaced after it (default 1m). Fetch waits are kept well below it.
+	PinnedTTL time.Duration
+	// Group is the priority group name (default DefaultGroup).
+	Group string
+	// Consumers lists the partitioned consumers (default: ledger-writer on
+	// the inbox, slack-renderer and dispatcher on the events).
+	Consumers []ConsumerGroup
+	// Buckets lists the KV buckets (default: the seven of DESIGN §5, seen
+	// with a 72h TTL, which covers GitHub's ≥3d and Slack's ≥10m at once).
+	Buckets []Bucket
+}
+
+// DefaultTopology is DESIGN §5 for a single node.
+func DefaultTopology() Topology {
+	t := Topology{}
+	t.setDefaults()
+	return t
+}
+
+func (t *Topology) setDefaults() {
+	if t.Partitions <= 0 {
+		t.Partitions = catalog.DefaultPartitions
+	}
+	if t.Replicas <= 0 {
+		t.Replicas = 1
+	}
+	if t.InboxMaxBytes <= 0 {
+		t.InboxMaxBytes = 1 << 30
+	}
+	if t.DuplicateWindow <= 0 {
+		t.DuplicateWindow = 2 * time.Hour
+	}
+	if t.EventsMaxAge <= 0 {
+		t.EventsMaxAge = 7 * 24 * time.Hour
+	}
+	if t.DLQMaxAge <= 0 {
+		t.DLQMaxAge = 30 * 24 * time.Hour
+	}
+	if t.LogMaxAge <= 0 {
+		t.LogMaxAge = 7 * 24 * time.Hour
+	}
+	if t.AdvisoryMaxAge <= 0 {
+		t.AdvisoryMaxAge = 30 * 24 * time.Hour
+	}
+	if t.AckWait <= 0 {
+		t.AckWait = 3 * time.Minute
+	}
+	if t.MaxDeliver <= 0 {
+		t.MaxDeliver = 10
+	}
+	if t.PinnedTTL <= 0 {
+		t.PinnedTTL = time.Minute
+	}
+	if t.Group == "" {
+		t.Group = DefaultGroup
+	}
+	if t.Consumers == nil {
+		t.Consumers = []ConsumerGroup{
+			{Service: ServiceLedgerWriter, Stream: StreamInbox},
+			{Service: ServiceSlackRenderer, Stream: StreamEvents},
+			{Service: ServiceDispatcher, Stream: StreamEvents},
+		}
+	}
+	if t.Buckets == nil {
+		t.Buckets = []Bucket{
+			{Name: BucketLedger},
+			{Name: BucketSeen, TTL: 72 * time.Hour},
+			{Name: BucketThreads},
+			{Name: BucketPosted},
+			{Name: BucketSessions},
+			{Name: BucketGraph},
+			{Name: BucketCursors},
+		}
+	}
+}
+
+// ConsumerName is the durable name of a service's consumer of partition p:
+// "<service>-pNN".
+func ConsumerName(service string, p int) string {
+	return fmt.Sprintf("%s-p%02d", service, p)
+}
+
+// streamPrefix is the subject prefix of a partitioned stream.
+func streamPrefix(stream string) (string, error) {
+	switch stream {
+	case StreamInbox:
+		return catalog.InboxPrefix, nil
+	case StreamEvents:
+		return catalog.EventsPrefix, nil
+	}
+	return "", fmt.Errorf("bus: %q is not a partitioned stream", stream)
+}
+
+// partitionTransform inserts the partition token. The publisher writes
+// <prefix>.<key>.<type...>; the type has one or more tokens (it keeps its
+// dots), which the trailing ">" carries whole: checked on nats-server v2.15.2
+// (TestProvisionPartitionTransform). The transform applies once, when a
+// message enters the stream; stored subjects are never transformed again. A
+// stored (partitioned) subject must therefore never be published again as
+// such: it would match the source a second time and gain a second partition
+// token. ReplayDLQ republishes the un-partitioned form for that reason.
+func partitionTransform(prefix string, n int) *jetstream.SubjectTransformConfig {
+	return &jetstream.SubjectTransformConfig{
+		Source:      prefix + ".*.>",
+		Destination: fmt.Sprintf("%s.{{partition(%d,1)}}.{{wildcard(1)}}.>", prefix, n),
+	}
+}
+
+// advisorySubjects are the advisories kept as the DLQ's safety net: a message
+// that hit MaxDeliver or was terminated, on either partitioned stream.
+func advisorySubjects() []string {
+	var s []string
+	for _, kind := range []string{"MAX_DELIVERIES", "MSG_TERMINATED"} {
+		for _, stream := range []string{StreamInbox, StreamEvents} {
+			s = append(s, "$JS.EVENT.ADVISORY.CONSUMER."+kind+"."+stream+".*")
+		}
+	}
+	return s
+}
+
+func (t Topology) streamConfigs() []jetstream.StreamConfig {
+	r := t.Replicas
+	return []jetstream.StreamConfig{
+		{
+			Name:        StreamInbox,
+			Description: "the-loop inbox: off-ledger events for the ledger-writer",
+			// Subjects need a key and a type token: a one-token subject would
+			// escape the transform and sit unconsumed forever, so it is
+			// refused at publish time (no responders) instead.
+			Subjects:         []string{catalog.InboxPrefix + ".*.>"},
+			Retention:        jetstream.WorkQueuePolicy,
+			Storage:          jetstream.FileStorage,
+			Discard:          jetstream.DiscardNew,
+			MaxBytes:         t.InboxMaxBytes,
+			Duplicates:       t.DuplicateWindow,
+			Replicas:         r,
+			SubjectTransform: partitionTransform(catalog.InboxPrefix, t.Partitions),
+		},
+		{
+			Name:             StreamEvents,
+			Description:      "the-loop events: recorded events fanned out to channels and the loop",
+			Subjects:         []string{catalog.EventsPrefix + ".*.>"},
+			Retention:        jetstream.LimitsPolicy,
+			Storage:          jetstream.FileStorage,
+			MaxAge:           t.EventsMaxAge,
+			Duplicates:       t.DuplicateWindow,
+			Replicas:         r,
+			SubjectTransform: partitionTransform(catalog.EventsPrefix, t.Partitions),
+		},
+		{
+			Name:        StreamDLQ,
+			Description: "the-loop dead letters: events that exhausted MaxDeliver or failed permanently",
+			Subjects:    []string{catalog.DLQPrefix + ".>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      t.DLQMaxAge,
+			Duplicates:  t.DuplicateWindow,
+			Replicas:    r,
+		},
+		{
+			Name:        StreamLog,
+			Description: "the-loop event log",
+			Subjects:    []string{catalog.LogPrefix + ".>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      t.LogMaxAge,
+			Replicas:    r,
+		},
+		{
+			Name:        StreamAdvisories,
+			Description: "the-loop safety net: max-deliveries and terminated advisories",
+			Subjects:    advisorySubjects(),
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      t.AdvisoryMaxAge,
+			Replicas:    r,
+		},
+	}
+}
+
+func (t Topology) consumerConfig(g ConsumerGroup, p int) (jetstream.ConsumerConfig, error) {
+	prefix, err := streamPrefix(g.Stream)
+	if err != nil {
+		return jetstream.ConsumerConfig{}, err
+	}
+	deliver := jetstream.DeliverAllPolicy
+	if g.DeliverNew {
+		if g.Stream == StreamInbox {
+			return jetstream.ConsumerConfig{}, errors.New("bus: DeliverNew is not allowed on the WorkQueue inbox")
+		}
+		deliver = jetstream.DeliverNewPolicy
+	}
+	name := ConsumerName(g.Service, p)
+	return jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   fmt.Sprintf("%s, partition %d of %d", g.Service, p, t.Partitions),
+		DeliverPolicy: deliver,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       t.AckWait,
+		MaxDeliver:    t.MaxDeliver,
+		// One message in flight per partition: this, not the client, is what
+		// keeps a work item's events in order across replicas.
+		MaxAckPending:  1,
+		FilterSubject:  fmt.Sprintf("%s.%d.>", prefix, p),
+		ReplayPolicy:   jetstream.ReplayInstantPolicy,
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PinnedTTL:      t.PinnedTTL,
+		PriorityGroups: []string{t.Group},
+		Replicas:       t.Replicas,
+	}, nil
+}
+
+// Provision creates or updates every stream, consumer and KV bucket of t. It
+// is idempotent and safe to call from every replica of every service at once
+// with identical t: each call converges on the same configuration.
+func (c *Conn) Provision(ctx context.Context, t Topology) error {
+	t.setDefaults()
+	if err := c.WaitConnected(ctx); err != nil {
+		return err
+	}
+	for _, cfg := range t.streamConfigs() {
+		if err := c.upsertStream(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, cg := range t.Consumers {
+		for p := 0; p < t.Partitions; p++ {
+			cfg, err := t.consumerConfig(cg, p)
+			if err != nil {
+				return err
+			}
+			g.Go(func() error {
+				if _, err := c.js.CreateOrUpdateConsumer(gctx, cg.Stream, cfg); err != nil {
+					return fmt.Errorf("bus: provision consumer %s/%s: %w", cg.Stream, cfg.Durable, err)
+				}
+				return nil
+			})
+		}
+	}
+	for _, b := range t.Buckets {
+		g.Go(func() error {
+			_, err := c.js.CreateOrUpdateKeyValue(gctx, jetstream.KeyValueConfig{
+				Bucket:   b.Name,
+				History:  1,
+				TTL:      b.TTL,
+				Storage:  jetstream.FileStorage,
+				Replicas: t.Replicas,
+			})
+			if err != nil {
+				return fmt.Errorf("bus: provision bucket %s: %w", b.Name, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// upsertStream creates or updates a stream. CreateOrUpdate is update-then-
+// create, so two replicas racing on a new stream can both see "not found"
+// and both create; the loser's identical create is accepted by the server,
+// but a different one would fail, so retry the update once to converge.
+func (c *Conn) upsertStream(ctx context.Context, cfg jetstream.StreamConfig) error {
+	_, err := c.js.CreateOrUpdateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		_, err = c.js.UpdateStream(ctx, cfg)
+	}
+	if err != nil {
+		return fmt.Errorf("bus: provision stream %s: %w", cfg.Name, err)
+	}
+	return nil
+}
