@@ -51,7 +51,7 @@ fuzz:
 
 ## bench: benchmarks; figures are reported as ratios to a raw JetStream baseline run in the same process.
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=1 $(PKGS)
+	BENCHTIME=$(BENCHTIME) ./scripts/bench.sh
 
 ## e2e: multi-process end-to-end suite (built binary, real nats-server process).
 e2e:
