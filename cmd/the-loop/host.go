@@ -105,7 +105,13 @@ type host struct {
 	conn     *bus.Conn
 	stdout   io.Writer
 	defs     []serviceDef
+	// envelopeKey is LOOP_ENVELOPE_KEY, or the key `up` keeps in its store.
+	envelopeKey []byte
 }
+
+// defaultConfig is the operator config without a file: nobody authorized,
+// Slack off.
+var defaultConfig = config.Default()
 
 func (h *host) run(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
@@ -138,13 +144,14 @@ func (h *host) run(ctx context.Context) error {
 	fmt.Fprintf(h.stdout, "%s: admin on http://%s (/healthz /readyz /metrics)\n", h.name, displayAddr(ln.Addr()))
 
 	g, gctx := errgroup.WithContext(ctx)
-	var watcher *config.Watcher
+	current := func() *config.Config { return defaultConfig }
 	if path := h.settings.Common.ConfigPath; path != "" {
-		watcher, err = config.NewWatcher(path, h.log)
+		watcher, err := config.NewWatcher(path, h.log)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("operator config: %w", err)
 		}
+		current = watcher.Current
 		g.Go(func() error { return watcher.Run(gctx) })
 	}
 	names := make([]string, 0, len(h.defs))
@@ -157,6 +164,12 @@ func (h *host) run(ctx context.Context) error {
 			Ready:      ready,
 			Partitions: topo.Partitions,
 			Metrics:    metrics,
+			Config:     current,
+			GitHub:     h.settings.GitHub,
+			Slack:      h.settings.Slack,
+		}
+		if def.needsKey {
+			deps.EnvelopeKey = h.envelopeKey
 		}
 		svc, err := def.new(deps)
 		if err != nil {

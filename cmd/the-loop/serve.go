@@ -37,8 +37,9 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 	if s.Common.NATSURL == "" {
 		return fmt.Errorf("LOOP_NATS_URL is not set: 'serve' connects to an external NATS server ('the-loop up' runs an embedded one)")
 	}
+	var key []byte
 	if def.needsKey {
-		if _, err := envelopeKey(s, ""); err != nil {
+		if key, err = envelopeKey(s, ""); err != nil {
 			return err
 		}
 		if err := s.GitHub.RequireEnvelopeKey(); err != nil {
@@ -52,7 +53,7 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return fmt.Errorf("connect to NATS: %w", err)
 	}
 	fmt.Fprintf(stdout, "the-loop serve %s: NATS %s\n", name, bus.RedactURL(s.Common.NATSURL))
-	h := &host{name: "the-loop serve " + name, settings: s, log: log, conn: conn, stdout: stdout, defs: []serviceDef{def}}
+	h := &host{name: "the-loop serve " + name, settings: s, log: log, conn: conn, stdout: stdout, defs: []serviceDef{def}, envelopeKey: key}
 	runErr := h.run(ctx)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

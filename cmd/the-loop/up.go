@@ -34,7 +34,8 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	if err := os.MkdirAll(s.Up.StoreDir, 0o700); err != nil {
 		return fmt.Errorf("store dir: %w", err)
 	}
-	if _, err := envelopeKey(s, s.Up.StoreDir); err != nil {
+	key, err := envelopeKey(s, s.Up.StoreDir)
+	if err != nil {
 		return err
 	}
 	listenHost, port, err := splitListen(s.Up.NATSListen)
@@ -53,7 +54,7 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	if err != nil {
 		return fmt.Errorf("connect to the embedded server: %w", err)
 	}
-	h := &host{name: "the-loop up", settings: s, log: log, conn: conn, stdout: stdout, defs: services}
+	h := &host{name: "the-loop up", settings: s, log: log, conn: conn, stdout: stdout, defs: services, envelopeKey: key}
 	runErr := h.run(ctx)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

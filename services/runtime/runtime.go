@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/httpserver"
@@ -28,12 +29,21 @@ type Deps struct {
 	Partitions int
 	// Metrics is the bus metrics shared by the process's runners.
 	Metrics *bus.Metrics
+	// Config returns the operator config in force; it changes when the file
+	// is edited (reload without restart), so read it per use, never keep it.
+	Config func() *config.Config
+	// GitHub and Slack are the process settings of those sides.
+	GitHub config.GitHub
+	Slack  config.Slack
+	// EnvelopeKey signs and verifies ledger envelopes; set for the services
+	// that need it (ledger-writer, ingress-github), nil otherwise.
+	EnvelopeKey []byte
 }
 
 // Validate reports a missing dependency.
 func (d Deps) Validate() error {
-	if d.Conn == nil || d.Log == nil || d.Events == nil || d.Ready == nil {
-		return errors.New("service deps: connection, logger, event log and readiness are required")
+	if d.Conn == nil || d.Log == nil || d.Events == nil || d.Ready == nil || d.Config == nil {
+		return errors.New("service deps: connection, logger, event log, readiness and config are required")
 	}
 	return nil
 }
