@@ -35,6 +35,14 @@ const (
 	LedgerRecord           Type = "ledger.record"
 )
 
+// RecordFailed is not a catalog type but a notice: the ledger-writer
+// publishes it on loop.ev.<key>.ledger.record_failed (notification body,
+// causation_id = the failed event's id, the failed event's conversation) when
+// it could not record a channel-originated event, so the originating channel
+// can tell the person (AMB-26). Channels deliver it to the originating
+// conversation whatever they subscribe to; it is never recorded.
+const RecordFailed Type = "ledger.record_failed"
+
 // Record says what the ledger does with an event that starts off the ledger.
 type Record int
 
