@@ -32,6 +32,7 @@ Usage:
                                        migrate an operator config to version 0.7.0
   the-loop dlq list [--limit N]        dead-lettered events
   the-loop dlq replay <seq>            republish a dead-lettered event under a new id
+  the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
   the-loop version                     print the version
 
 Settings come from LOOP_* environment variables ('the-loop serve <service> --help' lists them).
@@ -72,6 +73,8 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdMigrateConfig(ctx, rest, env, stdout, stderr)
 	case "dlq":
 		return cmdDLQ(ctx, rest, env, stdout, stderr)
+	case "health":
+		return cmdHealth(ctx, rest, env, stdout, stderr)
 	case "docs":
 		return cmdDocs(ctx, rest, env, stdout, stderr)
 	case "version", "--version":

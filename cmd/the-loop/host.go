@@ -130,6 +130,7 @@ func (h *host) run(ctx context.Context) error {
 
 	topo := bus.DefaultTopology()
 	topo.Partitions = h.settings.Common.Partitions
+	topo.Replicas = h.settings.Common.Replicas
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = h.conn.Provision(pctx, topo)
 	cancel()

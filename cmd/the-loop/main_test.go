@@ -246,6 +246,12 @@ func TestServeConsumes(t *testing.T) {
 	go func() { done <- run(ctx, []string{"serve", "ledger-writer"}, env, &out, &errb) }()
 	admin := adminURL(t, &out)
 	waitReady(t, admin)
+	if code, _, stderr := runVerb(t, config.Env{}, "health", "--url", admin+"/readyz"); code != 0 {
+		t.Errorf("health on a ready service: %d %s", code, stderr)
+	}
+	if code, _, _ := runVerb(t, config.Env{}, "health", "--url", admin+"/nope"); code != 1 {
+		t.Errorf("health on a 404: exit %d, want 1", code)
+	}
 
 	conn := srv.Connect(t, "test-publisher")
 	publishReply(t, conn, "slack:EvServe1")

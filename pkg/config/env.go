@@ -67,6 +67,7 @@ type Common struct {
 	ConfigPath string     `envconfig:"CONFIG" desc:"path of the operator YAML (version 0.7.0), reloaded on change; empty: built-in defaults (nobody authorized, Slack off)"`
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	Partitions int        `envconfig:"PARTITIONS" default:"16" desc:"partitions of the inbox and event streams; change only with an empty inbox (keys move)"`
+	Replicas   int        `envconfig:"STREAM_REPLICAS" default:"1" desc:"replicas of every stream, consumer and KV bucket: 1 on a single server, 3 on a JetStream cluster"`
 }
 
 // GitHub is what the services that talk to GitHub read: ingress-github,
@@ -118,6 +119,9 @@ func (c Common) Validate() error {
 	errs = append(errs, checkAddr("LOOP_ADMIN_ADDR", c.AdminAddr))
 	if c.Partitions < 1 || c.Partitions > 1024 {
 		errs = append(errs, fmt.Errorf("LOOP_PARTITIONS is %d: it must be between 1 and 1024", c.Partitions))
+	}
+	if c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
+		errs = append(errs, fmt.Errorf("LOOP_STREAM_REPLICAS is %d: it must be 1, 3 or 5", c.Replicas))
 	}
 	if c.NATSURL != "" {
 		for u := range strings.SplitSeq(c.NATSURL, ",") {

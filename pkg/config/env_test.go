@@ -30,7 +30,7 @@ func TestProcessDefaults(t *testing.T) {
 		t.Fatalf("Process: %v", err)
 	}
 	want := ledgerWriter{
-		Common: Common{AdminAddr: ":9090", LogLevel: slog.LevelInfo, Partitions: 16},
+		Common: Common{AdminAddr: ":9090", LogLevel: slog.LevelInfo, Partitions: 16, Replicas: 1},
 		GitHub: GitHub{Token: NewSecret(token), APIURL: "https://api.github.com/", WebhookAddr: ":8787", EnvelopeKey: NewSecret(envelopeKey)},
 	}
 	if diff := cmp.Diff(want, cfg, cmp.AllowUnexported(Secret{})); diff != "" {
@@ -154,7 +154,7 @@ func TestSettingsMatchEnvconfig(t *testing.T) {
 	want := []string{
 		"LOOP_ADMIN_ADDR", "LOOP_CONFIG", "LOOP_ENVELOPE_KEY", "LOOP_GITHUB_API_URL", "LOOP_GITHUB_LOGIN", "LOOP_GITHUB_TOKEN",
 		"LOOP_GITHUB_WEBHOOK_ADDR", "LOOP_GITHUB_WEBHOOK_SECRET", "LOOP_LOG_LEVEL", "LOOP_NATS_LISTEN", "LOOP_NATS_URL", "LOOP_PARTITIONS",
-		"LOOP_SLACK_API_URL", "LOOP_SLACK_APP_TOKEN", "LOOP_SLACK_BOT_TOKEN", "LOOP_SLACK_EVENTS_ADDR", "LOOP_SLACK_SIGNING_SECRET", "LOOP_STORE_DIR",
+		"LOOP_SLACK_API_URL", "LOOP_SLACK_APP_TOKEN", "LOOP_SLACK_BOT_TOKEN", "LOOP_SLACK_EVENTS_ADDR", "LOOP_SLACK_SIGNING_SECRET", "LOOP_STORE_DIR", "LOOP_STREAM_REPLICAS",
 	}
 	if diff := cmp.Diff(want, Settings()); diff != "" {
 		t.Errorf("Settings (-want +got):\n%s", diff)
