@@ -1,0 +1,209 @@
+package graph
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ApprovedByKey is the front-matter key of a spec artifact that names its
+// approvers.
+const ApprovedByKey = "approvedBy"
+
+// ErrFrontMatter: the artifact's front matter cannot be edited safely.
+var ErrFrontMatter = errors.New("artifact front matter")
+
+// Entry is how a is written into an artifact's approvedBy list: the person's
+// GitHub login first (the convention the templates use), then the gate, the
+// time and the provenance, e.g.
+//
+//	@alice (design-approval, 2026-05-04T09:30:00Z, via slack U012AB3CD, https://github.com/o/r/issues/7#issuecomment-1)
+func (a Approval) Entry() string {
+	var b strings.Builder
+	b.WriteString("@" + strings.TrimPrefix(a.Login, "@") + " (" + a.Node)
+	if !a.At.IsZero() {
+		b.WriteString(", " + a.At.UTC().Format(time.RFC3339))
+	}
+	if p := a.Provenance; p.Channel != "" {
+		b.WriteString(", via " + p.Channel)
+		if p.Member != "" {
+			b.WriteString(" " + p.Member)
+		}
+	}
+	switch {
+	case a.Provenance.RecordURL != "":
+		b.WriteString(", " + a.Provenance.RecordURL)
+	case a.Provenance.EventID != "":
+		b.WriteString(", event " + a.Provenance.EventID)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// AddApproval adds a's Entry to the approvedBy list of the markdown
+// artifact doc's YAML front matter and returns the new document. Every byte
+// outside the edited lines is kept: other keys, comments, quoting and the
+// body. The list is created when absent (and the front matter too, when the
+// document has none); "approvedBy: []" and an empty value become a block
+// list; a one-line flow list is rewritten on its line with its values
+// re-quoted. If the list already holds an entry for the same login and node
+// (a redelivery, or a second approval of the same gate), doc is returned
+// unchanged.
+func AddApproval(doc []byte, a Approval) ([]byte, error) {
+	if a.Login == "" || a.Node == "" {
+		return nil, fmt.Errorf("%w: an approval needs a login and a node", ErrFrontMatter)
+	}
+	entry := a.Entry()
+	item := strconv.Quote(entry) // a YAML double-quoted scalar too
+	nl := "\n"
+	if i := bytes.IndexByte(doc, '\n'); i > 0 && doc[i-1] == '\r' {
+		nl = "\r\n"
+	}
+	lines := splitLines(string(doc))
+	if len(lines) == 0 || strings.TrimRight(lines[0], "\r\n") != "---" {
+		return []byte("---" + nl + ApprovedByKey + ":" + nl + "  - " + item + nl + "---" + nl + string(doc)), nil
+	}
+	end := -1
+	for i := 1; i < len(lines); i++ {
+		if l := strings.TrimRight(lines[i], "\r\n"); l == "---" || l == "..." {
+			end = i
+			break
+		}
+	}
+	if end < 0 {
+		return nil, fmt.Errorf("%w: the front matter opened by --- is never closed", ErrFrontMatter)
+	}
+	fm := strings.Join(lines[1:end], "")
+	var root yaml.Node
+	if err := yaml.Unmarshal([]byte(fm), &root); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrFrontMatter, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	// Line numbers in root are 1-based within fm; lines[k] is fm line k.
+	var m *yaml.Node
+	switch {
+	case len(root.Content) == 0:
+	case root.Content[0].Kind == yaml.MappingNode:
+		m = root.Content[0]
+	case root.Content[0].Kind == yaml.ScalarNode && root.Content[0].Tag == "!!null":
+	default:
+		return nil, fmt.Errorf("%w: the front matter is not a mapping", ErrFrontMatter)
+	}
+	keyAt := -1
+	if m != nil {
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if m.Content[i].Value == ApprovedByKey {
+				keyAt = i
+			}
+		}
+	}
+	out := func(repl []string, from, to int) []byte {
+		// Replace lines[from:to] with repl.
+		var b strings.Builder
+		for _, l := range lines[:from] {
+			b.WriteString(l)
+		}
+		for _, l := range repl {
+			b.WriteString(l)
+		}
+		for _, l := range lines[to:] {
+			b.WriteString(l)
+		}
+		return []byte(b.String())
+	}
+	newItem := "  - " + item + nl
+	if keyAt < 0 {
+		return out([]string{ApprovedByKey + ":" + nl, newItem}, end, end), nil
+	}
+	key, val := m.Content[keyAt], m.Content[keyAt+1]
+	keyLine := key.Line // index into lines
+	if key.Column != 1 || keyLine < 1 || keyLine >= end {
+		return nil, fmt.Errorf("%w: cannot locate %s", ErrFrontMatter, ApprovedByKey)
+	}
+	switch {
+	case val.Kind == yaml.ScalarNode && val.Tag == "!!null" && val.Line == keyLine:
+		return out([]string{ApprovedByKey + ":" + nl, newItem}, keyLine, keyLine+1), nil
+	case val.Kind != yaml.SequenceNode:
+		return nil, fmt.Errorf("%w: %s is not a list", ErrFrontMatter, ApprovedByKey)
+	}
+	var have []string
+	for _, it := range val.Content {
+		if it.Kind != yaml.ScalarNode {
+			return nil, fmt.Errorf("%w: %s holds a non-string entry", ErrFrontMatter, ApprovedByKey)
+		}
+		have = append(have, it.Value)
+	}
+	prefix := strings.ToLower("@" + strings.TrimPrefix(a.Login, "@") + " (" + a.Node)
+	for _, h := range have {
+		if l := strings.ToLower(h); strings.HasPrefix(l, prefix+",") || strings.HasPrefix(l, prefix+")") {
+			return doc, nil
+		}
+	}
+	if val.Style&yaml.FlowStyle != 0 {
+		if val.Line != keyLine || !flowEndsOnLine(lines[keyLine]) {
+			return nil, fmt.Errorf("%w: %s is a multi-line flow list; write it as a block list", ErrFrontMatter, ApprovedByKey)
+		}
+		if len(have) == 0 {
+			return out([]string{ApprovedByKey + ":" + nl, newItem}, keyLine, keyLine+1), nil
+		}
+		quoted := make([]string, 0, len(have)+1)
+		for _, h := range have {
+			quoted = append(quoted, strconv.Quote(h))
+		}
+		quoted = append(quoted, item)
+		return out([]string{ApprovedByKey + ": [" + strings.Join(quoted, ", ") + "]" + nl}, keyLine, keyLine+1), nil
+	}
+	// A block list: the new item goes after the list's last line, indented
+	// like its first item.
+	first := val.Content[0]
+	if first.Line < 1 || first.Line >= end {
+		return nil, fmt.Errorf("%w: cannot locate %s", ErrFrontMatter, ApprovedByKey)
+	}
+	firstLine := lines[first.Line]
+	indent := firstLine[:len(firstLine)-len(strings.TrimLeft(firstLine, " "))]
+	stop := end // the next top-level key, or the closing ---
+	if keyAt+2 < len(m.Content) {
+		stop = m.Content[keyAt+2].Line
+	}
+	last := stop
+	for last-1 > first.Line {
+		t := strings.TrimSpace(lines[last-1])
+		if t != "" && !strings.HasPrefix(t, "#") {
+			break
+		}
+		last--
+	}
+	if last <= first.Line {
+		last = first.Line + 1
+	}
+	return out([]string{indent + "- " + item + nl}, last, last), nil
+}
+
+// flowEndsOnLine reports whether a one-line flow list closes on line (a
+// trailing comment is allowed).
+func flowEndsOnLine(line string) bool {
+	t := strings.TrimSpace(line)
+	if i := strings.Index(t, " #"); i >= 0 {
+		t = strings.TrimSpace(t[:i])
+	}
+	return strings.HasSuffix(t, "]")
+}
+
+// splitLines splits s after every '\n', keeping it.
+func splitLines(s string) []string {
+	var out []string
+	for s != "" {
+		i := strings.IndexByte(s, '\n')
+		if i < 0 {
+			out = append(out, s)
+			break
+		}
+		out = append(out, s[:i+1])
+		s = s[i+1:]
+	}
+	return out
+}

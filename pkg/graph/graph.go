@@ -1,0 +1,543 @@
+package graph
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/the-loop/bus/pkg/catalog"
+)
+
+// Actor says who works a node.
+type Actor string
+
+// The two actors.
+const (
+	// Agent: an agent session works the node; it leaves by OutcomeDone (the
+	// session runs `the-loop graph complete REF`) or OutcomeEscalate.
+	Agent Actor = "agent"
+	// Human: the node is a gate; its Classifier turns authorized comments
+	// into an outcome.
+	Human Actor = "human"
+)
+
+// Classifier names the deterministic rule a human gate decides with.
+type Classifier string
+
+// The three classifiers (channels-ledger §3.3, §3.4).
+const (
+	// Feedback: approved / approved-with-comments / changes-requested / wait.
+	Feedback Classifier = "feedback"
+	// Reply: done / more-work / wait, on the newest authorized comment.
+	Reply Classifier = "reply"
+	// Execute: execute once an authorized comment carries the execute
+	// keyword; wait until then.
+	Execute Classifier = "execute"
+)
+
+// Outcomes returns the outcomes c can decide, in a fixed order. OutcomeWait
+// is not among them: waiting is not an edge.
+func (c Classifier) Outcomes() []Outcome {
+	switch c {
+	case Feedback:
+		return []Outcome{OutcomeApproved, OutcomeApprovedWithComments, OutcomeChangesRequested}
+	case Reply:
+		return []Outcome{OutcomeDone, OutcomeMoreWork}
+	case Execute:
+		return []Outcome{OutcomeExecute}
+	}
+	return nil
+}
+
+// Valid reports whether c is one of the three classifiers.
+func (c Classifier) Valid() bool { return c.Outcomes() != nil }
+
+// Outcome is how a node was left; a node's edges are keyed by it.
+type Outcome string
+
+// Every outcome a node can be left by, plus OutcomeWait.
+const (
+	// OutcomeWait: the gate is not decided; the work item stays where it is.
+	// It never names an edge.
+	OutcomeWait                 Outcome = "wait"
+	OutcomeApproved             Outcome = "approved"
+	OutcomeApprovedWithComments Outcome = "approved-with-comments"
+	OutcomeChangesRequested     Outcome = "changes-requested"
+	// OutcomeDone leaves an agent node (its work is done) or a Reply gate
+	// (the person is done).
+	OutcomeDone     Outcome = "done"
+	OutcomeMoreWork Outcome = "more-work"
+	OutcomeExecute  Outcome = "execute"
+	// OutcomeEscalate is never classified from a comment: the runtime (or an
+	// operator) escalates. Any non-terminal node may declare the edge.
+	OutcomeEscalate Outcome = "escalate"
+)
+
+// AgentOutcomes are the outcomes an agent node may declare edges for.
+func AgentOutcomes() []Outcome { return []Outcome{OutcomeDone, OutcomeEscalate} }
+
+// End is what reaching a terminal node means for the work item.
+type End string
+
+// The two ends.
+const (
+	EndComplete  End = "complete"
+	EndEscalated End = "escalated"
+)
+
+// Node names with a meaning of their own. A terminal node with one of these
+// names ends the work item that way without saying `end:`.
+const (
+	NodeComplete  = "complete"
+	NodeEscalated = "escalated"
+)
+
+// Graph is a validated process graph. Treat it as read-only.
+type Graph struct {
+	Name        string
+	Description string
+	Start       string
+	// Nodes in declaration order.
+	Nodes  []*Node
+	byName map[string]*Node
+}
+
+// Node is one node of a Graph.
+type Node struct {
+	Name  string
+	Actor Actor
+	// Phase labels the node for people and prompts ("requirements").
+	Phase string
+	// Artifact is the name or path pattern of the artifact the node produces
+	// or approves; alternatives are separated by '|' ("requirements.md|bugfix.md").
+	Artifact string
+	// Notify is the event published on entry: a catalog notification type or
+	// a custom name (R2.4). Empty: nothing is published (but see End).
+	Notify catalog.Type
+	// Gate is the classifier of a non-terminal human node.
+	Gate     Classifier
+	Terminal bool
+	// End is set on terminal nodes only.
+	End End
+	// On maps each outcome to the node it leads to.
+	On map[Outcome]string
+}
+
+// Node returns the node called name, or nil.
+func (g *Graph) Node(name string) *Node {
+	if g == nil {
+		return nil
+	}
+	return g.byName[name]
+}
+
+// Artifacts returns the alternatives of n's artifact pattern, in order; nil
+// when the node names no artifact.
+func (n *Node) Artifacts() []string {
+	if n == nil || n.Artifact == "" {
+		return nil
+	}
+	return strings.Split(n.Artifact, "|")
+}
+
+// IsGate reports whether n is a human gate: actor human and not terminal
+// (AMB-2).
+func (n *Node) IsGate() bool { return n != nil && n.Actor == Human && !n.Terminal }
+
+// graphNotifications are the catalog types the graph raises (DESIGN §4).
+var graphNotifications = []catalog.Type{
+	catalog.DecisionPending, catalog.PhaseApprovalPending, catalog.PRReviewPending,
+	catalog.SecuritySignOffPending, catalog.ConflictEscalated, catalog.WorkItemComplete,
+}
+
+// IsNotification reports whether t is one of the six catalog types a graph
+// hook raises.
+func IsNotification(t catalog.Type) bool { return slices.Contains(graphNotifications, t) }
+
+// CustomNotifications returns the notify names of g that are not in the
+// catalog, sorted and without repeats. They are allowed (R2.4); the caller
+// warns about them.
+func (g *Graph) CustomNotifications() []catalog.Type {
+	var out []catalog.Type
+	for _, n := range g.Nodes {
+		if n.Notify != "" && !catalog.Known(n.Notify) && !slices.Contains(out, n.Notify) {
+			out = append(out, n.Notify)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ErrInvalid wraps every validation error Load returns.
+var ErrInvalid = errors.New("invalid graph")
+
+// MaxGraphBytes bounds what Load reads.
+const MaxGraphBytes = 256 << 10
+
+// The YAML schema. Unknown keys are refused.
+type graphYAML struct {
+	Name        string              `yaml:"name"`
+	Description string              `yaml:"description"`
+	Start       string              `yaml:"start"`
+	Nodes       map[string]nodeYAML `yaml:"nodes"`
+}
+
+type nodeYAML struct {
+	Actor    string            `yaml:"actor"`
+	Phase    string            `yaml:"phase"`
+	Artifact string            `yaml:"artifact"`
+	Notify   string            `yaml:"notify"`
+	Gate     string            `yaml:"gate"`
+	Terminal bool              `yaml:"terminal"`
+	End      string            `yaml:"end"`
+	On       map[string]string `yaml:"on"`
+}
+
+var (
+	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
+	notifyRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+)
+
+// Load parses and validates one graph. Every problem is reported, each
+// naming the graph, node and key; the error wraps ErrInvalid.
+func Load(data []byte) (*Graph, error) {
+	if len(data) > MaxGraphBytes {
+		return nil, fmt.Errorf("%w: %d bytes is over the %d-byte limit", ErrInvalid, len(data), MaxGraphBytes)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: empty document", ErrInvalid)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: a graph file holds exactly one YAML document", ErrInvalid)
+	}
+	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%w: a graph is a YAML mapping (name, description, start, nodes)", ErrInvalid)
+	}
+	top := doc.Content[0]
+	order, errs := checkKeys(top)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	var raw graphYAML
+	if err := top.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	return build(raw, order)
+}
+
+var (
+	graphKeys = []string{"name", "description", "start", "nodes"}
+	nodeKeys  = []string{"actor", "phase", "artifact", "notify", "gate", "terminal", "end", "on"}
+)
+
+// checkKeys refuses unknown keys, naming the node they are in, and returns
+// the node names in declaration order.
+func checkKeys(top *yaml.Node) (order []string, errs []error) {
+	name := ""
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if k, v := top.Content[i], top.Content[i+1]; k.Value == "name" && v.Kind == yaml.ScalarNode {
+			name = v.Value
+		}
+	}
+	where := "graph"
+	if name != "" {
+		where = fmt.Sprintf("graph %q", name)
+	}
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		k, v := top.Content[i], top.Content[i+1]
+		if !slices.Contains(graphKeys, k.Value) {
+			errs = append(errs, fmt.Errorf("%s: line %d: unknown key %q (known: %s)", where, k.Line, k.Value, strings.Join(graphKeys, ", ")))
+			continue
+		}
+		if k.Value != "nodes" || v.Kind != yaml.MappingNode {
+			continue
+		}
+		for j := 0; j+1 < len(v.Content); j += 2 {
+			nk, nv := v.Content[j], v.Content[j+1]
+			order = append(order, nk.Value)
+			if nv.Kind != yaml.MappingNode {
+				continue
+			}
+			for m := 0; m+1 < len(nv.Content); m += 2 {
+				if key := nv.Content[m]; !slices.Contains(nodeKeys, key.Value) {
+					errs = append(errs, fmt.Errorf("%s: node %q: line %d: unknown key %q (known: %s)", where, nk.Value, key.Line, key.Value, strings.Join(nodeKeys, ", ")))
+				}
+			}
+		}
+	}
+	return order, errs
+}
+
+func build(raw graphYAML, order []string) (*Graph, error) {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf(format, a...))
+	}
+	g := &Graph{Name: raw.Name, Description: strings.TrimSpace(raw.Description), Start: raw.Start, byName: map[string]*Node{}}
+	where := fmt.Sprintf("graph %q", raw.Name)
+	switch {
+	case raw.Name == "":
+		where = "graph"
+		bad("graph: name is missing")
+	case !nameRE.MatchString(raw.Name):
+		bad("%s: name must match %s", where, nameRE)
+	}
+	if len(raw.Nodes) == 0 {
+		bad("%s: nodes is missing or empty", where)
+	}
+	if len(order) != len(raw.Nodes) {
+		// Cannot happen for a document that decoded; keep a stable order anyway.
+		order = order[:0]
+		for name := range raw.Nodes {
+			order = append(order, name)
+		}
+		slices.Sort(order)
+	}
+	for _, name := range order {
+		rn := raw.Nodes[name]
+		n := &Node{
+			Name: name, Actor: Actor(rn.Actor), Phase: rn.Phase, Artifact: rn.Artifact,
+			Notify: catalog.Type(rn.Notify), Gate: Classifier(rn.Gate), Terminal: rn.Terminal,
+			End: End(rn.End), On: map[Outcome]string{},
+		}
+		for o, to := range rn.On {
+			n.On[Outcome(o)] = to
+		}
+		g.Nodes = append(g.Nodes, n)
+		g.byName[name] = n
+	}
+	for _, n := range g.Nodes {
+		errs = append(errs, checkNode(where, g, n)...)
+	}
+	switch {
+	case raw.Start == "":
+		bad("%s: start is missing", where)
+	case g.byName[raw.Start] == nil:
+		bad("%s: start names unknown node %q", where, raw.Start)
+	case g.byName[raw.Start].Terminal:
+		bad("%s: start node %q is terminal", where, raw.Start)
+	}
+	if len(errs) == 0 {
+		errs = append(errs, checkReach(where, g)...)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	return g, nil
+}
+
+func checkNode(where string, g *Graph, n *Node) []error {
+	var errs []error
+	at := fmt.Sprintf("%s: node %q", where, n.Name)
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf(at+": "+format, a...))
+	}
+	if !nameRE.MatchString(n.Name) {
+		bad("name must match %s", nameRE)
+	}
+	switch n.Actor {
+	case Agent, Human:
+	case "":
+		bad("actor is missing (agent or human)")
+	default:
+		bad("actor %q is neither agent nor human", n.Actor)
+	}
+	if n.Notify != "" {
+		switch {
+		case !notifyRE.MatchString(string(n.Notify)):
+			bad("notify %q must match %s", n.Notify, notifyRE)
+		case catalog.Known(n.Notify) && !IsNotification(n.Notify):
+			bad("notify %q is a catalog type the graph does not raise (one of %s)", n.Notify, joinTypes(graphNotifications))
+		}
+	}
+	if n.Artifact != "" {
+		for _, a := range n.Artifacts() {
+			switch {
+			case strings.TrimSpace(a) != a || a == "":
+				bad("artifact %q has an empty or space-padded alternative", n.Artifact)
+			case strings.HasPrefix(a, "/") || slices.Contains(strings.Split(a, "/"), ".."):
+				bad("artifact %q must be a relative path inside the work item's spec directory", n.Artifact)
+			}
+		}
+	}
+	if n.Terminal {
+		if len(n.On) > 0 {
+			bad("terminal node has edges (on: %s)", joinOutcomes(sortedOutcomes(n.On)))
+		}
+		if n.Gate != "" {
+			bad("terminal node has a gate classifier %q; nothing would run it", n.Gate)
+		}
+		switch {
+		case n.End == "" && n.Name == NodeComplete:
+			n.End = EndComplete
+		case n.End == "" && n.Name == NodeEscalated:
+			n.End = EndEscalated
+		case n.End == "":
+			bad("terminal node needs end: complete or end: escalated")
+		case n.End != EndComplete && n.End != EndEscalated:
+			bad("end %q is neither complete nor escalated", n.End)
+		case n.Name == NodeComplete && n.End != EndComplete, n.Name == NodeEscalated && n.End != EndEscalated:
+			bad("end %q contradicts the node's name", n.End)
+		}
+		return errs
+	}
+	if n.End != "" {
+		bad("end is only for terminal nodes")
+	}
+	if n.Name == NodeComplete || n.Name == NodeEscalated {
+		bad("a node called %q must be terminal: true", n.Name)
+	}
+	var allowed []Outcome
+	switch n.Actor {
+	case Agent:
+		if n.Gate != "" {
+			bad("gate %q on an agent node; only human nodes have classifiers", n.Gate)
+		}
+		allowed = AgentOutcomes()
+		if _, ok := n.On[OutcomeDone]; !ok {
+			bad("agent node has no edge for outcome done")
+		}
+	case Human:
+		switch {
+		case n.Gate == "":
+			bad("human node has no gate classifier (feedback, reply or execute)")
+		case !n.Gate.Valid():
+			bad("gate %q is not a classifier (feedback, reply or execute)", n.Gate)
+		default:
+			allowed = append(n.Gate.Outcomes(), OutcomeEscalate)
+			for _, o := range n.Gate.Outcomes() {
+				if _, ok := n.On[o]; !ok {
+					bad("gate %s has no edge for outcome %s", n.Gate, o)
+				}
+			}
+		}
+	}
+	for _, o := range sortedOutcomes(n.On) {
+		to := n.On[o]
+		switch {
+		case o == OutcomeWait:
+			bad("on: wait is not an outcome; a waiting gate stays where it is")
+		case allowed != nil && !slices.Contains(allowed, o):
+			bad("on: outcome %q is not one a %s node can have (%s)", o, kindOf(n), joinOutcomes(allowed))
+		}
+		switch {
+		case to == "":
+			bad("on.%s: edge to nowhere (empty target)", o)
+		case g.byName[to] == nil:
+			bad("on.%s: edge to nowhere (no node %q)", o, to)
+		}
+	}
+	return errs
+}
+
+func kindOf(n *Node) string {
+	if n.Actor == Human && n.Gate.Valid() {
+		return "human " + string(n.Gate)
+	}
+	return string(n.Actor)
+}
+
+// checkReach refuses nodes the start cannot reach and non-terminal nodes
+// from which no terminal node can be reached.
+func checkReach(where string, g *Graph) []error {
+	seen := map[string]bool{g.Start: true}
+	queue := []string{g.Start}
+	for len(queue) > 0 {
+		n := g.byName[queue[0]]
+		queue = queue[1:]
+		for _, o := range sortedOutcomes(n.On) {
+			if to := n.On[o]; !seen[to] {
+				seen[to] = true
+				queue = append(queue, to)
+			}
+		}
+	}
+	// Reverse reachability from the terminal nodes.
+	into := map[string][]string{}
+	ends := map[string]bool{}
+	var back []string
+	for _, n := range g.Nodes {
+		for _, to := range n.On {
+			into[to] = append(into[to], n.Name)
+		}
+		if n.Terminal {
+			ends[n.Name] = true
+			back = append(back, n.Name)
+		}
+	}
+	for len(back) > 0 {
+		name := back[0]
+		back = back[1:]
+		for _, from := range into[name] {
+			if !ends[from] {
+				ends[from] = true
+				back = append(back, from)
+			}
+		}
+	}
+	var errs []error
+	for _, n := range g.Nodes {
+		switch {
+		case !seen[n.Name]:
+			errs = append(errs, fmt.Errorf("%s: node %q is unreachable from start %q", where, n.Name, g.Start))
+		case !ends[n.Name]:
+			errs = append(errs, fmt.Errorf("%s: node %q can reach no terminal node", where, n.Name))
+		}
+	}
+	return errs
+}
+
+// outcomeOrder fixes the order outcomes are printed and walked in.
+var outcomeOrder = []Outcome{
+	OutcomeDone, OutcomeExecute, OutcomeApproved, OutcomeApprovedWithComments,
+	OutcomeChangesRequested, OutcomeMoreWork, OutcomeEscalate,
+}
+
+func sortedOutcomes(m map[Outcome]string) []Outcome {
+	out := make([]Outcome, 0, len(m))
+	for o := range m {
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b Outcome) int {
+		ia, ib := slices.Index(outcomeOrder, a), slices.Index(outcomeOrder, b)
+		if ia < 0 {
+			ia = len(outcomeOrder)
+		}
+		if ib < 0 {
+			ib = len(outcomeOrder)
+		}
+		if ia != ib {
+			return ia - ib
+		}
+		return strings.Compare(string(a), string(b))
+	})
+	return out
+}
+
+func joinOutcomes(os []Outcome) string {
+	s := make([]string, len(os))
+	for i, o := range os {
+		s[i] = string(o)
+	}
+	return strings.Join(s, ", ")
+}
+
+func joinTypes(ts []catalog.Type) string {
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = string(t)
+	}
+	return strings.Join(s, ", ")
+}
