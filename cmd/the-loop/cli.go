@@ -32,6 +32,8 @@ Usage:
                                        migrate an operator config to version 0.7.0
   the-loop dlq list [--limit N]        dead-lettered events
   the-loop dlq replay <seq>            republish a dead-lettered event under a new id
+  the-loop excerpt --event NAME [FILE|-]
+                                       what a session is shown of a GitHub payload
   the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
   the-loop version                     print the version
 
@@ -73,6 +75,8 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdMigrateConfig(ctx, rest, env, stdout, stderr)
 	case "dlq":
 		return cmdDLQ(ctx, rest, env, stdout, stderr)
+	case "excerpt":
+		return cmdExcerpt(ctx, rest, env, stdout, stderr)
 	case "health":
 		return cmdHealth(ctx, rest, env, stdout, stderr)
 	case "docs":

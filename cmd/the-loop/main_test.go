@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -509,5 +510,37 @@ func TestMalformedEventIsDeadLetteredAndReplayable(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("serve exited %d", code)
+	}
+}
+
+// TestExcerptVerb prints what the original printed for the shared delivery
+// (testdata/excerpt/expected.json).
+func TestExcerptVerb(t *testing.T) {
+	path := "../../../shared/testdata/github-webhooks/issue_comment/created.json"
+	expected, err := os.ReadFile("../../../shared/testdata/excerpt/expected.json")
+	if err != nil {
+		t.Skip("../shared/testdata is absent (a clone outside the workspace): skipping the shared-payload check")
+	}
+	var want map[string]string
+	if err := json.Unmarshal(expected, &want); err != nil {
+		t.Fatal(err)
+	}
+	w, ok := want["issue_comment/created.json"]
+	if !ok {
+		for k, v := range want {
+			if strings.HasSuffix(k, "issue_comment/created.json") {
+				w, ok = v, true
+			}
+		}
+	}
+	if !ok {
+		t.Fatal("expected.json has no entry for issue_comment/created.json")
+	}
+	code, out, stderr := runVerb(t, config.Env{}, "excerpt", "--event", "issue_comment", path)
+	if code != 0 || out != w+"\n" {
+		t.Errorf("excerpt: %d %s\ngot:\n%s\nwant:\n%s", code, stderr, out, w)
+	}
+	if code, _, _ := runVerb(t, config.Env{}, "excerpt", "--event", "issue_comment", "/nonexistent"); code != 1 {
+		t.Errorf("excerpt of a missing file: exit %d", code)
 	}
 }
