@@ -156,7 +156,9 @@ func (t *Topology) setDefaults() {
 			{Name: BucketLedger},
 			{Name: BucketSeen, TTL: 72 * time.Hour},
 			{Name: BucketThreads},
-			{Name: BucketPosted},
+			// Longer than LOOP_EVENTS keeps an event: a redelivery or a
+			// replay of the stream must still find what was posted.
+			{Name: BucketPosted, TTL: 8 * 24 * time.Hour},
 			{Name: BucketSessions},
 			{Name: BucketGraph},
 			{Name: BucketCursors},

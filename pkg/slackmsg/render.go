@@ -1,0 +1,604 @@
+// Package slackmsg renders catalog events as Slack Block Kit messages (seed
+// 001 R4): a header naming the event and the work item, the event's text, a
+// link button to the ledger record or work item whenever there is a URL, the
+// Approved / Request changes buttons on approval-shaped notifications when the
+// caller says a press can be received, and a plain `text` fallback for
+// notifications and accessibility.
+//
+// Everything untrusted (GitHub bodies and titles, Slack text, artifact
+// excerpts, payload fields) is escaped for mrkdwn and, where GitHub and Slack
+// markdown differ, converted; every message stays inside Block Kit's limits
+// (see Check). Verbosity levels are strict supersets: the blocks of quiet are
+// a subsequence of normal's, and normal's of verbose's.
+//
+// slackmsg is pure: no I/O, no clock, no config. It imports slack-go for the
+// block types only (hence the name: a package `slack` would clash with it),
+// plus pkg/catalog and the event schema; never pkg/bus or services.
+package slackmsg
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/slack-go/slack"
+
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/graph"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+)
+
+// Verbosity is channels.slack.verbosity. Unknown values render as Normal.
+type Verbosity string
+
+// Verbosity levels: each shows everything the one before shows.
+const (
+	Quiet   Verbosity = "quiet"
+	Normal  Verbosity = "normal"
+	Verbose Verbosity = "verbose"
+)
+
+// Block Kit limits (Slack's documentation; channels-ledger §7.2) and our own
+// tighter budgets.
+const (
+	MaxBlocks       = 50
+	MaxHeader       = 150
+	MaxSectionText  = 3000
+	MaxFields       = 10
+	MaxFieldText    = 2000
+	MaxContextElems = 10
+	MaxActionsElems = 25
+	MaxButtonText   = 75
+	MaxActionID     = 255
+	MaxBlockID      = 255
+	MaxButtonValue  = 2000
+	MaxButtonURL    = 3000
+	MaxMessageText  = 40000
+	// MaxFallbackText is Slack's recommended ceiling for the top-level text,
+	// which is what a push notification shows.
+	MaxFallbackText = 4000
+	// MaxBlocksChars bounds the text of all blocks together: Slack refuses
+	// large block sets with msg_blocks_too_long well below the sum of the
+	// documented limits (about 13,000 characters observed).
+	MaxBlocksChars = 12000
+)
+
+// Action ids and values of the buttons the renderer draws. ingress-slack
+// recognises a press by ActionID and Value together; a value that is not one
+// of these is free text (abuse case 9).
+const (
+	// LinkActionID is every link button's action id: a click on a link
+	// button still sends a block_actions payload, which must be acked and
+	// otherwise ignored.
+	LinkActionID = "the-loop.link"
+	// ApproveActionID and RequestChangesActionID are the gate buttons.
+	ApproveActionID        = "the-loop.gate.approve"
+	RequestChangesActionID = "the-loop.gate.request-changes"
+	// ApproveText and RequestChangesText are the buttons' labels, and
+	// ApproveValue and RequestChangesValue their values. Each of the four
+	// is text the gate's classify-feedback floor reads as intended
+	// (channels-ledger §3.3, AMB-3): "approve" alone would not match,
+	// "Approved" does; "Request changes" matches as it stands. None holds
+	// "but" or "nit", which would turn approved into approved-with-comments.
+	// The values are the gate's own fixed texts (pkg/graph), so what a press
+	// injects is defined once, where it is classified.
+	ApproveText         = "Approved"
+	ApproveValue        = graph.ApproveText
+	RequestChangesText  = "Request changes"
+	RequestChangesValue = graph.RequestChangesText
+	// GateBlockID is the actions block that carries the gate buttons.
+	GateBlockID = "the-loop.actions"
+)
+
+// MetadataEventType is the Slack message metadata event_type of every message
+// the renderer posts; its payload names the event, so that a poster that
+// crashed between posting and remembering the ts can find its message again
+// (and ingress-slack can recognise the bot's own messages).
+const MetadataEventType = "the_loop_event"
+
+// Options says how to render.
+type Options struct {
+	Verbosity Verbosity
+	// MaxChars caps a comment body or an artifact excerpt (R4.4, R4.5);
+	// <= 0 or above MaxSectionText means MaxSectionText.
+	MaxChars int
+	// GateButtons draws Approved / Request changes on approval-shaped
+	// notifications. The caller sets it only when the channel may publish
+	// gate.feedback and reads in a mode that receives presses (R4.3).
+	GateButtons bool
+}
+
+// Message is a rendered message.
+type Message struct {
+	// Text is the fallback: what a push notification and a screen reader
+	// show. It is escaped like any mrkdwn.
+	Text   string
+	Blocks []slack.Block
+	// Metadata identifies the event (ids only, never content).
+	Metadata slack.SlackMetadata
+}
+
+// MarshalJSON renders the message as the JSON the Web API receives (text,
+// blocks, metadata), which is also the golden-file form.
+func (m Message) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	// Slack's own escaping (&amp; &lt; &gt;) is already in the text; JSON's
+	// \u003c on top would only make goldens unreadable.
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(struct {
+		Text     string              `json:"text"`
+		Blocks   []slack.Block       `json:"blocks"`
+		Metadata slack.SlackMetadata `json:"metadata"`
+	}{m.Text, m.Blocks, m.Metadata})
+	return bytes.TrimRight(b.Bytes(), "\n"), err
+}
+
+// EventID returns the event id carried by metadata the renderer wrote.
+func EventID(md slack.SlackMetadata) (string, bool) {
+	if md.EventType != MetadataEventType {
+		return "", false
+	}
+	id, ok := md.EventPayload["event_id"].(string)
+	return id, ok && id != ""
+}
+
+// ApprovalShaped reports whether t is a notification a person answers with a
+// verdict (R4.3).
+func ApprovalShaped(t catalog.Type) bool {
+	switch t {
+	case catalog.PhaseApprovalPending, catalog.PRReviewPending, catalog.SecuritySignOffPending:
+		return true
+	}
+	return false
+}
+
+// content is what one event contributes, before layout.
+type content struct {
+	label   string // header: what happened
+	item    string // header and context: which work item
+	context []string
+	text    string // mrkdwn, escaped
+	excerpt string // mrkdwn, escaped
+	detail  map[string]string
+	url     string
+	urlText string
+	plain   string // fallback body, escaped
+}
+
+// Render renders ev. It never fails: an event it does not know is rendered
+// from its attributes.
+func Render(ev *loopv1.Event, o Options) Message {
+	if o.MaxChars <= 0 || o.MaxChars > MaxSectionText {
+		o.MaxChars = MaxSectionText
+	}
+	switch o.Verbosity {
+	case Quiet, Normal, Verbose:
+	default:
+		o.Verbosity = Normal
+	}
+	t := catalog.Type(ev.GetType())
+	c := describe(ev, o)
+	if c.item == "" {
+		c.item = ShortRef(ev.GetSubject())
+	}
+	if c.url == "" && SafeURL(ev.GetLedger().GetUrl()) {
+		c.url = ev.GetLedger().GetUrl()
+	}
+	if !SafeURL(c.url) {
+		c.url = ""
+	}
+
+	var blocks []slack.Block
+	blocks = append(blocks, &slack.HeaderBlock{
+		Type: slack.MBTHeader, BlockID: "the-loop.header",
+		Text: slack.NewTextBlockObject(slack.PlainTextType, Plain(c.label+" · "+c.item, MaxHeader), true, false),
+	})
+	ctx := []string{"`" + Escape(string(t)) + "` on " + Escape(c.item)}
+	ctx = append(ctx, c.context...)
+	blocks = append(blocks, contextBlock("the-loop.context", ctx))
+	if o.Verbosity != Quiet {
+		if c.text != "" {
+			blocks = append(blocks, section("the-loop.text", c.text))
+		}
+		if c.excerpt != "" {
+			blocks = append(blocks, section("the-loop.excerpt", c.excerpt))
+		}
+	}
+	if o.Verbosity == Verbose && len(c.detail) > 0 {
+		blocks = append(blocks, contextBlock("the-loop.detail", detailLines(c.detail)))
+	}
+	var buttons []slack.BlockElement
+	if c.url != "" {
+		label := c.urlText
+		if label == "" {
+			label = "Open on GitHub"
+		}
+		b := slack.NewButtonBlockElement(LinkActionID, "", slack.NewTextBlockObject(slack.PlainTextType, label, true, false))
+		b.URL = c.url
+		buttons = append(buttons, b)
+	}
+	if o.GateButtons && ApprovalShaped(t) {
+		buttons = append(buttons,
+			slack.NewButtonBlockElement(ApproveActionID, ApproveValue,
+				slack.NewTextBlockObject(slack.PlainTextType, ApproveText, true, false)).WithStyle(slack.StylePrimary),
+			slack.NewButtonBlockElement(RequestChangesActionID, RequestChangesValue,
+				slack.NewTextBlockObject(slack.PlainTextType, RequestChangesText, true, false)).WithStyle(slack.StyleDanger),
+		)
+	}
+	if len(buttons) > 0 {
+		blocks = append(blocks, slack.NewActionBlock(GateBlockID, buttons...))
+	}
+
+	return Message{
+		Text:   fallback(ev, c, o),
+		Blocks: blocks,
+		Metadata: slack.SlackMetadata{
+			EventType: MetadataEventType,
+			EventPayload: map[string]any{
+				"event_id":   ev.GetId(),
+				"event_type": ev.GetType(),
+				"work_item":  ev.GetSubject(),
+			},
+		},
+	}
+}
+
+// fallback is the original's line (channels-ledger §1.3) — "the-loop:
+// <type> on <item>", " — <url>" when there is one — plus the text at normal
+// and the detail lines at verbose, escaped.
+func fallback(ev *loopv1.Event, c content, o Options) string {
+	var b strings.Builder
+	b.WriteString("the-loop: " + Escape(ev.GetType()) + " on " + Escape(c.item))
+	if c.url != "" {
+		b.WriteString(" — <" + escapeURL(c.url) + ">")
+	}
+	if o.Verbosity != Quiet && c.plain != "" {
+		b.WriteString("\n\n" + c.plain)
+	}
+	if o.Verbosity == Verbose && len(c.detail) > 0 {
+		b.WriteString("\n")
+		for _, k := range slices.Sorted(maps.Keys(c.detail)) {
+			b.WriteString("\n" + Escape(k) + ": " + Escape(c.detail[k]))
+		}
+	}
+	out, _ := join(inlineRaw(b.String()), MaxFallbackText)
+	return out
+}
+
+// inlineRaw wraps already escaped text as one piece per rune, for join.
+func inlineRaw(s string) []piece {
+	var out []piece
+	// Keep <url> constructs and entities whole.
+	for len(s) > 0 {
+		switch {
+		case s[0] == '<':
+			if j := strings.IndexByte(s, '>'); j > 0 {
+				out = append(out, piece{s: s[:j+1]})
+				s = s[j+1:]
+				continue
+			}
+		case s[0] == '&':
+			if j := strings.IndexByte(s, ';'); j > 0 && j < 6 {
+				out = append(out, piece{s: s[:j+1]})
+				s = s[j+1:]
+				continue
+			}
+		}
+		r := []rune(s)[0]
+		out = append(out, piece{s: string(r)})
+		s = s[len(string(r)):]
+	}
+	return out
+}
+
+func section(id, text string) *slack.SectionBlock {
+	t := slack.NewTextBlockObject(slack.MarkdownType, text, false, true)
+	return &slack.SectionBlock{Type: slack.MBTSection, BlockID: id, Text: t}
+}
+
+// contextBlock puts up to MaxContextElems mrkdwn elements in a context
+// block; the overflow is folded into the last one.
+func contextBlock(id string, lines []string) *slack.ContextBlock {
+	if len(lines) > MaxContextElems {
+		lines = append(lines[:MaxContextElems-1:MaxContextElems-1], strings.Join(lines[MaxContextElems-1:], " · "))
+	}
+	elems := make([]slack.MixedElement, 0, len(lines))
+	for _, l := range lines {
+		l, _ = join(inlineRaw(l), MaxSectionText)
+		elems = append(elems, slack.NewTextBlockObject(slack.MarkdownType, l, false, true))
+	}
+	return slack.NewContextBlock(id, elems...)
+}
+
+func detailLines(d map[string]string) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(d)) {
+		v, _ := Mrkdwn(d[k], 500)
+		out = append(out, "*"+Escape(k)+":* "+v)
+	}
+	return out
+}
+
+// ShortRef is a work-item ref as a person reads it: github:octo/repo#15 is
+// octo/repo#15; a Slack conversation ref is "a Slack conversation".
+func ShortRef(ref string) string {
+	switch {
+	case strings.HasPrefix(ref, "github:"):
+		return strings.TrimPrefix(ref, "github:")
+	case strings.HasPrefix(ref, "slack:"):
+		return "a Slack conversation"
+	case ref == "":
+		return "no work item"
+	}
+	return ref
+}
+
+var labels = map[catalog.Type]string{
+	catalog.SessionAwaitingInput:   "Question",
+	catalog.DecisionPending:        "Decision pending",
+	catalog.PhaseApprovalPending:   "Approval pending",
+	catalog.PRReviewPending:        "PR review pending",
+	catalog.SecuritySignOffPending: "Security sign-off pending",
+	catalog.ConflictEscalated:      "Conflict escalated",
+	catalog.WorkItemComplete:       "Work item complete",
+	catalog.CommentHuman:           "Comment",
+	catalog.CommentAgent:           "Agent comment",
+	catalog.WorkItemReply:          "Reply",
+	catalog.GateFeedback:           "Gate feedback",
+	catalog.ControlCommand:         "Control command",
+	catalog.WorkItemCreate:         "Work item created",
+	catalog.WorkItemActivity:       "Activity",
+	catalog.LedgerRecord:           "Ledger record",
+	catalog.RecordFailed:           "Not recorded on the ledger",
+}
+
+// Label is the header's name for an event type; a custom type is its name.
+func Label(t catalog.Type) string {
+	if l, ok := labels[t]; ok {
+		return l
+	}
+	return string(t)
+}
+
+func actorName(a *loopv1.Actor) string {
+	switch {
+	case a.GetName() != "":
+		return a.GetName()
+	case a.GetGithub() != "":
+		return "@" + a.GetGithub()
+	case a.GetSlack() != "":
+		return a.GetSlack()
+	}
+	return ""
+}
+
+// body renders markdown to mrkdwn capped at max, adding a link to the rest
+// when it was cut and a URL is known.
+func body(md string, max int, url string) string {
+	more := ""
+	if SafeURL(url) {
+		more = "\n<" + escapeURL(url) + "|Read the rest on GitHub>"
+	}
+	out, cut := Mrkdwn(md, max-Length(more))
+	if !cut {
+		return out
+	}
+	return out + more
+}
+
+func plainBody(s string, max int) string {
+	out, _ := join(inline(s, false), max)
+	return out
+}
+
+func describe(ev *loopv1.Event, o Options) content {
+	t := catalog.Type(ev.GetType())
+	c := content{label: Label(t), detail: map[string]string{}}
+	if ev.GetSource() != "" {
+		c.detail["source"] = ev.GetSource()
+	}
+	c.detail["event"] = ev.GetId()
+	if n := actorName(ev.GetActor()); n != "" {
+		c.context = append(c.context, "by "+Escape(n))
+		c.detail["actor"] = n
+	}
+	switch b := ev.GetBody().(type) {
+	case *loopv1.Event_Question:
+		q := b.Question
+		c.text = body(q.GetText(), MaxSectionText, ev.GetLedger().GetUrl())
+		c.plain = plainBody(q.GetText(), 3000)
+		c.urlText = "Answer on GitHub"
+		if q.GetSessionId() != "" {
+			c.detail["session"] = q.GetSessionId()
+		}
+	case *loopv1.Event_Notification:
+		n := b.Notification
+		c.url = n.GetUrl()
+		c.text, _ = Mrkdwn(n.GetText(), MaxSectionText)
+		c.plain = plainBody(n.GetText(), 3000)
+		if ex := n.GetArtifactExcerpt(); ex != "" {
+			head := ""
+			if n.GetArtifact() != "" {
+				head = "*" + Escape(n.GetArtifact()) + "*\n"
+			}
+			c.excerpt = head + body(ex, o.MaxChars-Length(head), "")
+		}
+		if n.GetNode() != "" {
+			c.detail["node"] = n.GetNode()
+		}
+		if n.GetArtifact() != "" {
+			c.detail["artifact"] = n.GetArtifact()
+		}
+		maps.Copy(c.detail, n.GetDetail())
+		if t == catalog.RecordFailed {
+			c.urlText = "Open the work item"
+		}
+	case *loopv1.Event_Comment:
+		cm := b.Comment
+		if cm.GetAuthor() != "" {
+			c.label += " by @" + cm.GetAuthor()
+			c.context = []string{"by @" + Escape(cm.GetAuthor())}
+		}
+		c.url, c.urlText = cm.GetUrl(), "Open comment"
+		c.text = body(cm.GetBody(), o.MaxChars, cm.GetUrl())
+		c.plain = plainBody(cm.GetBody(), o.MaxChars)
+		if cm.GetAuthorAssociation() != "" {
+			c.detail["association"] = cm.GetAuthorAssociation()
+		}
+		if cm.GetCommentId() != 0 {
+			c.detail["comment"] = strconv.FormatInt(cm.GetCommentId(), 10)
+		}
+	case *loopv1.Event_Reply:
+		c.text = body(b.Reply.GetText(), MaxSectionText, "")
+		c.plain = plainBody(b.Reply.GetText(), 3000)
+	case *loopv1.Event_GateFeedback:
+		c.text = body(b.GateFeedback.GetText(), MaxSectionText, "")
+		c.plain = plainBody(b.GateFeedback.GetText(), 3000)
+		if b.GateFeedback.GetAction() != "" {
+			c.detail["action"] = b.GateFeedback.GetAction()
+		}
+	case *loopv1.Event_ControlCommand:
+		cc := b.ControlCommand
+		if cc.GetCommand() != "" {
+			c.label += ": " + cc.GetCommand()
+		}
+		c.text = body(cc.GetText(), MaxSectionText, "")
+		c.plain = plainBody(cc.GetText(), 3000)
+	case *loopv1.Event_WorkItemCreate:
+		wc := b.WorkItemCreate
+		if l := ev.GetLedger(); l.GetRepo() != "" && l.GetIssueNumber() > 0 {
+			c.item = fmt.Sprintf("%s#%d", l.GetRepo(), l.GetIssueNumber())
+		}
+		c.urlText = "Open issue"
+		if wc.GetTitle() != "" {
+			c.text = "*" + Escape(Plain(wc.GetTitle(), 256)) + "*"
+			c.plain = plainBody(wc.GetTitle(), 256)
+		}
+		if wc.GetRepo() != "" {
+			c.detail["repo"] = wc.GetRepo()
+		}
+		if len(wc.GetLabels()) > 0 {
+			c.detail["labels"] = strings.Join(wc.GetLabels(), ", ")
+		}
+	case *loopv1.Event_GithubActivity:
+		activity(&c, b.GithubActivity)
+	case *loopv1.Event_LedgerRecord:
+		lr := b.LedgerRecord
+		c.url, c.urlText = lr.GetComment().GetUrl(), "Open record"
+		c.text = "Recorded `" + Escape(lr.GetEventType()) + "` " + Escape(lr.GetEventId())
+		c.plain = c.text
+	}
+	return c
+}
+
+// activityPayload is the little of a GitHub delivery a person needs to see.
+type activityPayload struct {
+	Sender struct {
+		Login string `json:"login"`
+	} `json:"sender"`
+	Issue *struct {
+		HTMLURL string `json:"html_url"`
+		Title   string `json:"title"`
+	} `json:"issue"`
+	PullRequest *struct {
+		HTMLURL string `json:"html_url"`
+		Title   string `json:"title"`
+		Merged  bool   `json:"merged"`
+	} `json:"pull_request"`
+	Review *struct {
+		HTMLURL string `json:"html_url"`
+		State   string `json:"state"`
+	} `json:"review"`
+	WorkflowRun *run `json:"workflow_run"`
+	CheckRun    *run `json:"check_run"`
+	CheckSuite  *run `json:"check_suite"`
+	Label       *struct {
+		Name string `json:"name"`
+	} `json:"label"`
+	// status events
+	State       string `json:"state"`
+	Context     string `json:"context"`
+	TargetURL   string `json:"target_url"`
+	Description string `json:"description"`
+}
+
+type run struct {
+	HTMLURL    string `json:"html_url"`
+	Name       string `json:"name"`
+	Status     string `json:"status"`
+	Conclusion string `json:"conclusion"`
+}
+
+func activity(c *content, a *loopv1.GitHubActivity) {
+	c.label = a.GetEvent()
+	if a.GetAction() != "" {
+		c.label += " " + a.GetAction()
+	}
+	c.urlText = "Open on GitHub"
+	c.detail["delivery"] = a.GetDeliveryId()
+	var p activityPayload
+	if json.Unmarshal(a.GetPayload(), &p) != nil {
+		return
+	}
+	var lines []string
+	title := ""
+	if p.Issue != nil {
+		title, c.url = p.Issue.Title, p.Issue.HTMLURL
+	}
+	if p.PullRequest != nil {
+		title, c.url = p.PullRequest.Title, p.PullRequest.HTMLURL
+		if p.PullRequest.Merged && a.GetAction() == "closed" {
+			c.label = a.GetEvent() + " merged"
+		}
+	}
+	if title != "" {
+		lines = append(lines, "*"+Escape(Plain(title, 256))+"*")
+	}
+	if p.Review != nil {
+		if p.Review.HTMLURL != "" {
+			c.url = p.Review.HTMLURL
+		}
+		if p.Review.State != "" {
+			lines = append(lines, "Review: "+Escape(p.Review.State))
+		}
+	}
+	for _, r := range []*run{p.WorkflowRun, p.CheckRun, p.CheckSuite} {
+		if r == nil {
+			continue
+		}
+		if r.HTMLURL != "" {
+			c.url = r.HTMLURL
+		}
+		s := r.Status
+		if r.Conclusion != "" {
+			s = r.Conclusion
+		}
+		if r.Name != "" || s != "" {
+			lines = append(lines, strings.TrimSpace(Escape(r.Name)+" "+Escape(s)))
+			c.label += ": " + s
+		}
+	}
+	if p.Label != nil && p.Label.Name != "" {
+		lines = append(lines, "Label: "+Escape(p.Label.Name))
+	}
+	if p.Context != "" || (p.State != "" && a.GetEvent() == "status") {
+		lines = append(lines, strings.TrimSpace(Escape(p.Context)+" "+Escape(p.State)))
+		if p.Description != "" {
+			lines = append(lines, Escape(Plain(p.Description, 500)))
+		}
+		if p.TargetURL != "" {
+			c.url = p.TargetURL
+		}
+	}
+	if p.Sender.Login != "" {
+		c.context = append(c.context, "by @"+Escape(p.Sender.Login))
+		c.detail["sender"] = p.Sender.Login
+	}
+	c.text, _ = join(inlineRaw(strings.Join(lines, "\n")), MaxSectionText)
+	c.plain = c.text
+}
