@@ -40,18 +40,34 @@ type serviceDef struct {
 	name string
 	// needsKey: refuses to start without LOOP_ENVELOPE_KEY (DESIGN §6).
 	needsKey bool
-	new      func(runtime.Deps) (runner, error)
+	new      func(runtime.Deps, hostKind) (runner, error)
+}
+
+// hostKind says whether a service runs alone (`serve`, a container: refuse
+// what cannot work) or beside the others (`up`: keep the process running and
+// report the problem in /readyz).
+type hostKind struct{ serve bool }
+
+func newIngressGitHub(d runtime.Deps, k hostKind) (runner, error) {
+	o := ingressgithub.DefaultOptions()
+	o.Mode = ingressgithub.Mode(d.GitHub.Mode)
+	o.InsecureNoSignature = d.GitHub.InsecureNoSignature
+	o.RequireWebhookSecret = k.serve
+	o.Poll.Repos = d.GitHub.PollRepoList()
+	o.Poll.Label = d.GitHub.PollLabel
+	o.Poll.Interval = d.GitHub.PollInterval
+	return ingressgithub.NewWithOptions(d, o)
 }
 
 // services lists the five services in start order: consumers of the streams
 // first, producers last, so nothing published by a producer at start waits
 // on a consumer that is not up yet.
 var services = []serviceDef{
-	{ledgerwriter.Name, true, func(d runtime.Deps) (runner, error) { return ledgerwriter.New(d) }},
-	{slackrenderer.Name, false, func(d runtime.Deps) (runner, error) { return slackrenderer.New(d) }},
-	{dispatcher.Name, false, func(d runtime.Deps) (runner, error) { return dispatcher.New(d) }},
-	{ingressgithub.Name, true, func(d runtime.Deps) (runner, error) { return ingressgithub.New(d) }},
-	{ingressslack.Name, false, func(d runtime.Deps) (runner, error) { return ingressslack.New(d) }},
+	{ledgerwriter.Name, true, func(d runtime.Deps, _ hostKind) (runner, error) { return ledgerwriter.New(d) }},
+	{slackrenderer.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) { return slackrenderer.New(d) }},
+	{dispatcher.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) { return dispatcher.New(d) }},
+	{ingressgithub.Name, true, newIngressGitHub},
+	{ingressslack.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) { return ingressslack.New(d) }},
 }
 
 func serviceNames() []string {
@@ -107,6 +123,8 @@ type host struct {
 	defs     []serviceDef
 	// envelopeKey is LOOP_ENVELOPE_KEY, or the key `up` keeps in its store.
 	envelopeKey []byte
+	// serve: one service in its own process.
+	serve bool
 }
 
 // defaultConfig is the operator config without a file: nobody authorized,
@@ -172,7 +190,7 @@ func (h *host) run(ctx context.Context) error {
 		if def.needsKey {
 			deps.EnvelopeKey = h.envelopeKey
 		}
-		svc, err := def.new(deps)
+		svc, err := def.new(deps, hostKind{serve: h.serve})
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("%s: %w", def.name, err)

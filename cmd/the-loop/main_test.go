@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -346,18 +347,32 @@ func TestUpRunsAndCtrlCExitsZero(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	admin := adminURL(t, &out)
-	waitReady(t, admin)
-	resp, err := http.Get(admin + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, svc := range serviceNames() {
-		if !strings.Contains(string(body), svc) {
-			t.Errorf("/readyz does not cover %s: %s", svc, body)
+	// Without credentials some services cannot work (no GitHub token, no
+	// webhook secret, Slack off): /readyz must still cover all five, and the
+	// bus itself must be up.
+	var body []byte
+	waitFor(t, 20*time.Second, "/readyz to cover every service with NATS connected", func() bool {
+		resp, err := http.Get(admin + "/readyz")
+		if err != nil {
+			return false
 		}
-	}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var r struct {
+			Checks []string          `json:"checks"`
+			Failed map[string]string `json:"failed"`
+		}
+		if json.Unmarshal(body, &r) != nil {
+			return false
+		}
+		for _, svc := range append(serviceNames(), "nats") {
+			if !slices.Contains(r.Checks, svc) {
+				return false
+			}
+		}
+		_, natsDown := r.Failed["nats"]
+		return !natsDown
+	})
 	natsURL := regexp.MustCompile(`NATS on (nats://\S+)`).FindStringSubmatch(out.String())
 	if natsURL == nil {
 		t.Fatalf("no NATS address printed:\n%s", out.String())

@@ -53,7 +53,7 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return fmt.Errorf("connect to NATS: %w", err)
 	}
 	fmt.Fprintf(stdout, "the-loop serve %s: NATS %s\n", name, bus.RedactURL(s.Common.NATSURL))
-	h := &host{name: "the-loop serve " + name, settings: s, log: log, conn: conn, stdout: stdout, defs: []serviceDef{def}, envelopeKey: key}
+	h := &host{name: "the-loop serve " + name, settings: s, log: log, conn: conn, stdout: stdout, defs: []serviceDef{def}, envelopeKey: key, serve: true}
 	runErr := h.run(ctx)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

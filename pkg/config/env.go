@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/kelseyhightower/envconfig"
 )
@@ -78,7 +79,14 @@ type GitHub struct {
 	Login         string `envconfig:"GITHUB_LOGIN" desc:"the ledger's own login; empty: asked of GET /user with the token"`
 	WebhookSecret Secret `envconfig:"GITHUB_WEBHOOK_SECRET" desc:"webhook HMAC secret; ingress-github needs it to accept webhooks"`
 	WebhookAddr   string `envconfig:"GITHUB_WEBHOOK_ADDR" default:":8787" desc:"listen address of POST /gh-webhook"`
-	EnvelopeKey   Secret `envconfig:"ENVELOPE_KEY" desc:"HMAC key signing ledger envelopes, at least 32 bytes; ledger-writer and ingress-github need it ('up' generates one)"`
+	// Mode is how ingress-github learns of GitHub activity.
+	Mode string `envconfig:"GITHUB_MODE" default:"webhook" desc:"ingress-github intake: webhook, poll (for deployments GitHub cannot reach) or both"`
+	// InsecureNoSignature lets ingress-github accept unsigned webhooks.
+	InsecureNoSignature bool          `envconfig:"GITHUB_INSECURE_NO_SIGNATURE" default:"false" desc:"accept webhooks without a signature when no secret is set (never in production; every response says so)"`
+	PollRepos           string        `envconfig:"GITHUB_POLL_REPOS" desc:"poll mode: comma-separated owner/repo list to poll"`
+	PollLabel           string        `envconfig:"GITHUB_POLL_LABEL" default:"the-loop: auto-execute" desc:"poll mode: the label that selects work items"`
+	PollInterval        time.Duration `envconfig:"GITHUB_POLL_INTERVAL" default:"60s" desc:"poll mode: time between polling cycles"`
+	EnvelopeKey         Secret        `envconfig:"ENVELOPE_KEY" desc:"HMAC key signing ledger envelopes, at least 32 bytes; ledger-writer and ingress-github need it ('up' generates one)"`
 }
 
 // Slack is what ingress-slack and slack-renderer read.
@@ -144,7 +152,29 @@ func (g GitHub) Validate() error {
 	if g.EnvelopeKey.IsSet() && len(g.EnvelopeKey.Reveal()) < minEnvelopeKey {
 		errs = append(errs, fmt.Errorf("LOOP_ENVELOPE_KEY is too short: it must be at least %d bytes", minEnvelopeKey))
 	}
+	switch g.Mode {
+	case "webhook", "poll", "both":
+	default:
+		errs = append(errs, fmt.Errorf("LOOP_GITHUB_MODE is %q: it must be webhook, poll or both", g.Mode))
+	}
+	if g.PollInterval < 5*time.Second {
+		errs = append(errs, fmt.Errorf("LOOP_GITHUB_POLL_INTERVAL is %s: it must be at least 5s", g.PollInterval))
+	}
+	if g.Mode != "webhook" && strings.TrimSpace(g.PollRepos) == "" {
+		errs = append(errs, fmt.Errorf("LOOP_GITHUB_MODE is %s but LOOP_GITHUB_POLL_REPOS names no repository", g.Mode))
+	}
 	return errors.Join(errs...)
+}
+
+// PollRepoList is LOOP_GITHUB_POLL_REPOS as a list.
+func (g GitHub) PollRepoList() []string {
+	var out []string
+	for r := range strings.SplitSeq(g.PollRepos, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // RequireToken fails unless the GitHub token is set. It is not a `required`
@@ -395,6 +425,14 @@ func (s setting) set(env Env) error {
 		if err := u.UnmarshalText([]byte(raw)); err != nil {
 			return fmt.Errorf("%s is %q: %w", s.key, raw, err)
 		}
+		return nil
+	}
+	if s.field.Type() == reflect.TypeOf(time.Duration(0)) {
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			return fmt.Errorf("%s is %q: want a duration such as 60s or 5m", s.key, raw)
+		}
+		s.field.SetInt(int64(d))
 		return nil
 	}
 	switch s.field.Kind() {

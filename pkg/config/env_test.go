@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/kelseyhightower/envconfig"
@@ -31,7 +32,8 @@ func TestProcessDefaults(t *testing.T) {
 	}
 	want := ledgerWriter{
 		Common: Common{AdminAddr: ":9090", LogLevel: slog.LevelInfo, Partitions: 16, Replicas: 1},
-		GitHub: GitHub{Token: NewSecret(token), APIURL: "https://api.github.com/", WebhookAddr: ":8787", EnvelopeKey: NewSecret(envelopeKey)},
+		GitHub: GitHub{Token: NewSecret(token), APIURL: "https://api.github.com/", WebhookAddr: ":8787", EnvelopeKey: NewSecret(envelopeKey),
+			Mode: "webhook", PollLabel: "the-loop: auto-execute", PollInterval: time.Minute},
 	}
 	if diff := cmp.Diff(want, cfg, cmp.AllowUnexported(Secret{})); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -152,7 +154,8 @@ func TestSettingsMatchEnvconfig(t *testing.T) {
 		t.Errorf("keys (-envconfig +ours):\n%s", diff)
 	}
 	want := []string{
-		"LOOP_ADMIN_ADDR", "LOOP_CONFIG", "LOOP_ENVELOPE_KEY", "LOOP_GITHUB_API_URL", "LOOP_GITHUB_LOGIN", "LOOP_GITHUB_TOKEN",
+		"LOOP_ADMIN_ADDR", "LOOP_CONFIG", "LOOP_ENVELOPE_KEY", "LOOP_GITHUB_API_URL", "LOOP_GITHUB_INSECURE_NO_SIGNATURE", "LOOP_GITHUB_LOGIN",
+		"LOOP_GITHUB_MODE", "LOOP_GITHUB_POLL_INTERVAL", "LOOP_GITHUB_POLL_LABEL", "LOOP_GITHUB_POLL_REPOS", "LOOP_GITHUB_TOKEN",
 		"LOOP_GITHUB_WEBHOOK_ADDR", "LOOP_GITHUB_WEBHOOK_SECRET", "LOOP_LOG_LEVEL", "LOOP_NATS_LISTEN", "LOOP_NATS_URL", "LOOP_PARTITIONS",
 		"LOOP_SLACK_API_URL", "LOOP_SLACK_APP_TOKEN", "LOOP_SLACK_BOT_TOKEN", "LOOP_SLACK_EVENTS_ADDR", "LOOP_SLACK_SIGNING_SECRET", "LOOP_STORE_DIR", "LOOP_STREAM_REPLICAS",
 	}

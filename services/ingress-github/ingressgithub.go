@@ -1,34 +1,329 @@
-// Package ingressgithub is the ingress-github service: verified GitHub
-// webhooks (POST /gh-webhook) and GitHub polling become catalog events on the
-// inbox and the event stream.
+// Package ingressgithub is the ingress-github service: everything the loop and
+// the channels learn from GitHub enters here, as verified webhooks (POST
+// /gh-webhook) and/or by polling, and becomes catalog events on the inbox
+// (loop.in.…): comment.human, comment.agent, ledger.record and
+// work-item.activity (seed 001 R3.7, R5.2, R6.1; DESIGN §4, §8).
 //
-// This is the skeleton: it connects and reports ready. Intake lands with
-// issue 4.
+// The webhook answers 202 only after the bus acknowledged every event of the
+// delivery; the event ids are deterministic, so GitHub's redelivery (manual,
+// within 3 days) is dropped by Nats-Msg-Id and the seen bucket.
 package ingressgithub
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
-	"github.com/the-loop/bus/pkg/bus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/httpserver"
+	"github.com/the-loop/bus/services/ingress-github/internal/poll"
+	"github.com/the-loop/bus/services/ingress-github/internal/route"
 	"github.com/the-loop/bus/services/runtime"
 )
 
 // Name is the service name used for logs and `serve`.
 const Name = "ingress-github"
 
-// Service is ingress-github.
-type Service struct{ deps runtime.Deps }
+// Mode is how GitHub is read (LOOP_GITHUB_MODE).
+type Mode string
 
-// New returns the service.
-func New(deps runtime.Deps) (*Service, error) {
+// Modes.
+const (
+	ModeWebhook Mode = "webhook"
+	ModePoll    Mode = "poll"
+	ModeBoth    Mode = "both"
+)
+
+func (m Mode) webhook() bool { return m == ModeWebhook || m == ModeBoth }
+func (m Mode) poll() bool    { return m == ModePoll || m == ModeBoth }
+
+// Options are the service's settings that pkg/config does not carry yet.
+// Zero fields take the defaults of DefaultOptions.
+type Options struct {
+	// Mode: webhook (default), poll or both. LOOP_GITHUB_MODE.
+	Mode Mode
+	// InsecureNoSignature accepts webhooks without a signature check when
+	// no secret is set, and says so on every request.
+	// LOOP_GITHUB_INSECURE_NO_SIGNATURE.
+	InsecureNoSignature bool
+	// RequireWebhookSecret makes New refuse to build the service when the
+	// webhook is on and no secret is set (`serve ingress-github`). Without
+	// it (`up`), the webhook listener stays off, says why in the log and in
+	// /readyz, and the process keeps running.
+	RequireWebhookSecret bool
+	// Events is the enabled event set (default route.DefaultEvents).
+	Events []string
+	// MaxBodyBytes bounds a webhook body (default MaxWebhookBytes).
+	MaxBodyBytes int64
+	// PublishTimeout bounds the bus work of one delivery, PubAcks included;
+	// past it the webhook answers 503 (default 8s, inside GitHub's 10s).
+	PublishTimeout time.Duration
+	// Poll configures poll mode.
+	Poll PollOptions
+	// Validator overrides the signature check (tests).
+	Validator Validator
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// PollOptions configure poll mode (LOOP_GITHUB_POLL_*).
+type PollOptions struct {
+	// Repos are the owner/repo to poll. LOOP_GITHUB_POLL_REPOS (comma-separated).
+	Repos []string
+	// Label selects the work items (default "the-loop: auto-execute",
+	// routing.autoExecuteLabel). LOOP_GITHUB_POLL_LABEL.
+	Label string
+	// Interval between cycles (default 60s). LOOP_GITHUB_POLL_INTERVAL.
+	Interval time.Duration
+}
+
+// DefaultLabel is the original's autoExecuteLabel.
+const DefaultLabel = "the-loop: auto-execute"
+
+// DefaultOptions are the settings New uses.
+func DefaultOptions() Options {
+	return Options{
+		Mode:           ModeWebhook,
+		Events:         route.DefaultEvents,
+		MaxBodyBytes:   MaxWebhookBytes,
+		PublishTimeout: 8 * time.Second,
+		Poll:           PollOptions{Label: DefaultLabel, Interval: time.Minute},
+		Now:            time.Now,
+	}
+}
+
+func (o *Options) setDefaults() {
+	d := DefaultOptions()
+	if o.Mode == "" {
+		o.Mode = d.Mode
+	}
+	if o.Events == nil {
+		o.Events = d.Events
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if o.PublishTimeout <= 0 {
+		o.PublishTimeout = d.PublishTimeout
+	}
+	if o.Poll.Label == "" {
+		o.Poll.Label = d.Poll.Label
+	}
+	if o.Poll.Interval <= 0 {
+		o.Poll.Interval = d.Poll.Interval
+	}
+	if o.Now == nil {
+		o.Now = d.Now
+	}
+}
+
+// Service is ingress-github.
+type Service struct {
+	deps      runtime.Deps
+	opts      Options
+	m         *metrics
+	intake    *intake
+	validator Validator
+	insecure  bool
+	login     *ledgerLogin
+	// webhookOff says why the webhook listener is off ("" when on).
+	webhookOff string
+	// pollOff says why the poller is off ("" when on or not asked for).
+	pollOff  string
+	stopping atomic.Bool
+
+	mu        sync.Mutex
+	addr      net.Addr
+	listening chan struct{}
+	poller    *poll.Poller
+}
+
+// New returns the service with DefaultOptions.
+func New(deps runtime.Deps) (*Service, error) { return NewWithOptions(deps, DefaultOptions()) }
+
+// NewWithOptions returns the service with opts.
+func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{deps: deps}, nil
+	opts.setDefaults()
+	switch opts.Mode {
+	case ModeWebhook, ModePoll, ModeBoth:
+	default:
+		return nil, fmt.Errorf("ingress-github: mode %q: want webhook, poll or both", opts.Mode)
+	}
+	if len(deps.EnvelopeKey) == 0 {
+		return nil, errors.New("ingress-github: no envelope key: it verifies ledger envelopes with LOOP_ENVELOPE_KEY")
+	}
+	s := &Service{deps: deps, opts: opts, m: newMetrics(deps.Registry), listening: make(chan struct{})}
+	s.intake = &intake{s: s}
+	s.login = newLedgerLogin(deps.GitHub, opts.Now)
+	secret := deps.GitHub.WebhookSecret
+	switch {
+	case opts.Validator != nil:
+		s.validator = opts.Validator
+	case secret.IsSet():
+		s.validator = NewHMACValidator([]byte(secret.Reveal()))
+	case opts.InsecureNoSignature:
+		s.validator, s.insecure = UnverifiedValidator(), true
+	}
+	if opts.Mode.webhook() && s.validator == nil {
+		s.webhookOff = "LOOP_GITHUB_WEBHOOK_SECRET is not set: the webhook listener is off (fail-closed). Set the secret, " +
+			"or LOOP_GITHUB_INSECURE_NO_SIGNATURE=true to accept unsigned deliveries, or LOOP_GITHUB_MODE=poll"
+		if opts.RequireWebhookSecret {
+			return nil, errors.New("ingress-github: " + s.webhookOff)
+		}
+	}
+	if opts.Mode.poll() {
+		switch {
+		case len(opts.Poll.Repos) == 0:
+			s.pollOff = "poll mode without repositories: set LOOP_GITHUB_POLL_REPOS"
+		case !deps.GitHub.Token.IsSet():
+			s.pollOff = "poll mode without LOOP_GITHUB_TOKEN"
+		}
+		if s.pollOff != "" && opts.RequireWebhookSecret {
+			return nil, errors.New("ingress-github: " + s.pollOff)
+		}
+	}
+	return s, nil
 }
 
-// Run waits for ctx.
+// policy is the routing policy in force: read per delivery, as the operator
+// config reloads live.
+func (s *Service) policy() route.Policy {
+	cfg := s.deps.Config()
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	return route.Policy{
+		Events:      s.opts.Events,
+		Directory:   cfg.Routing.AuthorizedUsers,
+		LedgerLogin: s.login.get(context.Background()),
+		EnvelopeKey: s.deps.EnvelopeKey,
+	}
+}
+
+func (s *Service) now() time.Time { return s.opts.Now() }
+
+// WebhookAddr waits until the webhook listens and returns its address, or
+// nil when ctx ends first (or the listener is off).
+func (s *Service) WebhookAddr(ctx context.Context) net.Addr {
+	select {
+	case <-s.listening:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.addr
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+func (s *Service) ready() error {
+	var problems []string
+	if s.stopping.Load() {
+		problems = append(problems, "shutting down")
+	}
+	if !s.deps.Conn.Connected() {
+		problems = append(problems, "not connected to NATS")
+	}
+	if s.webhookOff != "" {
+		problems = append(problems, s.webhookOff)
+	}
+	if s.pollOff != "" {
+		problems = append(problems, s.pollOff)
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Run serves the webhook and/or polls until ctx ends. Shutdown flips
+// readiness first, then stops accepting requests and lets in-flight ones
+// finish their PubAcks (httpserver.Serve's bounded shutdown).
 func (s *Service) Run(ctx context.Context) error {
-	s.deps.Log.InfoContext(ctx, "ingress-github skeleton: webhook intake is not built yet", "stream", bus.StreamInbox)
-	return runtime.WaitConnected(ctx, s.deps, Name)
+	s.deps.Ready.Add(Name, s.ready)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		<-gctx.Done()
+		s.stopping.Store(true)
+		return nil
+	})
+	if s.opts.Mode.webhook() {
+		if s.webhookOff != "" {
+			s.deps.Log.ErrorContext(ctx, "WEBHOOK LISTENER OFF: "+s.webhookOff)
+		} else {
+			ln, err := httpserver.Listen(s.deps.GitHub.WebhookAddr)
+			if err != nil {
+				return fmt.Errorf("ingress-github: webhook: %w", err)
+			}
+			s.mu.Lock()
+			s.addr = ln.Addr()
+			s.mu.Unlock()
+			close(s.listening)
+			s.deps.Log.InfoContext(ctx, "webhook listening", "addr", ln.Addr().String(), "path", WebhookPath,
+				"verifying_signatures", !s.insecure)
+			if s.insecure {
+				s.deps.Log.ErrorContext(ctx, "INSECURE: "+insecureWarning)
+			}
+			h := http.Handler(s.Handler())
+			g.Go(func() error { return httpserver.Serve(gctx, ln, h, s.deps.Log) })
+		}
+	}
+	if s.opts.Mode.poll() {
+		if s.pollOff != "" {
+			s.deps.Log.ErrorContext(ctx, "POLLER OFF: "+s.pollOff)
+		} else {
+			p, err := s.newPoller()
+			if err != nil {
+				return err
+			}
+			g.Go(func() error { return p.Run(gctx) })
+		}
+	}
+	return g.Wait()
+}
+
+func (s *Service) newPoller() (*poll.Poller, error) {
+	p, err := poll.New(poll.Config{
+		Conn:     s.deps.Conn,
+		Log:      s.deps.Log.With("component", "poller"),
+		APIURL:   s.deps.GitHub.APIURL,
+		Token:    s.deps.GitHub.Token.Reveal(),
+		Repos:    slices.Clone(s.opts.Poll.Repos),
+		Label:    s.opts.Poll.Label,
+		Interval: s.opts.Poll.Interval,
+		Now:      s.opts.Now,
+		Deliver:  s.deliverPolled,
+		Observe: func(result string) {
+			s.m.poll.WithLabelValues(result).Inc()
+		},
+		Cycle: func(result string) { s.m.cycles.WithLabelValues(result).Inc() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ingress-github: poller: %w", err)
+	}
+	s.mu.Lock()
+	s.poller = p
+	s.mu.Unlock()
+	return p, nil
+}
+
+// deliverPolled hands a synthesised delivery to the shared intake.
+func (s *Service) deliverPolled(ctx context.Context, d poll.Delivery) error {
+	p, err := route.Decode(d.Payload)
+	if err != nil {
+		return fmt.Errorf("synthesised payload: %w", err)
+	}
+	_, err = s.intake.handle(ctx, route.Delivery{Event: d.Event, DeliveryID: d.ID, Payload: d.Payload, Received: s.now()}, p, viaPoll, false)
+	return err
 }

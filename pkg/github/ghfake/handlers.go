@@ -58,6 +58,8 @@ func (s *Server) routeLocked(c *call) *response {
 	switch {
 	case len(rest) == 0 && post:
 		doc, h = docCreateIssue, s.createIssueHTTPLocked
+	case len(rest) == 0 && get: // issues_list.go
+		doc, h = docListRepoIssues, s.listIssuesLocked
 	case len(rest) == 1 && rest[0] == "comments" && get:
 		doc, h = docListRepoComms, s.listRepoCommentsLocked
 	case len(rest) == 2 && rest[0] == "comments" && get:

@@ -1,0 +1,88 @@
+package ingressgithub
+
+import (
+	"errors"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/the-loop/bus/services/ingress-github/internal/route"
+)
+
+// metrics are the service's Prometheus metrics, on the host's registry.
+// A metrics error never fails a request.
+type metrics struct {
+	received  *prometheus.CounterVec // by event, via
+	rejected  *prometheus.CounterVec // HTTP rejections, by reason
+	published *prometheus.CounterVec // by type, via
+	dropped   *prometheus.CounterVec // by reason, via
+	latency   prometheus.Histogram   // PubAck latency of one event
+	poll      *prometheus.CounterVec // GitHub requests of the poller, by result
+	cycles    *prometheus.CounterVec // poll cycles, by result
+	unsigned  prometheus.Counter     // deliveries accepted without a signature check
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_github_received_total", Help: "GitHub deliveries received (webhook) or synthesised (poll), by event.",
+		}, []string{"event", "via"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_github_rejected_total", Help: "Webhook requests refused before routing, by reason.",
+		}, []string{"reason"}),
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_github_published_total", Help: "Catalog events accepted by the bus (PubAck), by type.",
+		}, []string{"type", "via"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_github_dropped_total", Help: "Deliveries that became no event, by reason.",
+		}, []string{"reason", "via"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "loop_ingress_github_publish_seconds", Help: "Time from publish to PubAck of one event.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12),
+		}),
+		poll: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_github_poll_requests_total", Help: "GitHub REST requests of the poller, by result (ok, not_modified, error).",
+		}, []string{"result"}),
+		cycles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_github_poll_cycles_total", Help: "Poll cycles, by result.",
+		}, []string{"result"}),
+		unsigned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loop_ingress_github_unverified_total", Help: "Webhook deliveries accepted without a signature check (insecure mode).",
+		}),
+	}
+	if reg == nil {
+		return m
+	}
+	m.received = register(reg, m.received)
+	m.rejected = register(reg, m.rejected)
+	m.published = register(reg, m.published)
+	m.dropped = register(reg, m.dropped)
+	m.latency = register(reg, m.latency)
+	m.poll = register(reg, m.poll)
+	m.cycles = register(reg, m.cycles)
+	m.unsigned = register(reg, m.unsigned)
+	return m
+}
+
+// register registers c, or returns the collector already registered under
+// its name (two services on one registry in a test).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+	}
+	return c
+}
+
+// eventLabel bounds the label's values: an unsigned (insecure) request
+// could otherwise mint a time series per header value.
+func eventLabel(event string) string {
+	if event == "ping" || slices.Contains(route.DefaultEvents, event) {
+		return event
+	}
+	return "other"
+}

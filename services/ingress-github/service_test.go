@@ -1,0 +1,150 @@
+package ingressgithub
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/services/runtime"
+)
+
+func noSecret(d *runtime.Deps) { d.GitHub.WebhookSecret = config.Secret{} }
+
+// TestNoSecretUnderUp: without a webhook secret (and no insecure flag) the
+// service does not crash its process: the listener stays off, the log says
+// so loudly, and /readyz names why. Run still returns cleanly.
+func TestNoSecretUnderUp(t *testing.T) {
+	e := newEnvBare(t, withDeps(noSecret))
+	err := e.svc.ready()
+	if err == nil || !strings.Contains(err.Error(), "LOOP_GITHUB_WEBHOOK_SECRET") {
+		t.Fatalf("ready = %v, want a reason naming LOOP_GITHUB_WEBHOOK_SECRET", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.svc.Run(ctx) }()
+	short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+	if addr := e.svc.WebhookAddr(short); addr != nil {
+		t.Errorf("the webhook listens on %v without a secret", addr)
+	}
+	stop()
+	failed := e.ready.Check()
+	if !strings.Contains(failed[Name], "LOOP_GITHUB_WEBHOOK_SECRET") {
+		t.Errorf("/readyz checks = %v, want %s failing with the reason", failed, Name)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v, want nil", err)
+	}
+	if !strings.Contains(e.logs.all(), "WEBHOOK LISTENER OFF") {
+		t.Error("no loud log line")
+	}
+	// The handler itself is fail-closed too.
+	if r := e.post("issue_comment", "ns-1", issueCommentJSON("created", 1, "alice", "OWNER", "x"), "-"); r.Code != http.StatusUnauthorized {
+		t.Errorf("unsigned request with no secret configured: %d, want 401", r.Code)
+	}
+}
+
+// TestNoSecretUnderServe: `serve ingress-github` (RequireWebhookSecret)
+// refuses to start without a secret, naming the way out; poll mode needs none.
+func TestNoSecretUnderServe(t *testing.T) {
+	e := newEnvBare(t)
+	deps := e.svc.deps
+	deps.GitHub.WebhookSecret = config.Secret{}
+	o := DefaultOptions()
+	o.RequireWebhookSecret = true
+	_, err := NewWithOptions(deps, o)
+	if err == nil || !strings.Contains(err.Error(), "LOOP_GITHUB_WEBHOOK_SECRET") || !strings.Contains(err.Error(), "LOOP_GITHUB_INSECURE_NO_SIGNATURE") {
+		t.Errorf("New without a secret = %v, want a refusal naming the secret and the insecure flag", err)
+	}
+	o.Mode, o.Poll.Repos = ModePoll, []string{"octo/repo"}
+	deps.GitHub.Token = config.NewSecret("t")
+	if _, err := NewWithOptions(deps, o); err != nil {
+		t.Errorf("poll mode without a webhook secret: %v", err)
+	}
+	o.Mode = "sometimes"
+	if _, err := NewWithOptions(deps, o); err == nil {
+		t.Error("unknown mode accepted")
+	}
+}
+
+// TestInsecureMode: with the explicit flag and no secret, unsigned
+// deliveries are accepted, and every response says signatures are off.
+func TestInsecureMode(t *testing.T) {
+	e := newEnv(t, withDeps(noSecret), withOptions(func(o *Options) { o.InsecureNoSignature = true }))
+	if err := e.svc.ready(); err != nil {
+		t.Errorf("ready = %v", err)
+	}
+	for i, sig := range []string{"-", "sha256=00"} {
+		r := e.post("issue_comment", "ins-"+sig, issueCommentJSON("created", int64(800+i), "alice", "OWNER", "x"), sig)
+		if r.Code != http.StatusAccepted || !strings.Contains(r.Header.Get("X-Loop-Warning"), "NOT verified") {
+			t.Errorf("insecure, signature %q: %d, warning %q", sig, r.Code, r.Header.Get("X-Loop-Warning"))
+		}
+	}
+	if r := e.post("ping", "ins-ping", []byte(`{}`), "-"); r.Header.Get("X-Loop-Warning") == "" {
+		t.Error("a ping response lacks the warning")
+	}
+}
+
+// TestRunServesWebhook: Run listens on LOOP_GITHUB_WEBHOOK_ADDR, reports
+// ready, accepts a delivery, and stops cleanly (readiness first).
+func TestRunServesWebhook(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.svc.Run(ctx) }()
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	addr := e.svc.WebhookAddr(wctx)
+	if addr == nil {
+		t.Fatal("the webhook never listened")
+	}
+	if failed := e.ready.Check(); len(failed) != 0 {
+		t.Errorf("not ready: %v", failed)
+	}
+	body := issueCommentJSON("created", 900, "alice", "OWNER", "over TCP")
+	r := e.postTo("http://"+addr.String()+WebhookPath, "issue_comment", "run-1", body, "", "application/json")
+	if r.Code != http.StatusAccepted {
+		t.Errorf("%d %q", r.Code, r.Status)
+	}
+	e.waitEvents("gh:issue-comment:900")
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+	if err := e.svc.ready(); err == nil || !strings.Contains(err.Error(), "shutting down") {
+		t.Errorf("ready after stop = %v, want shutting down", err)
+	}
+	if _, err := http.Post("http://"+addr.String()+WebhookPath, "application/json", bytes.NewReader(body)); err == nil {
+		t.Error("the listener still answers after Run returned")
+	}
+}
+
+// TestLedgerLoginFromGitHub: without LOOP_GITHUB_LOGIN the ledger's login is
+// asked of GET /user with the token, and its envelope comments are records.
+func TestLedgerLoginFromGitHub(t *testing.T) {
+	gh := ghfake.New(t)
+	gh.AddToken("ledger-token", "ledger-bot")
+	e := newEnv(t, withDeps(func(d *runtime.Deps) {
+		d.GitHub.Login = ""
+		d.GitHub.Token = config.NewSecret("ledger-token")
+		d.GitHub.APIURL = gh.URL()
+	}))
+	rec := envelopeFor(t, testKey, "slack:EvL", "control.command", envelope.LedgerActor{GitHub: "alice"}, "the-loop stop")
+	r := e.post("issue_comment", "login-1", issueCommentJSON("created", 950, "ledger-bot", "NONE", rec), "")
+	if r.Code != http.StatusAccepted {
+		t.Fatalf("%d %q %q", r.Code, r.Status, r.Reason)
+	}
+	ev := e.waitEvents(r.Events...)[0]
+	if ev.GetType() != "ledger.record" || ev.GetActor().GetGithub() != "alice" {
+		t.Errorf("%s by %v", ev.GetType(), ev.GetActor())
+	}
+	if strings.Contains(e.logs.all(), "ledger-token") {
+		t.Error("the token appears in the logs")
+	}
+}
