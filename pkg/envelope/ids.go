@@ -16,6 +16,13 @@ func GitHubID(deliveryID string) string { return "gh:" + deliveryID }
 // SlackEventID is the id of an event raised from a Slack Events API event.
 func SlackEventID(eventID string) string { return "slack:" + eventID }
 
+// SlackMessageID is the id of an event raised from a Slack message, whatever
+// transport brought it (Events API, Socket Mode, polling): the channel and the
+// message ts identify a message across Slack's retries, the message and
+// app_mention twins of one post, and a re-read after a mode change, which
+// Slack's per-delivery event_id does not.
+func SlackMessageID(channel, ts string) string { return "slack:" + channel + ":" + ts }
+
 // SlackInteractionID is the id of an event raised from a Block Kit
 // interaction, which carries no event_id: the message it acted on and the
 // action identify it.

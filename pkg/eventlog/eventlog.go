@@ -41,7 +41,7 @@ var types = []Type{
 	{"channel.posted", slog.LevelInfo, "A channel rendered an event."},
 	{"channel.post_failed", slog.LevelWarn, "A channel failed to render an event."},
 	{"channel.reply_received", slog.LevelInfo, "A channel message was received."},
-	{"channel.dropped", slog.LevelInfo, "A channel message was dropped; reason is one of unmapped, self-authored, unauthorized-actor, undeliverable, unpublishable-event, kickoff-disabled."},
+	{"channel.dropped", slog.LevelInfo, "A channel message was dropped; reason is one of unmapped, self-authored, unauthorized-actor, undeliverable, unpublishable-event, kickoff-disabled, ambiguous-control, channel-disabled, ignored, invalid."},
 	{"channel.kickoff_created", slog.LevelInfo, "A kickoff created a work item."},
 	{"routing.routed", slog.LevelInfo, "A GitHub delivery was routed to work items."},
 	{"routing.dropped", slog.LevelInfo, "A GitHub delivery or comment was dropped; reason is one of disabled-event, duplicate-delivery, duplicate-event, no-work-item, self-authored, forged-marker, unauthorized-actor, comment-changed, invalid-signature, payload-too-large, bus-unavailable."},

@@ -185,3 +185,20 @@ func (s *Store) get(ctx context.Context, key string) (Binding, bool, error) {
 	}
 	return b, true, nil
 }
+
+// List returns channel's bound thread ts, oldest first.
+func (s *Store) List(ctx context.Context, channel string) ([]string, error) {
+	e, err := s.kv.Get(ctx, indexKey(channel))
+	if errors.Is(err, bus.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("threads: read index of %s: %w", channel, err)
+	}
+	var list []string
+	if err := json.Unmarshal(e.Value, &list); err != nil {
+		// A corrupt index lists nothing; the next Bind rewrites it.
+		return nil, nil
+	}
+	return list, nil
+}

@@ -1,0 +1,86 @@
+package ingressslack
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the service's Prometheus metrics, on the host's registry
+// (never the global one). A metrics error never fails a message.
+type metrics struct {
+	received   *prometheus.CounterVec // messages and presses, by via and kind
+	published  *prometheus.CounterVec // events accepted by the bus, by type and via
+	dropped    *prometheus.CounterVec // by reason and via
+	duplicates *prometheus.CounterVec // PubAck said duplicate (a Slack retry), by via
+	rejected   *prometheus.CounterVec // HTTP requests refused before the pipeline, by reason
+	retried    *prometheus.CounterVec // messages left for Slack or the next poll to bring again, by via
+	acks       prometheus.Counter     // Socket Mode envelopes acknowledged
+	latency    prometheus.Histogram   // publish to PubAck
+	slackCalls *prometheus.CounterVec // Web API calls of the poller, by method and result
+	ratelimit  *prometheus.CounterVec // Slack 429s, by method
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_slack_received_total", Help: "Slack messages and button presses received, by transport and kind.",
+		}, []string{"via", "kind"}),
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_slack_published_total", Help: "Catalog events accepted by the bus (PubAck), by type and transport.",
+		}, []string{"type", "via"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_slack_dropped_total", Help: "Messages that became no event, by reason and transport.",
+		}, []string{"reason", "via"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_slack_dedup_hits_total", Help: "Publishes the inbox recognised as a duplicate id (Slack retries, redeliveries).",
+		}, []string{"via"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_slack_rejected_total", Help: "Events API requests refused before the pipeline, by reason.",
+		}, []string{"reason"}),
+		retried: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_slack_retried_total", Help: "Messages not settled because the bus or KV failed; Slack or the next poll brings them again.",
+		}, []string{"via"}),
+		acks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loop_ingress_slack_socket_acks_total", Help: "Socket Mode envelopes acknowledged.",
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "loop_ingress_slack_publish_seconds", Help: "Time from publish to PubAck of one event.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12),
+		}),
+		slackCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_slack_poll_requests_total", Help: "Slack Web API calls of the poller, by method and result (ok, error, ratelimited).",
+		}, []string{"method", "result"}),
+		ratelimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_slack_ratelimited_total", Help: "Slack answers of 429 (rate limited), by method.",
+		}, []string{"method"}),
+	}
+	if reg == nil {
+		return m
+	}
+	m.received = register(reg, m.received)
+	m.published = register(reg, m.published)
+	m.dropped = register(reg, m.dropped)
+	m.duplicates = register(reg, m.duplicates)
+	m.rejected = register(reg, m.rejected)
+	m.retried = register(reg, m.retried)
+	m.acks = register(reg, m.acks)
+	m.latency = register(reg, m.latency)
+	m.slackCalls = register(reg, m.slackCalls)
+	m.ratelimit = register(reg, m.ratelimit)
+	return m
+}
+
+// register registers c, or returns the collector already registered under
+// its name (a second service instance on one registry, as in tests).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+	}
+	return c
+}

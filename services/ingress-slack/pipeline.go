@@ -1,0 +1,367 @@
+package ingressslack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/control"
+	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/identity"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+)
+
+// Drop reasons recorded on channel.dropped (DESIGN §9, seed 001 R8.1).
+const (
+	reasonUnmapped         = "unmapped"
+	reasonSelfAuthored     = "self-authored"
+	reasonUnauthorized     = "unauthorized-actor"
+	reasonUnpublishable    = "unpublishable-event"
+	reasonKickoffDisabled  = "kickoff-disabled"
+	reasonAmbiguousControl = "ambiguous-control"
+	reasonIgnored          = "ignored"
+	reasonChannelDisabled  = "channel-disabled"
+	reasonInvalid          = "invalid"
+)
+
+// source is the ce-source of every event the service raises.
+const source = string(identity.ChannelSlack)
+
+// maxTitle is GitHub's limit on an issue title, in characters (AMB-19).
+const maxTitle = 256
+
+// result is what became of one inbound message.
+type result struct {
+	// typ is the catalog type it was classified as ("" when it was dropped
+	// before classification).
+	typ catalog.Type
+	// reason is the drop reason; "" when the event was published.
+	reason string
+	detail string
+	ref    string
+	// duplicate: the inbox already held the event id (a retry).
+	duplicate bool
+}
+
+// classify decides the one catalog type of a message in a bound thread (a
+// reply or a button press; top-level messages are always work-item.create).
+// The precedence is AMB-1 as settled: a control keyword makes it
+// control.command with no fallback, whatever the grants (an ambiguous mix of
+// keywords included, so that no keyword ever reaches the agent as prose);
+// otherwise gate.feedback when atGate reports the work item at a human gate
+// and the channel holds the gate.feedback grant (the caller folds the grant
+// into atGate, so the gate lookup is skipped without it); otherwise
+// work-item.reply. It never consults the publish grant of the type it
+// returns: a type the channel may not publish is dropped by the caller, never
+// downgraded (R2.3).
+func classify(g control.Grammar, text string, atGate func() (bool, error)) (catalog.Type, control.Result, error) {
+	if res := g.Parse(text); res.Found() {
+		return catalog.ControlCommand, res, nil
+	}
+	gate, err := atGate()
+	if err != nil {
+		return "", control.Result{}, err
+	}
+	if gate {
+		return catalog.GateFeedback, control.Result{}, nil
+	}
+	return catalog.WorkItemReply, control.Result{}, nil
+}
+
+// grammar is the control grammar of cfg. A config the loader accepted always
+// builds one; should it not, the default keywords are used, which errs
+// toward treating a keyword as a command (dropped without the grant) rather
+// than as prose.
+func (s *Service) grammar(cfg *config.Config) control.Grammar {
+	g, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords)
+	if err != nil {
+		s.deps.Log.Warn("ingress-slack: routing.control does not build a grammar; using the default keywords", "err", err)
+		return control.Default()
+	}
+	return g
+}
+
+// process runs one message through the pipeline, in the order the issue
+// fixes: ignore what is not a person's message → map → drop bot and own
+// messages → authorize → classify → publish grant → kickoff checks →
+// publish. A returned error is transient (KV or bus): nothing was decided,
+// and the caller must let the message come again (HTTP 503, no Socket Mode
+// ack, no cursor advance); the event id makes the retry harmless.
+func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
+	s.m.received.WithLabelValues(in.via, kindOf(in)).Inc()
+	if in.ignore != "" {
+		return s.drop(ctx, in, result{reason: reasonIgnored, detail: in.ignore}, ""), nil
+	}
+	kv, err := s.stores()
+	if err != nil {
+		return result{}, err
+	}
+	cfg := s.deps.Config()
+	sc := cfg.Channels.Slack
+	if !sc.Enabled {
+		return s.drop(ctx, in, result{reason: reasonChannelDisabled}, ""), nil
+	}
+
+	// 1. Map. A reply or a press belongs to the work item its thread is
+	// bound to; a top-level message in the configured channel is a kickoff
+	// candidate; anything else is not addressed to the loop. A press never
+	// starts a work item, wherever its message is.
+	var r result
+	kickoff := false
+	switch {
+	case in.press != nil || !in.topLevel():
+		ref, ok, err := kv.threads.Lookup(ctx, in.channel, in.threadTS)
+		if err != nil {
+			return result{}, fmt.Errorf("map %s/%s: %w", in.channel, in.threadTS, err)
+		}
+		if !ok {
+			return s.drop(ctx, in, result{reason: reasonUnmapped}, ""), nil
+		}
+		r.ref = ref
+	case sc.Channel != "" && in.channel == sc.Channel:
+		kickoff = true
+	default:
+		return s.drop(ctx, in, result{reason: reasonUnmapped}, ""), nil
+	}
+
+	// 2. Drop bot and own messages: the Slack half of loop prevention.
+	if in.botID != "" || in.subtype == "bot_message" || (in.user != "" && in.user == s.ownUser()) {
+		r.reason = reasonSelfAuthored
+		return s.drop(ctx, in, r, ""), nil
+	}
+
+	// 3. Authorize the member by their Slack id in routing.authorizedUsers;
+	// the actor is that entry, never anything the text says (abuse 1, 8).
+	person, ok := cfg.Routing.AuthorizedUsers.ByChannel(identity.ChannelSlack, in.user)
+	if !ok {
+		r.reason = reasonUnauthorized
+		return s.drop(ctx, in, r, in.user), nil
+	}
+	s.deps.Events.Emit(ctx, "channel.reply_received", s.attrs(in, r, in.user)...)
+
+	// 4. Classify into exactly one type.
+	var cmd control.Result
+	if kickoff {
+		// A top-level message has no work item a command or a gate answer
+		// could act on: it is a kickoff, whose body the ledger scrubs and
+		// defangs (AMB-19), so a keyword in it is never executed.
+		r.typ = catalog.WorkItemCreate
+	} else {
+		r.typ, cmd, err = classify(s.grammar(cfg), in.text, func() (bool, error) {
+			if !sc.CanPublish(catalog.GateFeedback) {
+				return false, nil
+			}
+			return s.atHumanGate(ctx, kv.graph, r.ref)
+		})
+		if err != nil {
+			return result{}, err
+		}
+	}
+
+	// 5. The channel's publish grant: never downgraded to another type, so
+	// a control keyword without the grant is dropped, not delivered as
+	// prose (R2.3, abuse 2).
+	if !sc.CanPublish(r.typ) {
+		r.reason = reasonUnpublishable
+		return s.drop(ctx, in, r, in.user), nil
+	}
+	switch r.typ {
+	case catalog.GateFeedback, catalog.ControlCommand:
+		// AMB-4: the gate and the control seam judge GitHub logins; a
+		// person with no GitHub id in their entry can answer neither, and
+		// the ledger would refuse the record anyway.
+		if person.GitHub == "" {
+			r.reason, r.detail = reasonUnauthorized, "no-github-login"
+			return s.drop(ctx, in, r, in.user), nil
+		}
+	}
+	if cmd.Ambiguous {
+		// Two different commands: nothing is executed, as on GitHub, and
+		// nothing is recorded that the control seam would refuse anyway.
+		s.deps.Events.Emit(ctx, "control.ambiguous", s.attrs(in, r, in.user)...)
+		r.reason = reasonAmbiguousControl
+		return s.drop(ctx, in, r, in.user), nil
+	}
+
+	// 6. Kickoff: an empty repo disables the path whatever the grant says
+	// (abuse 6); checked before anything is published.
+	if r.typ == catalog.WorkItemCreate && sc.Kickoff.Repo == "" {
+		r.reason = reasonKickoffDisabled
+		return s.drop(ctx, in, r, in.user), nil
+	}
+
+	// 7. Publish to the inbox; the ledger-writer records, then fans out.
+	ev := s.event(in, r, person, cmd, sc)
+	dup, err := s.publish(ctx, ev)
+	if errors.Is(err, envelope.ErrInvalid) {
+		r.reason, r.detail = reasonInvalid, "event"
+		return s.drop(ctx, in, r, in.user), nil
+	}
+	if err != nil {
+		return result{}, err
+	}
+	r.duplicate = dup
+	s.m.published.WithLabelValues(string(r.typ), in.via).Inc()
+	if dup {
+		s.m.duplicates.WithLabelValues(in.via).Inc()
+	}
+	s.deps.Events.Emit(ctx, "bus.published", append(s.attrs(in, r, in.user), slog.Bool("duplicate", dup))...)
+	return r, nil
+}
+
+// event builds the catalog event. Repo and labels of a kickoff come from
+// config only (abuse 7); the actor is the person's entry (abuse 8).
+func (s *Service) event(in *inbound, r result, p identity.Person, cmd control.Result, sc config.SlackChannel) *loopv1.Event {
+	ev := &loopv1.Event{
+		Id:      in.id,
+		Source:  source,
+		Type:    string(r.typ),
+		Subject: r.ref,
+		Time:    envelope.NewTime(in.at(s.opts.Now())),
+		Actor:   &loopv1.Actor{Github: p.GitHub, Slack: p.Slack, Name: p.Name},
+		Conversation: &loopv1.Conversation{
+			Channel: in.channel, ThreadTs: in.threadTS, MessageTs: in.ts,
+		},
+	}
+	switch r.typ {
+	case catalog.WorkItemCreate:
+		// No work item yet: the subject is the conversation (DESIGN §5),
+		// and the message becomes the root of the new work item's thread.
+		ev.Subject = "slack:" + in.channel + "/" + in.ts
+		ev.Conversation.ThreadTs = ""
+		ev.Body = &loopv1.Event_WorkItemCreate{WorkItemCreate: &loopv1.WorkItemCreate{
+			Repo:   sc.Kickoff.Repo,
+			Title:  title(in.text),
+			Body:   in.text,
+			Labels: append([]string(nil), sc.Kickoff.Labels...),
+		}}
+	case catalog.ControlCommand:
+		ev.Body = &loopv1.Event_ControlCommand{ControlCommand: &loopv1.ControlCommand{
+			Command: string(cmd.Command), Text: in.text,
+		}}
+	case catalog.GateFeedback:
+		gf := &loopv1.GateFeedback{Text: in.text}
+		if in.press != nil && in.press.rendered {
+			gf.Action = in.press.value
+		}
+		ev.Body = &loopv1.Event_GateFeedback{GateFeedback: gf}
+	default:
+		ev.Body = &loopv1.Event_Reply{Reply: &loopv1.Reply{Text: in.text}}
+	}
+	return ev
+}
+
+// title is a kickoff's issue title: its first non-blank line, cut to GitHub's
+// limit. The ledger-writer scrubs and defangs it.
+func title(text string) string {
+	for line := range strings.SplitSeq(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if utf8.RuneCountInString(line) > maxTitle {
+			line = string([]rune(line)[:maxTitle-1]) + "…"
+		}
+		return line
+	}
+	return ""
+}
+
+// publish stores ev in the inbox under Nats-Msg-Id = its id and waits for
+// the PubAck. dup reports that the inbox already had that id.
+func (s *Service) publish(ctx context.Context, ev *loopv1.Event) (dup bool, err error) {
+	m, err := envelope.ToMessage(ev, envelope.Inbox, "")
+	if err != nil {
+		return false, err
+	}
+	h := bus.Header{}
+	for k, v := range m.Header {
+		// The bus sets Nats-Msg-Id from MsgID and refuses Nats-* headers.
+		if k != envelope.HeaderMsgID {
+			h[k] = v
+		}
+	}
+	start := time.Now()
+	ack, err := s.deps.Conn.Publish(ctx, bus.Message{Subject: m.Subject, Header: h, Data: m.Data, MsgID: ev.GetId()})
+	if err != nil {
+		return false, fmt.Errorf("publish %s: %w", ev.GetId(), err)
+	}
+	s.m.latency.Observe(time.Since(start).Seconds())
+	return ack.Duplicate, nil
+}
+
+// atHumanGate reads the work item's graph state from KV "graph", stored by
+// the dispatcher under catalog.SubjectKey(ref). No state means no gate. The
+// gate is the current node being a human, non-terminal node of its graph
+// (AMB-2); for a graph this process does not know (an operator's own), the
+// state's status, which the graph package sets to waiting exactly on entering
+// such a node, stands in.
+func (s *Service) atHumanGate(ctx context.Context, kvGraph *bus.KV, ref string) (bool, error) {
+	e, err := kvGraph.Get(ctx, catalog.SubjectKey(ref))
+	if errors.Is(err, bus.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("graph state of %s: %w", ref, err)
+	}
+	st, err := graph.Decode(e.Value)
+	if err != nil {
+		s.deps.Log.Warn("ingress-slack: unreadable graph state; treating the work item as not at a gate",
+			"work_item", ref, "err", err)
+		return false, nil
+	}
+	if st.Ref != "" && st.Ref != ref {
+		// Two refs share a subject key; this state is another item's.
+		return false, nil
+	}
+	if g, ok := s.graphs.Get(st.Graph); ok {
+		return st.AtHumanGate(g), nil
+	}
+	return st.Status == graph.StatusWaiting, nil
+}
+
+// drop records a dropped message: channel.dropped with ids and types only
+// (R8.2), and the dropped metric.
+func (s *Service) drop(ctx context.Context, in *inbound, r result, actor string) result {
+	s.m.dropped.WithLabelValues(r.reason, in.via).Inc()
+	s.deps.Events.Emit(ctx, "channel.dropped", append(s.attrs(in, r, actor), slog.String("reason", r.reason))...)
+	return r
+}
+
+// attrs are the event-log attributes of a message: ids and types, never
+// its text.
+func (s *Service) attrs(in *inbound, r result, actor string) []slog.Attr {
+	a := []slog.Attr{slog.String("via", in.via)}
+	add := func(k, v string) {
+		if v != "" {
+			a = append(a, slog.String(k, v))
+		}
+	}
+	add("event_id", in.id)
+	add("event_type", string(r.typ))
+	add("detail", r.detail)
+	add("channel", in.channel)
+	add("thread_ts", in.threadTS)
+	add("message_ts", in.ts)
+	add("work_item", r.ref)
+	add("actor", actor)
+	if in.press != nil {
+		add("action_id", safeLabel(in.press.actionID))
+	}
+	return a
+}
+
+func kindOf(in *inbound) string {
+	if in.press != nil {
+		return "press"
+	}
+	return "message"
+}
