@@ -21,6 +21,10 @@ const (
 	StreamAdvisories = "LOOP_ADVISORIES"
 )
 
+// ObjectPayloads is the object store of provider payloads too large for one
+// message: an event carries a reference "<bucket>/<name>" instead.
+const ObjectPayloads = "payloads"
+
 // KV bucket names (DESIGN §5).
 const (
 	BucketLedger   = "ledger"
@@ -98,6 +102,9 @@ type Topology struct {
 	// Buckets lists the KV buckets (default: the seven of DESIGN §5, seen
 	// with a 72h TTL, which covers GitHub's ≥3d and Slack's ≥10m at once).
 	Buckets []Bucket
+	// Objects are the object stores (default: ObjectPayloads, kept as long
+	// as the event stream).
+	Objects []Bucket
 }
 
 // DefaultTopology is DESIGN §5 for a single node.
@@ -150,6 +157,9 @@ func (t *Topology) setDefaults() {
 			{Service: ServiceSlackRenderer, Stream: StreamEvents},
 			{Service: ServiceDispatcher, Stream: StreamEvents},
 		}
+	}
+	if t.Objects == nil {
+		t.Objects = []Bucket{{Name: ObjectPayloads, TTL: t.EventsMaxAge}}
 	}
 	if t.Buckets == nil {
 		t.Buckets = []Bucket{
@@ -330,6 +340,20 @@ func (c *Conn) Provision(ctx context.Context, t Topology) error {
 				return nil
 			})
 		}
+	}
+	for _, b := range t.Objects {
+		g.Go(func() error {
+			_, err := c.js.CreateOrUpdateObjectStore(gctx, jetstream.ObjectStoreConfig{
+				Bucket:   b.Name,
+				TTL:      b.TTL,
+				Storage:  jetstream.FileStorage,
+				Replicas: t.Replicas,
+			})
+			if err != nil {
+				return fmt.Errorf("bus: provision object store %s: %w", b.Name, err)
+			}
+			return nil
+		})
 	}
 	for _, b := range t.Buckets {
 		g.Go(func() error {

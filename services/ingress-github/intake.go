@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -135,6 +136,20 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 		o := drop(route.DropDuplicateEvent, who...)
 		o.IDs = out.IDs
 		return o, nil
+	}
+	if slices.Contains(dec.Notes, route.NotePayloadTruncated) {
+		// The payload does not fit one message: keep it whole in the object
+		// store, named by its hash (a redelivery stores nothing new), and let
+		// the events carry the reference beside their summary.
+		ref, err := s.deps.Conn.PutObject(ctx, bus.ObjectPayloads, "github-"+route.PayloadDigest(d.Payload), d.Payload)
+		if err != nil {
+			return outcome{}, fmt.Errorf("store the oversized payload: %w", err)
+		}
+		for _, ev := range dec.Events {
+			if a := ev.GetGithubActivity(); a != nil {
+				a.PayloadRef = ref
+			}
+		}
 	}
 	for _, i := range fresh {
 		ev := dec.Events[i]

@@ -1,6 +1,7 @@
 package ingressgithub
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -383,7 +384,8 @@ func TestClassification(t *testing.T) {
 
 // TestActivityCarriesPayload: work-item.activity carries event name,
 // action, delivery id and the payload verbatim; a payload too large for one
-// bus message is replaced by a summary marked payload_truncated.
+// bus message is replaced by a summary marked payload_truncated, and kept
+// whole in the payloads object store under payload_ref.
 func TestActivityCarriesPayload(t *testing.T) {
 	e := newEnv(t)
 	body := issuesJSON("labeled", "alice", "github.com")
@@ -415,6 +417,12 @@ func TestActivityCarriesPayload(t *testing.T) {
 	}
 	if p.Action() != "completed" {
 		t.Errorf("truncated payload action %q", p.Action())
+	}
+	// The whole payload is kept in the object store, and the event names it.
+	ref := ev.GetGithubActivity().GetPayloadRef()
+	whole, err := e.conn.GetObject(context.Background(), ref)
+	if err != nil || !bytes.Equal(whole, big) {
+		t.Errorf("payload_ref %q holds %d bytes (%v), want the %d-byte delivery", ref, len(whole), err, len(big))
 	}
 }
 

@@ -977,8 +977,12 @@ type GitHubActivity struct {
 	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	// X-GitHub-Delivery.
 	DeliveryId string `protobuf:"bytes,3,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
-	// The payload, verbatim.
-	Payload       []byte `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	// The payload, verbatim; or, when payload_ref is set, a summary of it
+	// (the payload was too large for one message).
+	Payload []byte `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	// Where the whole payload is kept when it did not fit: "<bucket>/<name>"
+	// in a JetStream object store.
+	PayloadRef    string `protobuf:"bytes,5,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1039,6 +1043,13 @@ func (x *GitHubActivity) GetPayload() []byte {
 		return x.Payload
 	}
 	return nil
+}
+
+func (x *GitHubActivity) GetPayloadRef() string {
+	if x != nil {
+		return x.PayloadRef
+	}
+	return ""
 }
 
 // LedgerRecord is the body of ledger.record: the ledger's read-back of a
@@ -1179,13 +1190,15 @@ const file_loop_v1_event_proto_rawDesc = "" +
 	"\x04repo\x18\x01 \x01(\tR\x04repo\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n" +
 	"\x04body\x18\x03 \x01(\tR\x04body\x12\x16\n" +
-	"\x06labels\x18\x04 \x03(\tR\x06labels\"y\n" +
+	"\x06labels\x18\x04 \x03(\tR\x06labels\"\x9a\x01\n" +
 	"\x0eGitHubActivity\x12\x14\n" +
 	"\x05event\x18\x01 \x01(\tR\x05event\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1f\n" +
 	"\vdelivery_id\x18\x03 \x01(\tR\n" +
 	"deliveryId\x12\x18\n" +
-	"\apayload\x18\x04 \x01(\fR\apayload\"t\n" +
+	"\apayload\x18\x04 \x01(\fR\apayload\x12\x1f\n" +
+	"\vpayload_ref\x18\x05 \x01(\tR\n" +
+	"payloadRef\"t\n" +
 	"\fLedgerRecord\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +

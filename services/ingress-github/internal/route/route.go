@@ -406,6 +406,10 @@ func truncateUTF8(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "")
 }
 
+// PayloadDigest is the hex SHA-256 of a payload: the name its whole body is
+// kept under when it is too large for one message.
+func PayloadDigest(b []byte) string { return sum(b) }
+
 func sum(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
@@ -413,9 +417,8 @@ func sum(b []byte) string {
 
 // truncatePayload is the stand-in for a payload too large for one bus
 // message: the identifying fields every consumer routes on, plus
-// payload_truncated, the original size and its SHA-256. (The issue asks for
-// the body in a JetStream object store with a reference here; package bus has
-// no object-store API yet.)
+// payload_truncated, the original size and its SHA-256. The service keeps
+// the whole body in the payloads object store and sets payload_ref.
 func truncatePayload(event string, p obj, size int, digest string) []byte {
 	keep := func(o obj, keys ...string) map[string]any {
 		if o == nil {
