@@ -24,6 +24,7 @@ import (
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/services/dispatcher"
+	"github.com/the-loop/bus/services/dispatcher/harness"
 	ingressgithub "github.com/the-loop/bus/services/ingress-github"
 	ingressslack "github.com/the-loop/bus/services/ingress-slack"
 	ledgerwriter "github.com/the-loop/bus/services/ledger-writer"
@@ -48,6 +49,18 @@ type serviceDef struct {
 // report the problem in /readyz).
 type hostKind struct{ serve bool }
 
+func newDispatcher(d runtime.Deps, _ hostKind) (runner, error) {
+	return dispatcher.New(d, dispatcher.WithSettings(dispatcher.Settings{
+		Harness:          harness.Claude().WithBinary(d.Dispatcher.HarnessBinary),
+		TmuxBinary:       d.Dispatcher.TmuxBinary,
+		TmuxSocket:       d.Dispatcher.TmuxSocket,
+		Host:             d.Dispatcher.Host,
+		Workdir:          d.Dispatcher.Workdir,
+		Label:            d.GitHub.PollLabel,
+		SpawnOnUnmatched: d.Dispatcher.Spawn,
+	}))
+}
+
 func newIngressGitHub(d runtime.Deps, k hostKind) (runner, error) {
 	o := ingressgithub.DefaultOptions()
 	o.Mode = ingressgithub.Mode(d.GitHub.Mode)
@@ -65,7 +78,7 @@ func newIngressGitHub(d runtime.Deps, k hostKind) (runner, error) {
 var services = []serviceDef{
 	{ledgerwriter.Name, true, func(d runtime.Deps, _ hostKind) (runner, error) { return ledgerwriter.New(d) }},
 	{slackrenderer.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) { return slackrenderer.New(d) }},
-	{dispatcher.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) { return dispatcher.New(d) }},
+	{dispatcher.Name, false, newDispatcher},
 	{ingressgithub.Name, true, newIngressGitHub},
 	{ingressslack.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) { return ingressslack.New(d) }},
 }
@@ -89,10 +102,11 @@ func lookupService(name string) (serviceDef, bool) {
 
 // settings is every environment setting a host reads.
 type settings struct {
-	Common config.Common
-	GitHub config.GitHub
-	Slack  config.Slack
-	Up     config.Up
+	Common     config.Common
+	GitHub     config.GitHub
+	Slack      config.Slack
+	Up         config.Up
+	Dispatcher config.Dispatcher
 }
 
 func loadSettings(env config.Env) (settings, error) {
@@ -100,7 +114,7 @@ func loadSettings(env config.Env) (settings, error) {
 	if err := config.CheckEnv(env); err != nil {
 		return s, err
 	}
-	if err := config.Process(env, &s.Common, &s.GitHub, &s.Slack, &s.Up); err != nil {
+	if err := config.Process(env, &s.Common, &s.GitHub, &s.Slack, &s.Up, &s.Dispatcher); err != nil {
 		return s, err
 	}
 	if err := s.Common.Validate(); err != nil {
@@ -186,6 +200,7 @@ func (h *host) run(ctx context.Context) error {
 			Config:     current,
 			GitHub:     h.settings.GitHub,
 			Slack:      h.settings.Slack,
+			Dispatcher: h.settings.Dispatcher,
 		}
 		if def.needsKey {
 			deps.EnvelopeKey = h.envelopeKey

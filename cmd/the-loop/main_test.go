@@ -26,6 +26,7 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
+	"github.com/the-loop/bus/pkg/github/ghfake"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
@@ -473,7 +474,10 @@ func TestMalformedEventIsDeadLetteredAndReplayable(t *testing.T) {
 		t.Skip("starts a JetStream server")
 	}
 	srv := bustest.NewServer(t)
-	env := config.Env{"LOOP_NATS_URL": srv.URL(), "LOOP_ADMIN_ADDR": "127.0.0.1:0", "LOOP_ENVELOPE_KEY": strings.Repeat("k", 32)}
+	gh := ghfake.New(t)
+	gh.AddToken("ghp_test_token_for_the_ledger_0123", "the-loop-bot")
+	env := config.Env{"LOOP_NATS_URL": srv.URL(), "LOOP_ADMIN_ADDR": "127.0.0.1:0", "LOOP_ENVELOPE_KEY": strings.Repeat("k", 32),
+		"LOOP_GITHUB_TOKEN": "ghp_test_token_for_the_ledger_0123", "LOOP_GITHUB_API_URL": gh.URL(), "LOOP_GITHUB_LOGIN": "the-loop-bot"}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errb syncBuffer

@@ -28,7 +28,7 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 	}
 	if *help {
 		fmt.Fprintf(stdout, "the-loop serve %s reads these settings from the environment:\n\n", name)
-		return config.Usage(stdout, &config.Common{}, &config.GitHub{}, &config.Slack{})
+		return config.Usage(stdout, &config.Common{}, &config.GitHub{}, &config.Slack{}, &config.Dispatcher{})
 	}
 	s, err := loadSettings(env)
 	if err != nil {

@@ -84,7 +84,7 @@ type GitHub struct {
 	// InsecureNoSignature lets ingress-github accept unsigned webhooks.
 	InsecureNoSignature bool          `envconfig:"GITHUB_INSECURE_NO_SIGNATURE" default:"false" desc:"accept webhooks without a signature when no secret is set (never in production; every response says so)"`
 	PollRepos           string        `envconfig:"GITHUB_POLL_REPOS" desc:"poll mode: comma-separated owner/repo list to poll"`
-	PollLabel           string        `envconfig:"GITHUB_POLL_LABEL" default:"the-loop: auto-execute" desc:"poll mode: the label that selects work items"`
+	PollLabel           string        `envconfig:"GITHUB_POLL_LABEL" default:"the-loop: auto-execute" desc:"the auto-execute label: selects the work items poll mode reads and arms them for the dispatcher"`
 	PollInterval        time.Duration `envconfig:"GITHUB_POLL_INTERVAL" default:"60s" desc:"poll mode: time between polling cycles"`
 	EnvelopeKey         Secret        `envconfig:"ENVELOPE_KEY" desc:"HMAC key signing ledger envelopes, at least 32 bytes; ledger-writer and ingress-github need it ('up' generates one)"`
 }
@@ -114,6 +114,26 @@ type allSettings struct {
 	GitHub
 	Slack
 	Up
+	Dispatcher
+}
+
+// Dispatcher is what the dispatcher reads: where agent sessions run.
+type Dispatcher struct {
+	TmuxBinary    string `envconfig:"TMUX_BINARY" default:"tmux" desc:"tmux binary the dispatcher runs sessions in"`
+	TmuxSocket    string `envconfig:"TMUX_SOCKET" desc:"private tmux server name (tmux -L); empty: the user's default server"`
+	HarnessBinary string `envconfig:"HARNESS_BINARY" default:"claude" desc:"agent harness binary (Claude Code: spawned with --session-id, resumed with --resume)"`
+	Host          string `envconfig:"DISPATCHER_HOST" desc:"this dispatcher replica's name in the session registry; empty: the hostname (use the pod name on Kubernetes)"`
+	Workdir       string `envconfig:"DISPATCHER_WORKDIR" default:"." desc:"working directory of agent sessions"`
+	Spawn         string `envconfig:"DISPATCHER_SPAWN" default:"labeled" desc:"when an event for a work item without a session spawns one: never, labeled (carries the auto-execute label, LOOP_GITHUB_POLL_LABEL) or always"`
+}
+
+// Validate checks the values Process cannot check by type.
+func (d Dispatcher) Validate() error {
+	switch d.Spawn {
+	case "never", "labeled", "always":
+		return nil
+	}
+	return fmt.Errorf("LOOP_DISPATCHER_SPAWN is %q: it must be never, labeled or always", d.Spawn)
 }
 
 // minEnvelopeKey is the shortest envelope key accepted: HMAC-SHA256 keys
@@ -471,6 +491,8 @@ func validateAll(v reflect.Value) error {
 		case *Slack:
 			return c.Validate()
 		case *Up:
+			return c.Validate()
+		case *Dispatcher:
 			return c.Validate()
 		}
 	}

@@ -1,38 +1,361 @@
 // Package dispatcher is the dispatcher service, "the loop": it consumes the
-// recorded events (loop.ev.>) meant for the loop and turns them into work for
-// agent sessions; its own events go back to the inbox.
+// recorded events (loop.ev.>) meant for agent sessions and turns them into
+// prompts typed into a work item's terminal session, starts and stops those
+// sessions, and obeys control commands (ingress-dispatch §2.6–§2.12, §4, §5).
 //
-// This is the skeleton: it consumes its partitions and logs what it would
-// dispatch. Dispatching lands with issue 7.
+// Per event, in the original's order: a control command in a comment (or in a
+// relayed control record) is executed — after the named-actor check, which a
+// relayed command passes through exactly like a typed one (abuse 5) — and not
+// delivered, except execute, which is recorded and delivered; a close of the
+// work item closes its session; with no live session the unmatched policy
+// decides between spawning (the label arms, a start command starts) and a
+// drop; a paused session receives nothing; anything else is rendered with the
+// event template and pasted into the session, respawning it (resuming the
+// harness conversation when it can) if its terminal is gone.
+//
+// Order per work item comes from the partition: the bus hands this service
+// one event of a partition at a time, and the handler returns only when the
+// paste (not the agent's turn) is done. The session registry is the KV bucket
+// "sessions" (package registry), changed only by compare-and-set.
+//
+// Hosts. A session runs in the tmux server of the dispatcher replica that
+// spawned it, recorded as its host; no other machine can see it. Each replica
+// renews a lease in the registry. An event for a session hosted elsewhere is
+// retried (ordered redelivery) while that host's lease is fresh — the pin of
+// the partition normally returns to it — and once the lease has expired the
+// replica takes the session over and respawns it here with resume: the host,
+// and with it its tmux server, is gone (in Kubernetes the sessions live in
+// the pod). At start a replica kills its own loop-* tmux sessions that the
+// registry says are closed or hosted elsewhere, so one work item never has
+// two live sessions after a takeover.
+//
+// Exactly once. A session's document records the id of the event being typed
+// (Pending) before the paste and moves it to Delivered after; a redelivery of
+// a delivered event is dropped as already-processed. Typing into a terminal is
+// not transactional: a crash after the paste and before that second write
+// leaves Pending set, and the redelivery is then dropped as
+// delivery-uncertain rather than typed twice (at most once in that window).
+//
+// Without tmux or the harness binary the service keeps running, consumes
+// nothing (events wait in the stream), reports why on /readyz and in its log,
+// and starts consuming once both are found.
 package dispatcher
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
-	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+	"github.com/the-loop/bus/services/dispatcher/harness"
+	"github.com/the-loop/bus/services/dispatcher/internal/prompt"
+	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
+	"github.com/the-loop/bus/services/dispatcher/registry"
 	"github.com/the-loop/bus/services/runtime"
 )
 
 // Name is the service name used for consumers, logs and `serve`.
 const Name = bus.ServiceDispatcher
 
-// Service is the dispatcher.
-type Service struct{ deps runtime.Deps }
+// DefaultLabel is the auto-execute label (routing.autoExecuteLabel).
+const DefaultLabel = "the-loop: auto-execute"
 
-// New returns the service.
-func New(deps runtime.Deps) (*Service, error) {
+// Spawn policies (routing.spawnOnUnmatched).
+const (
+	SpawnNever   = "never"
+	SpawnLabeled = "labeled"
+	SpawnAlways  = "always"
+)
+
+// Settings are the dispatcher's own settings. The zero value is the default
+// deployment: Claude Code in tmux's default server, labeled policy.
+type Settings struct {
+	// Harness is the agent harness (default harness.Claude()).
+	Harness harness.Harness
+	// TmuxBinary (default "tmux") and TmuxSocket (-L; default: tmux's
+	// default server) choose the tmux server sessions run in.
+	TmuxBinary, TmuxSocket string
+	// Host names this replica in the registry (default os.Hostname()).
+	Host string
+	// Workdir is the sessions' working directory (default ".").
+	Workdir string
+	// Label is the auto-execute label (default DefaultLabel).
+	Label string
+	// SpawnOnUnmatched is never, labeled or always (default labeled).
+	SpawnOnUnmatched string
+	// InteractionMode is work-item (default) or cli.
+	InteractionMode string
+	// EventTemplate and SpawnTemplate are template files; "" keeps the
+	// built-in text.
+	EventTemplate, SpawnTemplate string
+	// ResumeProbe is how long a resumed harness must stay up to count as
+	// resumed (default 2s: an unknown id makes `claude --resume` exit).
+	ResumeProbe time.Duration
+	// Lease is how long a host's lease lasts without renewal (default 90s);
+	// it is renewed every Lease/3.
+	Lease time.Duration
+	// ElsewhereRetry delays the redelivery of an event whose session is
+	// hosted by a live replica elsewhere (default 15s).
+	ElsewhereRetry time.Duration
+	// RecheckEvery is how often a replica without tmux or harness looks
+	// for them again (default 30s).
+	RecheckEvery time.Duration
+	// NewSessionID makes harness session ids (default random UUIDv4).
+	NewSessionID func() string
+}
+
+func (c *Settings) setDefaults() {
+	if c.Harness == nil {
+		c.Harness = harness.Claude()
+	}
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+		if c.Host == "" {
+			c.Host = "localhost"
+		}
+	}
+	if c.Workdir == "" {
+		c.Workdir = "."
+	}
+	if c.Label == "" {
+		c.Label = DefaultLabel
+	}
+	if c.SpawnOnUnmatched == "" {
+		c.SpawnOnUnmatched = SpawnLabeled
+	}
+	if c.ResumeProbe == 0 {
+		c.ResumeProbe = 2 * time.Second
+	}
+	if c.Lease <= 0 {
+		c.Lease = 90 * time.Second
+	}
+	if c.ElsewhereRetry <= 0 {
+		c.ElsewhereRetry = 15 * time.Second
+	}
+	if c.RecheckEvery <= 0 {
+		c.RecheckEvery = 30 * time.Second
+	}
+	if c.NewSessionID == nil {
+		c.NewSessionID = uuid4
+	}
+}
+
+// Option configures New.
+type Option func(*Settings)
+
+// WithSettings replaces the settings (unset fields take their defaults).
+func WithSettings(s Settings) Option { return func(c *Settings) { *c = s } }
+
+// Service is the dispatcher.
+type Service struct {
+	deps   runtime.Deps
+	set    Settings
+	tmux   *tmux.Server
+	tmpl   prompt.Templates
+	m      *metrics
+	store  atomic.Pointer[registry.Store]
+	graphs graphs
+
+	// unavailable is why sessions cannot run here ("" when they can).
+	mu          sync.Mutex
+	unavailable string
+}
+
+// New returns the service. It never fails for a missing tmux or harness:
+// Run reports those and waits for them.
+func New(deps runtime.Deps, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{deps: deps}, nil
+	var set Settings
+	for _, o := range opts {
+		o(&set)
+	}
+	set.setDefaults()
+	m, err := newMetrics(deps.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("%s: metrics: %w", Name, err)
+	}
+	mode, ok := prompt.ParseMode(set.InteractionMode)
+	if !ok {
+		deps.Log.Warn("dispatcher: unknown interaction mode; using work-item", "mode", set.InteractionMode)
+	}
+	tmpl, warnings := prompt.Load(set.EventTemplate, set.SpawnTemplate, mode)
+	for _, w := range warnings {
+		deps.Log.Warn("dispatcher: prompt template unreadable", "detail", w)
+	}
+	s := &Service{
+		deps: deps, set: set, m: m, tmpl: tmpl,
+		tmux: &tmux.Server{Binary: set.TmuxBinary, Socket: set.TmuxSocket, RemainOnExit: true},
+	}
+	return s, nil
 }
 
-// Run consumes the event stream until ctx is done, then drains.
+// check reports why sessions cannot run on this host, or nil.
+func (s *Service) check() error {
+	if err := s.tmux.Available(); err != nil {
+		return err
+	}
+	return s.set.Harness.Available()
+}
+
+// Run consumes the event stream until ctx is done, then drains. It returns
+// an error only when the bus itself fails under it.
 func (s *Service) Run(ctx context.Context) error {
-	return runtime.Consume(ctx, s.deps, Name, bus.StreamEvents, func(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
-		s.deps.Log.LogAttrs(ctx, slog.LevelInfo, "dispatcher would dispatch", runtime.EventAttrs(ev, d)...)
+	// Registered under the service's own name so /readyz lists the
+	// dispatcher (with the reason) while it waits; the consumer's check
+	// replaces it once consuming starts.
+	s.deps.Ready.Add(Name, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.unavailable != "" {
+			return errors.New(s.unavailable)
+		}
 		return nil
 	})
+	if !s.waitAvailable(ctx) {
+		return nil
+	}
+	store, ok := s.openStore(ctx)
+	if !ok {
+		return nil
+	}
+	s.store.Store(store)
+	s.reconcile(ctx, store)
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go s.heartbeat(hctx, store)
+	return runtime.Consume(ctx, s.deps, Name, bus.StreamEvents, s.handle)
+}
+
+// waitAvailable blocks until tmux and the harness are found (true) or ctx
+// ends (false), saying why on /readyz and, once per reason, in the log.
+func (s *Service) waitAvailable(ctx context.Context) bool {
+	last := ""
+	for {
+		err := s.check()
+		s.mu.Lock()
+		if err == nil {
+			s.unavailable = ""
+		} else {
+			s.unavailable = "agent sessions unavailable: " + err.Error()
+		}
+		s.mu.Unlock()
+		if err == nil {
+			if last != "" {
+				s.deps.Log.Info("dispatcher: agent sessions available; consuming")
+			}
+			return true
+		}
+		if err.Error() != last {
+			last = err.Error()
+			s.deps.Log.Warn("dispatcher: agent sessions unavailable; not consuming until this is fixed (events wait in the stream)", "err", err)
+		}
+		t := time.NewTimer(s.set.RecheckEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// openStore opens the registry, retrying while the bus is unreachable.
+func (s *Service) openStore(ctx context.Context) (*registry.Store, bool) {
+	for attempt := 0; ; attempt++ {
+		store, err := registry.Open(ctx, s.deps.Conn)
+		if err == nil {
+			return store, true
+		}
+		if attempt == 0 {
+			s.deps.Log.Warn("dispatcher: session registry unavailable; retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// heartbeat renews this host's lease until ctx ends.
+func (s *Service) heartbeat(ctx context.Context, store *registry.Store) {
+	every := s.set.Lease / 3
+	for {
+		if err := store.Heartbeat(ctx, s.set.Host, time.Now()); err != nil && ctx.Err() == nil {
+			s.deps.Log.Warn("dispatcher: lease renewal failed", "host", s.set.Host, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// reconcile kills this host's loop-* tmux sessions that the registry says
+// are closed, gone or hosted elsewhere: after a takeover the old host must
+// not keep a second live session of the work item when it comes back.
+func (s *Service) reconcile(ctx context.Context, store *registry.Store) {
+	names, err := s.tmux.Sessions(ctx)
+	if err != nil || len(names) == 0 {
+		return
+	}
+	recs, err := store.List(ctx)
+	if err != nil {
+		s.deps.Log.Warn("dispatcher: reconcile: registry unreadable; leaving tmux sessions alone", "err", err)
+		return
+	}
+	ours := map[string]bool{}
+	for _, r := range recs {
+		if r.Session.Live() && r.Session.Host == s.set.Host {
+			ours[r.Session.TmuxTarget] = true
+		}
+	}
+	owned := map[string]string{}
+	for _, r := range recs {
+		if r.Session != nil {
+			owned[r.Session.TmuxTarget] = r.Ref
+		}
+	}
+	for _, n := range names {
+		ref, known := owned[n]
+		if !known || ours[n] {
+			// Not ours to judge (an operator's session that happens to share
+			// the server), or ours and live.
+			continue
+		}
+		if err := s.tmux.Kill(ctx, n); err == nil {
+			s.deps.Log.Warn("dispatcher: killed a stale local session whose work item is closed or hosted elsewhere",
+				"tmux_target", n, "work_item", ref)
+		}
+	}
+}
+
+// uuid4 returns a random RFC 4122 version 4 UUID.
+func uuid4() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// eventAttrs are the ids every record about ev carries.
+func eventAttrs(in *input) []slog.Attr {
+	return []slog.Attr{
+		slog.String("work_item", in.ref),
+		slog.String("event_id", in.ev.GetId()),
+		slog.String("event_type", in.ev.GetType()),
+		slog.String("gh_event", in.ghEvent),
+		slog.String("action", in.action),
+		slog.String("delivery_id", in.deliveryID),
+	}
 }

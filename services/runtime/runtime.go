@@ -33,8 +33,9 @@ type Deps struct {
 	// is edited (reload without restart), so read it per use, never keep it.
 	Config func() *config.Config
 	// GitHub and Slack are the process settings of those sides.
-	GitHub config.GitHub
-	Slack  config.Slack
+	GitHub     config.GitHub
+	Slack      config.Slack
+	Dispatcher config.Dispatcher
 	// EnvelopeKey signs and verifies ledger envelopes; set for the services
 	// that need it (ledger-writer, ingress-github), nil otherwise.
 	EnvelopeKey []byte

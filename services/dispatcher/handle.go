@@ -1,0 +1,553 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/control"
+	"github.com/the-loop/bus/pkg/identity"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
+	"github.com/the-loop/bus/services/dispatcher/registry"
+)
+
+// Drop reasons of dispatch.dropped. The first six are the original's.
+const (
+	DropSpawnPolicy      = "spawn-policy"
+	DropAwaitingStart    = "awaiting-start"
+	DropSessionPaused    = "session-paused"
+	DropAlreadyProcessed = "already-processed"
+	DropSessionOccupied  = "session-occupied"
+	DropUnauthorized     = "unauthorized-actor"
+	// DropDeliveryUncertain: a redelivery of an event whose paste may have
+	// happened before a crash; it is not typed again (at most once).
+	DropDeliveryUncertain = "delivery-uncertain"
+	// DropNoCommand: a relayed control record in which the grammar in force
+	// finds no command; it is never delivered as prose.
+	DropNoCommand = "no-command"
+	// DropKeptOpen: a close of a linked pull request, not of the work item
+	// its session belongs to (decision-039).
+	DropKeptOpen = "kept-open"
+	// DropNoSession: a close of a work item that has no live session.
+	DropNoSession = "no-session"
+)
+
+// Control rejection reasons (control.rejected).
+const (
+	RejectUnauthorized  = "unauthorized-actor"
+	RejectNothingResume = "nothing-to-resume"
+)
+
+var errLive = errors.New("a live session exists")
+
+// handle is the per-event entry point (ingress-dispatch §2.6 order).
+func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
+	in, ok := s.read(ev)
+	if !ok {
+		return nil
+	}
+	in.last = d.Last()
+	s.observeDepth(ctx, d)
+	store := s.store.Load()
+	cfg := s.deps.Config()
+
+	if in.parse {
+		g, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords)
+		if err != nil {
+			// The config loader validates keywords; this is a last guard.
+			s.deps.Log.Warn("dispatcher: control keywords invalid; using the defaults", "err", err)
+			g, _ = control.New(cfg.Routing.Control.Enabled, nil)
+		}
+		res := g.Parse(in.body)
+		switch {
+		case res.Ambiguous:
+			cmds := make([]string, len(res.Matched))
+			for i, c := range res.Matched {
+				cmds[i] = string(c)
+			}
+			s.m.control.WithLabelValues("ambiguous", "ambiguous").Inc()
+			s.deps.Events.Emit(ctx, "control.ambiguous", append(eventAttrs(in),
+				slog.String("actor", in.actor), slog.Any("commands", cmds), slog.Bool("relayed", in.relayed))...)
+			return nil
+		case res.Command != "":
+			// The named-actor check, for typed and relayed commands alike
+			// (abuse 5): an authorized GitHub login, judged by the config in
+			// force now.
+			if !authorizedGitHub(cfg, in.actor) {
+				s.reject(ctx, in, res.Command, RejectUnauthorized)
+				return nil
+			}
+			if res.Command != control.Execute {
+				return s.apply(ctx, store, in, res.Command)
+			}
+			// execute answers the graph's phase-selection gate: recorded as
+			// handed to the graph, and delivered like any comment.
+			s.commanded(ctx, in, res.Command, "handed-to-graph")
+		case in.relayed:
+			s.drop(ctx, in, DropNoCommand)
+			return nil
+		}
+	}
+	if !s.instructs(cfg, in) {
+		s.drop(ctx, in, DropUnauthorized, slog.String("actor", in.actor))
+		return nil
+	}
+	if in.labeled || in.unlabeled {
+		want := in.labeled
+		if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+			if r.Labeled == want {
+				return registry.ErrNoChange
+			}
+			r.Labeled = want
+			return nil
+		}); err != nil {
+			return fmt.Errorf("registry: %w", err)
+		}
+	}
+	rec, _, err := store.Get(ctx, in.ref)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	if in.closing {
+		return s.closeWorkItem(ctx, store, in, rec)
+	}
+	if !rec.Session.Live() {
+		return s.unmatched(ctx, store, in, rec, "")
+	}
+	return s.deliver(ctx, store, in)
+}
+
+// instructs reports whether in may reach a session: an authorized person's
+// comment, record or reply, or activity whose actor (if named) is
+// authorized. A collaborator's comment has no actor: mirrored, never
+// delivered.
+func (s *Service) instructs(cfg *config.Config, in *input) bool {
+	switch {
+	case in.ev.GetReply() != nil:
+		dir := cfg.Routing.AuthorizedUsers
+		return authorizedGitHub(cfg, in.actor) || in.slack != "" && dir != nil && dir.Authorized(identity.ChannelSlack, in.slack)
+	case in.ev.GetGithubActivity() != nil:
+		return in.actor == "" || in.closing || authorizedGitHub(cfg, in.actor)
+	}
+	return authorizedGitHub(cfg, in.actor)
+}
+
+func authorizedGitHub(cfg *config.Config, login string) bool {
+	dir := cfg.Routing.AuthorizedUsers
+	return login != "" && dir != nil && dir.Authorized(identity.ChannelGitHub, login)
+}
+
+// refusal is why no session may be spawned for in (§2.10), "" if one may.
+func (s *Service) refusal(cfg *config.Config, in *input, rec registry.Record, cmd control.Command) string {
+	armed := false
+	switch s.set.SpawnOnUnmatched {
+	case SpawnAlways:
+		armed = true
+	case SpawnLabeled:
+		armed = in.labeled || rec.Labeled
+	}
+	if !armed {
+		return DropSpawnPolicy
+	}
+	c := cfg.Routing.Control
+	if c.Enabled && c.RequireStartCommand && !cmd.Is(control.Spawning) && !rec.ArmingRecorded() {
+		return DropAwaitingStart
+	}
+	return ""
+}
+
+// unmatched applies the unmatched policy to an event with no live session:
+// spawn, or refuse (a control.rejected for a command, a drop otherwise).
+// Refused events are never replayed later (decision-097).
+func (s *Service) unmatched(ctx context.Context, store *registry.Store, in *input, rec registry.Record, cmd control.Command) error {
+	if reason := s.refusal(s.deps.Config(), in, rec, cmd); reason != "" {
+		if cmd != "" {
+			s.reject(ctx, in, cmd, reason)
+		} else {
+			s.drop(ctx, in, reason)
+		}
+		return nil
+	}
+	return s.spawn(ctx, store, in, cmd)
+}
+
+// controlRecord is what a command by in's actor records.
+func controlRecord(in *input, cmd control.Command) *registry.Control {
+	src := "comment"
+	if in.relayed {
+		src = "relayed"
+	}
+	return &registry.Control{Command: string(cmd), Source: src, Actor: in.actor,
+		RequestedAt: time.Now().UTC().Truncate(time.Second), Note: in.note, EventID: in.ev.GetId()}
+}
+
+// apply executes a session command (§2.8). The control record is written in
+// the same compare-and-set as the command's effect on the registry, after
+// any tmux step, so a redelivery either finds it done or does it again.
+func (s *Service) apply(ctx context.Context, store *registry.Store, in *input, cmd control.Command) error {
+	rec, _, err := store.Get(ctx, in.ref)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	sess := rec.Session
+	if rec.Control != nil && rec.Control.EventID == in.ev.GetId() {
+		if cmd.Is(control.Spawning) && sess != nil && sess.Status == registry.Spawning && sess.Pending == in.ev.GetId() {
+			return s.spawn(ctx, store, in, cmd) // a spawn this command began before a crash
+		}
+		return nil // applied by an earlier delivery
+	}
+	ctl := controlRecord(in, cmd)
+	var effect string
+	switch cmd {
+	case control.Start, control.Contribute, control.Do:
+		if !sess.Live() {
+			// The spawn emits session.spawned; a spawning start emits no
+			// control.command (as the original).
+			return s.unmatched(ctx, store, in, rec, cmd)
+		}
+		effect, err = s.setStatus(ctx, store, in, ctl, registry.Paused, registry.Active, "resumed")
+	case control.Resume:
+		if !sess.Live() || sess.Status != registry.Paused {
+			s.reject(ctx, in, cmd, RejectNothingResume)
+			return nil
+		}
+		effect, err = s.setStatus(ctx, store, in, ctl, registry.Paused, registry.Active, "resumed")
+	case control.Pause:
+		effect, err = s.setStatus(ctx, store, in, ctl, registry.Active, registry.Paused, "paused")
+	case control.Stop:
+		if !sess.Live() {
+			effect, err = s.record(ctx, store, in, ctl, "noop")
+			break
+		}
+		if err = s.closeSession(ctx, store, in, sess, "stopped", ctl, false); err == nil {
+			effect = "stopped"
+		}
+	case control.Cleanup:
+		effect, err = s.cleanup(ctx, store, in, sess, ctl)
+	default:
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.commanded(ctx, in, cmd, effect)
+	return nil
+}
+
+// record writes ctl and nothing else, returning effect.
+func (s *Service) record(ctx context.Context, store *registry.Store, in *input, ctl *registry.Control, effect string) (string, error) {
+	_, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		r.Control = ctl
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("registry: %w", err)
+	}
+	return effect, nil
+}
+
+// setStatus records ctl and moves a live session from one status to
+// another: effect when it moved, noop when it was not in from.
+func (s *Service) setStatus(ctx context.Context, store *registry.Store, in *input, ctl *registry.Control, from, to registry.Status, effect string) (string, error) {
+	moved := false
+	rec, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		r.Control = ctl
+		moved = r.Session.Live() && r.Session.Status == from
+		if moved {
+			r.Session.Status = to
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("registry: %w", err)
+	}
+	if !moved {
+		return "noop", nil
+	}
+	name := "session.paused"
+	if to == registry.Active {
+		name = "session.resumed"
+	}
+	s.deps.Events.Emit(ctx, name, s.sessionAttrs(in, rec.Session)...)
+	return effect, nil
+}
+
+// cleanup releases the session's local resources (its tmux session) and
+// forgets it; the control record stays (§2.8).
+func (s *Service) cleanup(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, ctl *registry.Control) (string, error) {
+	if sess == nil {
+		return s.record(ctx, store, in, ctl, "nothing-to-clean")
+	}
+	if sess.Live() {
+		if err := s.hostHere(ctx, store, in, sess); err != nil {
+			return "", err
+		}
+		if err := s.kill(ctx, sess.TmuxTarget); err != nil {
+			return "", err
+		}
+	}
+	_, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		r.Control, r.Session = ctl, nil
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("registry: %w", err)
+	}
+	return "cleaned", nil
+}
+
+// closeWorkItem handles issues/pull_request closed (§2.9): the work item's
+// own close closes its session and clears its control record; a linked
+// PR's close leaves it open.
+func (s *Service) closeWorkItem(ctx context.Context, store *registry.Store, in *input, rec registry.Record) error {
+	if in.entity == 0 || in.entity != numberOf(in.ref) || !strings.EqualFold(repoOf(in.ref), in.repository) {
+		s.drop(ctx, in, DropKeptOpen)
+		return nil
+	}
+	reason := "issue-closed"
+	if in.ghEvent == "pull_request" {
+		reason = "pr-closed"
+		if in.merged {
+			reason = "pr-merged"
+		}
+	}
+	if !rec.Session.Live() {
+		if rec.Control != nil {
+			if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+				r.Control = nil
+				return nil
+			}); err != nil {
+				return fmt.Errorf("registry: %w", err)
+			}
+		}
+		s.drop(ctx, in, DropNoSession)
+		return nil
+	}
+	return s.closeSession(ctx, store, in, rec.Session, reason, nil, true)
+}
+
+// closeSession kills the session's tmux session and marks it closed,
+// writing ctl (a stop) or clearing the control record (a close of the work
+// item) in the same compare-and-set.
+func (s *Service) closeSession(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, reason string, ctl *registry.Control, clearControl bool) error {
+	if err := s.hostHere(ctx, store, in, sess); err != nil {
+		return err
+	}
+	if err := s.kill(ctx, sess.TmuxTarget); err != nil {
+		return err
+	}
+	rec, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		if ctl != nil {
+			r.Control = ctl
+		}
+		if clearControl {
+			r.Control = nil
+		}
+		if r.Session != nil {
+			r.Session.Status, r.Session.Pending = registry.Closed, ""
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	s.deps.Events.Emit(ctx, "session.closed", append(s.sessionAttrs(in, rec.Session), slog.String("reason", reason))...)
+	return nil
+}
+
+// kill ends target's tmux session; a session that is already gone is fine.
+func (s *Service) kill(ctx context.Context, target string) error {
+	if target == "" {
+		return nil
+	}
+	if err := s.tmux.Kill(ctx, target); err != nil && s.tmux.Probe(ctx, target) != tmux.Absent {
+		return fmt.Errorf("kill %s: %w", target, err)
+	}
+	return nil
+}
+
+// hostHere makes sure sess runs on this host: nil when it does (or when its
+// host's lease has expired and this replica took it over), a delayed retry
+// while its host is alive elsewhere.
+func (s *Service) hostHere(ctx context.Context, store *registry.Store, in *input, sess *registry.Session) error {
+	if sess.Host == s.set.Host {
+		return nil
+	}
+	at, ok, err := store.Lease(ctx, sess.Host)
+	if err != nil {
+		return fmt.Errorf("registry: lease of %s: %w", sess.Host, err)
+	}
+	if ok && time.Since(at) < s.set.Lease {
+		s.m.elsewhere.Inc()
+		s.deps.Log.Info("dispatcher: session hosted by another replica; retrying until the partition returns to it",
+			"work_item", in.ref, "host", sess.Host, "event_id", in.ev.GetId())
+		return bus.Retry(fmt.Errorf("session of %s is hosted on %s", in.ref, sess.Host), s.set.ElsewhereRetry)
+	}
+	old := sess.Host
+	if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		if r.Session == nil || r.Session.Host != old {
+			return registry.ErrNoChange
+		}
+		r.Session.Host = s.set.Host
+		return nil
+	}); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	sess.Host = s.set.Host
+	s.deps.Log.Warn("dispatcher: took over a session whose host's lease expired", "work_item", in.ref, "from_host", old, "host", s.set.Host)
+	return nil
+}
+
+// deliver renders the event prompt and types it into the live session,
+// respawning the session when its terminal is gone (§5.2, §5.4).
+func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input) error {
+	rec, _, err := store.Get(ctx, in.ref)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	sess := rec.Session
+	id := in.ev.GetId()
+	switch {
+	case !sess.Live():
+		return s.unmatched(ctx, store, in, rec, "")
+	case sess.Status == registry.Paused:
+		s.drop(ctx, in, DropSessionPaused)
+		return nil
+	case slices.Contains(sess.Delivered, id):
+		s.drop(ctx, in, DropAlreadyProcessed)
+		return nil
+	case sess.Pending == id:
+		if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+			if r.Session == nil || r.Session.Pending != id {
+				return registry.ErrNoChange
+			}
+			r.Session.Remember(id, time.Now().UTC())
+			return nil
+		}); err != nil {
+			return fmt.Errorf("registry: %w", err)
+		}
+		s.drop(ctx, in, DropDeliveryUncertain)
+		return nil
+	}
+	if err := s.hostHere(ctx, store, in, sess); err != nil {
+		return err
+	}
+	p := s.render(in, false, s.graphs.context(ctx, s.deps.Conn, in.ref))
+	paused := false
+	if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		if !r.Session.Live() || r.Session.Status == registry.Paused {
+			paused = true
+			return registry.ErrNoChange
+		}
+		r.Session.Pending = id
+		return nil
+	}); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	if paused {
+		s.drop(ctx, in, DropSessionPaused)
+		return nil
+	}
+	target := sess.TmuxTarget
+	if !s.tmux.Probe(ctx, target).LiveOrUnknown() {
+		return s.respawn(ctx, store, in, sess, p)
+	}
+	err = s.tmux.Deliver(ctx, target, p)
+	if errors.Is(err, tmux.ErrMissing) {
+		return s.respawn(ctx, store, in, sess, p)
+	}
+	if err != nil {
+		return s.failed(ctx, store, in, sess, err)
+	}
+	if err := s.delivered(ctx, store, in, func(*registry.Session) {}); err != nil {
+		return err
+	}
+	s.m.deliveries.WithLabelValues("delivered").Inc()
+	s.deps.Events.Emit(ctx, "dispatch.succeeded", append(eventAttrs(in),
+		slog.String("harness", sess.Harness), slog.String("via", "tmux"), slog.String("tmux_target", target))...)
+	return nil
+}
+
+// delivered records in's event as typed into the session (edit adjusts the
+// session in the same write).
+func (s *Service) delivered(ctx context.Context, store *registry.Store, in *input, edit func(*registry.Session)) error {
+	_, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		if r.Session == nil {
+			return registry.ErrNoChange
+		}
+		edit(r.Session)
+		if r.Session.Status == registry.Spawning {
+			r.Session.Status = registry.Active
+		}
+		r.Session.Remember(in.ev.GetId(), time.Now().UTC())
+		return nil
+	})
+	if err != nil {
+		// The paste happened; a redelivery finds Pending and does not
+		// paste again.
+		return fmt.Errorf("registry: record delivery: %w", err)
+	}
+	return nil
+}
+
+// failed clears Pending after a delivery that certainly did not happen and
+// asks for a retry.
+func (s *Service) failed(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, cause error) error {
+	_, _ = store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		if r.Session == nil || r.Session.Pending != in.ev.GetId() {
+			return registry.ErrNoChange
+		}
+		r.Session.Pending = ""
+		return nil
+	})
+	s.m.deliveries.WithLabelValues("failed").Inc()
+	s.deps.Events.Emit(ctx, "dispatch.failed", append(eventAttrs(in),
+		slog.String("harness", sess.Harness), slog.String("via", "tmux"), slog.String("tmux_target", sess.TmuxTarget),
+		slog.String("error", cause.Error()), slog.Bool("will_retry", !in.last))...)
+	return cause
+}
+
+// drop records a dispatch.dropped.
+func (s *Service) drop(ctx context.Context, in *input, reason string, extra ...slog.Attr) {
+	s.m.dropped.WithLabelValues(reason).Inc()
+	s.deps.Events.Emit(ctx, "dispatch.dropped", append(append([]slog.Attr{slog.String("reason", reason)}, eventAttrs(in)...), extra...)...)
+}
+
+// reject records a control.rejected; nothing is recorded in the registry.
+func (s *Service) reject(ctx context.Context, in *input, cmd control.Command, reason string) {
+	s.m.control.WithLabelValues(string(cmd), "rejected").Inc()
+	s.deps.Events.Emit(ctx, "control.rejected", append(eventAttrs(in),
+		slog.String("command", string(cmd)), slog.String("reason", reason), slog.String("actor", in.actor),
+		slog.String("source", sourceOf(in)), slog.Bool("relayed", in.relayed))...)
+}
+
+// commanded records a control.command with its effect.
+func (s *Service) commanded(ctx context.Context, in *input, cmd control.Command, effect string) {
+	s.m.control.WithLabelValues(string(cmd), effect).Inc()
+	s.deps.Events.Emit(ctx, "control.command", append(eventAttrs(in),
+		slog.String("command", string(cmd)), slog.String("effect", effect), slog.String("actor", in.actor),
+		slog.String("source", sourceOf(in)), slog.Bool("relayed", in.relayed))...)
+}
+
+func sourceOf(in *input) string {
+	if in.relayed {
+		return "relayed"
+	}
+	return "comment"
+}
+
+func (s *Service) sessionAttrs(in *input, sess *registry.Session) []slog.Attr {
+	attrs := eventAttrs(in)
+	if sess != nil {
+		attrs = append(attrs, slog.String("harness", sess.Harness), slog.String("harness_session_id", sess.HarnessSessionID),
+			slog.String("tmux_target", sess.TmuxTarget), slog.String("host", sess.Host))
+	}
+	return attrs
+}

@@ -1,0 +1,366 @@
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/eventlog"
+	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/pkg/httpserver"
+	"github.com/the-loop/bus/pkg/identity"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+	"github.com/the-loop/bus/services/dispatcher/harness"
+	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
+	"github.com/the-loop/bus/services/dispatcher/registry"
+	"github.com/the-loop/bus/services/runtime"
+)
+
+func TestMain(m *testing.M) {
+	tmuxtest.MaybeRunStandIn()
+	os.Exit(m.Run())
+}
+
+const (
+	partitions = 2
+	alice      = "alice" // authorized
+	mallory    = "mallory"
+	hostA      = "host-a"
+)
+
+// env is one test's world: a real in-process JetStream, a private tmux
+// server, the stand-in harness writing what it receives under dir, and the
+// dispatcher consuming the event stream.
+type env struct {
+	t      *testing.T
+	srv    *bustest.Server
+	pub    *bus.Conn
+	cfg    atomic.Pointer[config.Config]
+	recs   *records
+	logs   *syncBuffer
+	dir    string
+	socket string
+	svc    *Service
+	store  *registry.Store
+	ready  *httpserver.Readiness
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// records collects the event-log records the service publishes.
+type records struct {
+	mu   sync.Mutex
+	recs []eventlog.Record
+}
+
+func (r *records) PublishLog(_ context.Context, _ string, data []byte) error {
+	var rec eventlog.Record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, rec)
+	return nil
+}
+
+// find returns the records called name whose fields include every pair of
+// match.
+func (r *records) find(name string, match map[string]any) []eventlog.Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []eventlog.Record
+next:
+	for _, x := range r.recs {
+		if x.Event != name {
+			continue
+		}
+		for k, v := range match {
+			if fmt.Sprint(x.Fields[k]) != fmt.Sprint(v) {
+				continue next
+			}
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// standIn is the stand-in harness: this test binary, run as Claude Code
+// would be, writing what it receives under dir.
+func standIn(t *testing.T, dir string) *harness.Command {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := harness.Claude()
+	h.Binary = exe
+	h.Environment = map[string]string{tmuxtest.EnvDir: dir}
+	return h
+}
+
+func newEnv(t *testing.T, mod func(*Settings)) *env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs JetStream and tmux")
+	}
+	e := &env{t: t, srv: bustest.NewServer(t), recs: &records{}, logs: &syncBuffer{}, dir: t.TempDir(), ready: httpserver.NewReadiness()}
+	e.socket = tmuxtest.Socket(t)
+	e.srv.Provision(t, bustest.FastTopology(partitions))
+	e.pub = e.srv.Connect(t, "dispatcher-test-publisher")
+	cfg := config.Default()
+	dir, problems := identity.New([]identity.Person{{GitHub: alice, Slack: "U0ALICE"}})
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	cfg.Routing.AuthorizedUsers = dir
+	e.cfg.Store(cfg)
+	set := Settings{
+		Harness: standIn(t, e.dir), TmuxSocket: e.socket, Host: hostA, Workdir: t.TempDir(),
+		ResumeProbe: -1, RecheckEvery: 50 * time.Millisecond,
+	}
+	if mod != nil {
+		mod(&set)
+	}
+	conn := e.srv.Connect(t, "dispatcher")
+	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	deps := runtime.Deps{
+		Conn: conn, Log: log, Events: eventlog.New(Name, log, e.recs), Registry: prometheus.NewRegistry(),
+		Ready: e.ready, Partitions: partitions, Config: e.cfg.Load,
+	}
+	svc, err := New(deps, WithSettings(set))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.svc = svc
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Error("Run did not return")
+		}
+		if e.svc.m != nil && bytes.Contains([]byte(e.logs.String()), []byte("unregistered event-log type")) {
+			t.Error("the service emitted an unregistered event-log type")
+		}
+	})
+	store, err := registry.Open(context.Background(), e.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.store = store
+	return e
+}
+
+// publish puts ev on the event stream as the ledger-writer and
+// ingress-github do.
+func (e *env) publish(evs ...*loopv1.Event) {
+	e.t.Helper()
+	for _, ev := range evs {
+		m, err := envelope.ToMessage(ev, envelope.Events, "")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		h := bus.Header{}
+		for k, v := range m.Header {
+			if k != envelope.HeaderMsgID {
+				h[k] = v
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err = e.pub.Publish(ctx, bus.Message{Subject: m.Subject, Header: h, Data: m.Data, MsgID: ev.GetId()})
+		cancel()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func (e *env) record(ref string) registry.Record {
+	e.t.Helper()
+	r, _, err := e.store.Get(context.Background(), ref)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+func (e *env) tmuxState(ref string) tmux.State {
+	return (&tmux.Server{Socket: e.socket}).Probe(context.Background(), tmux.Target(ref))
+}
+
+// waitRecord waits for a record called name matching match.
+func (e *env) waitRecord(name string, match map[string]any) eventlog.Record {
+	e.t.Helper()
+	var got []eventlog.Record
+	waitFor(e.t, fmt.Sprintf("%s %v", name, match), func() bool {
+		got = e.recs.find(name, match)
+		return len(got) > 0
+	})
+	return got[0]
+}
+
+// inputsOf are the stand-in's submitted pastes for one session.
+func (e *env) inputsOf(sessionID string) []string {
+	var out []string
+	for _, in := range tmuxtest.Inputs(e.t, e.dir) {
+		if in.SessionID == sessionID {
+			out = append(out, in.Text)
+		}
+	}
+	return out
+}
+
+func (e *env) bootsOf(sessionID string) []tmuxtest.Boot {
+	var out []tmuxtest.Boot
+	for _, b := range tmuxtest.Boots(e.t, e.dir) {
+		if b.SessionID == sessionID {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+const waitLong = 90 * time.Second
+
+// waitFor polls cond until it holds or the (generous) deadline passes.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var evTime = envelope.NewTime(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
+
+func person(login string) *loopv1.Actor {
+	if login == "" {
+		return nil
+	}
+	return &loopv1.Actor{Github: login}
+}
+
+// comment is a comment.human as ingress-github publishes it; actor "" is a
+// collaborator's comment (mirrored, never instructing).
+func comment(ref string, id int64, actor, body string) *loopv1.Event {
+	url := fmt.Sprintf("https://github.com/octo/repo/issues/%d#issuecomment-%d", numberOf(ref), id)
+	author := actor
+	if author == "" {
+		author = "collab"
+	}
+	return &loopv1.Event{Id: fmt.Sprintf("gh:issue-comment:%d", id), Source: "github", Type: string(catalog.CommentHuman),
+		Subject: ref, Time: evTime, Actor: person(actor),
+		Ledger: &loopv1.LedgerRef{Repo: repoOf(ref), IssueNumber: numberOf(ref), CommentId: id, Url: url},
+		Body: &loopv1.Event_Comment{Comment: &loopv1.Comment{CommentId: id, Url: url, Author: author,
+			AuthorAssociation: "MEMBER", Body: body}}}
+}
+
+// activity is a work-item.activity with a webhook payload.
+func activity(ref, delivery, event, action string, payload map[string]any) *loopv1.Event {
+	payload["action"] = action
+	payload["repository"] = map[string]any{"full_name": repoOf(ref)}
+	if _, ok := payload["sender"]; !ok {
+		payload["sender"] = map[string]any{"login": alice}
+	}
+	raw, _ := json.Marshal(payload)
+	return &loopv1.Event{Id: "gh:" + delivery, Source: "github", Type: string(catalog.WorkItemActivity), Subject: ref,
+		Time: evTime, Actor: person(alice),
+		Body: &loopv1.Event_GithubActivity{GithubActivity: &loopv1.GitHubActivity{Event: event, Action: action, DeliveryId: delivery, Payload: raw}}}
+}
+
+func labeled(ref, delivery string) *loopv1.Event {
+	return activity(ref, delivery, "issues", "labeled", map[string]any{
+		"label": map[string]any{"name": DefaultLabel},
+		"issue": map[string]any{"number": numberOf(ref), "title": "Add a thing", "state": "open",
+			"labels": []any{map[string]any{"name": DefaultLabel}}},
+	})
+}
+
+func closed(ref, delivery string, number int64) *loopv1.Event {
+	return activity(ref, delivery, "issues", "closed", map[string]any{
+		"issue": map[string]any{"number": number, "title": "Add a thing", "state": "closed"},
+	})
+}
+
+// relayed is the ledger's read-back of a control.command a channel relayed,
+// re-attributed to actor (nil when the envelope's person is not authorized
+// and the ledger login is not either).
+func relayed(ref string, id int64, actor *loopv1.Actor, text string) *loopv1.Event {
+	url := fmt.Sprintf("https://github.com/octo/repo/issues/%d#issuecomment-%d", numberOf(ref), id)
+	body := "Relayed from `U0X` on the **slack** channel:\n\n" + text + "\n\n<!-- the-loop:envelope {\"v\":1} -->\n"
+	return &loopv1.Event{Id: fmt.Sprintf("gh:issue-comment:%d", id), Source: "github", Type: string(catalog.LedgerRecord),
+		Subject: ref, Time: evTime, Actor: actor, CausationId: fmt.Sprintf("slack:Ev%d", id),
+		Body: &loopv1.Event_LedgerRecord{LedgerRecord: &loopv1.LedgerRecord{EventId: fmt.Sprintf("slack:Ev%d", id),
+			EventType: string(catalog.ControlCommand),
+			Comment:   &loopv1.Comment{CommentId: id, Url: url, Author: "the-loop-bot", Body: body}}}}
+}
+
+// expected renders what the stand-in must have received for ev.
+func (e *env) expected(ev *loopv1.Event, spawn bool) string {
+	e.t.Helper()
+	in, ok := e.svc.read(ev)
+	if !ok {
+		e.t.Fatalf("event %s is not for sessions", ev.GetId())
+	}
+	return e.svc.render(in, spawn, "")
+}
+
+// start arms ref with the label and starts it with alice's start comment,
+// returning the live session once its harness is ready for input.
+func (e *env) start(ref string, commentID int64) *registry.Session {
+	e.t.Helper()
+	e.publish(labeled(ref, fmt.Sprintf("lab-%d", commentID)), comment(ref, commentID, alice, "the-loop start"))
+	e.waitRecord("session.spawned", map[string]any{"work_item": ref})
+	sess := e.record(ref).Session
+	if !sess.Live() {
+		e.t.Fatalf("no live session for %s after start", ref)
+	}
+	waitFor(e.t, "the stand-in's boot", func() bool { return len(e.bootsOf(sess.HarnessSessionID)) > 0 })
+	return sess
+}
+
+func tmuxNewSession(t *testing.T, socket, name string) {
+	t.Helper()
+	if out, err := exec.Command("tmux", "-L", socket, "new-session", "-d", "-s", name, "--", "sleep", "600").CombinedOutput(); err != nil {
+		t.Fatalf("tmux new-session: %v: %s", err, out)
+	}
+}

@@ -1,0 +1,235 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/excerpt"
+	"github.com/the-loop/bus/pkg/graph"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+)
+
+// input is one consumed event as the dispatcher reads it: what a session
+// would be told, who said it, and what it may do.
+type input struct {
+	ev  *loopv1.Event
+	ref string
+	// ghEvent, action and deliveryID are the $event, $action and
+	// $delivery_id of the prompt.
+	ghEvent, action, deliveryID string
+	// excerptEvent and payload are what the excerpt is computed from: the
+	// raw webhook payload, or a comment payload built from the event.
+	excerptEvent string
+	payload      []byte
+	repository   string
+	// body is the text control keywords are parsed from; parse says
+	// whether to parse at all (comment and review bodies and relayed
+	// control records only, §2.7).
+	body  string
+	parse bool
+	// relayed: a ledger record of a channel-originated control command.
+	relayed bool
+	// actor is the GitHub login the event speaks for ("" none); slack the
+	// Slack id of a channel reply's person.
+	actor, slack string
+	// note is the comment URL a recorded command points at.
+	note string
+	// closing: an issues/pull_request closed activity; labeled: the
+	// activity carries the auto-execute label; unlabeled: it removed it.
+	closing, labeled, unlabeled bool
+	// entity is the number of the issue or PR a lifecycle event is about;
+	// merged says a closed PR was merged.
+	entity int64
+	merged bool
+	// last: this is the bus's last delivery of the event (a failure now
+	// dead-letters it).
+	last bool
+}
+
+// read turns ev into an input; ok is false for an event sessions never see
+// (the channels' types, graph notifications, other ledger records).
+func (s *Service) read(ev *loopv1.Event) (in *input, ok bool) {
+	in = &input{ev: ev, ref: ev.GetSubject(), deliveryID: ev.GetId(), actor: ev.GetActor().GetGithub(),
+		slack: ev.GetActor().GetSlack(), repository: ev.GetLedger().GetRepo()}
+	if in.repository == "" {
+		in.repository = repoOf(in.ref)
+	}
+	switch catalog.Type(ev.GetType()) {
+	case catalog.CommentHuman:
+		c := ev.GetComment()
+		in.ghEvent, in.action = commentEvent(ev.GetId())
+		in.excerptEvent = in.ghEvent
+		in.payload = commentPayload(in.ghEvent, c.GetBody(), c.GetUrl(), c.GetAuthor())
+		in.body, in.parse, in.note = c.GetBody(), true, c.GetUrl()
+		return in, true
+	case catalog.WorkItemReply:
+		// A channel member's answer, delivered as their input; a reply is
+		// never parsed for control (channel control is its own grant).
+		in.ghEvent, in.action = string(catalog.WorkItemReply), ev.GetSource()
+		in.excerptEvent = "issue_comment"
+		in.payload = commentPayload("issue_comment", ev.GetReply().GetText(), ev.GetLedger().GetUrl(), displayName(ev.GetActor()))
+		return in, true
+	case catalog.LedgerRecord:
+		r := ev.GetLedgerRecord()
+		text := graph.RelayedText(envelope.StripLedger(r.GetComment().GetBody()))
+		in.note = r.GetComment().GetUrl()
+		in.ghEvent, in.action = r.GetEventType(), "recorded"
+		in.excerptEvent = "issue_comment"
+		in.payload = commentPayload("issue_comment", text, r.GetComment().GetUrl(), in.actor)
+		switch catalog.Type(r.GetEventType()) {
+		case catalog.ControlCommand:
+			in.body, in.parse, in.relayed = text, true, true
+			return in, true
+		case catalog.GateFeedback:
+			return in, true
+		}
+		return nil, false
+	case catalog.WorkItemActivity:
+		a := ev.GetGithubActivity()
+		in.ghEvent, in.action, in.deliveryID = a.GetEvent(), a.GetAction(), a.GetDeliveryId()
+		if in.deliveryID == "" {
+			in.deliveryID = ev.GetId()
+		}
+		in.excerptEvent, in.payload = a.GetEvent(), a.GetPayload()
+		var p activityPayload
+		_ = json.Unmarshal(a.GetPayload(), &p) // a payload we cannot read carries no label and no entity
+		if p.Repository.FullName != "" {
+			in.repository = p.Repository.FullName
+		}
+		lifecycle := in.ghEvent == "issues" || in.ghEvent == "pull_request"
+		in.closing = lifecycle && in.action == "closed"
+		switch in.ghEvent {
+		case "issues":
+			in.entity = p.Issue.Number
+		case "pull_request":
+			in.entity, in.merged = p.PullRequest.Number, p.PullRequest.Merged
+		}
+		in.labeled = carriesLabel(p, in.action, s.set.Label)
+		in.unlabeled = in.action == "unlabeled" && p.Label.Name == s.set.Label
+		return in, true
+	}
+	return nil, false
+}
+
+// render is the prompt of kind k for in.
+func (s *Service) render(in *input, spawn bool, graphContext string) string {
+	ex, _ := excerpt.Excerpt(in.excerptEvent, in.payload) // total: a malformed payload still yields "{}"
+	d := promptData(in, ex, graphContext)
+	if spawn {
+		return s.tmpl.Render(promptSpawn, d)
+	}
+	return s.tmpl.Render(promptEvent, d)
+}
+
+// commentEvent names the GitHub event behind a comment.human id
+// (gh:issue-comment:N, gh:review-comment:N, gh:review:N).
+func commentEvent(id string) (event, action string) {
+	switch {
+	case strings.HasPrefix(id, "gh:review-comment:"):
+		return "pull_request_review_comment", "created"
+	case strings.HasPrefix(id, "gh:review:"):
+		return "pull_request_review", "submitted"
+	}
+	return "issue_comment", "created"
+}
+
+// commentPayload is the webhook-shaped payload the excerpt reads for text
+// that reached us as an event body rather than as a payload: the same
+// container and fields a webhook of that event would give.
+func commentPayload(event, body, url, author string) []byte {
+	c := map[string]any{"body": body}
+	if url != "" {
+		c["html_url"] = url
+	}
+	if author != "" {
+		c["user"] = map[string]any{"login": author}
+	}
+	key := "comment"
+	if event == "pull_request_review" {
+		key = "review"
+	}
+	b, _ := json.Marshal(map[string]any{key: c})
+	return b
+}
+
+func displayName(a *loopv1.Actor) string {
+	switch {
+	case a.GetGithub() != "":
+		return a.GetGithub()
+	case a.GetName() != "":
+		return a.GetName()
+	}
+	return a.GetSlack()
+}
+
+type activityPayload struct {
+	Action string `json:"action"`
+	Label  struct {
+		Name string `json:"name"`
+	} `json:"label"`
+	Issue       entityPayload `json:"issue"`
+	PullRequest entityPayload `json:"pull_request"`
+	Repository  struct {
+		FullName string `json:"full_name"`
+	} `json:"repository"`
+}
+
+type entityPayload struct {
+	Number int64 `json:"number"`
+	Merged bool  `json:"merged"`
+	Labels []struct {
+		Name string `json:"name"`
+	} `json:"labels"`
+}
+
+// carriesLabel is event_carries_label (§2.5): labeled with the label, or the
+// issue or PR already wearing it. Exact and case-sensitive.
+func carriesLabel(p activityPayload, action, label string) bool {
+	if label == "" {
+		return false
+	}
+	if action == "unlabeled" && p.Label.Name == label {
+		return false
+	}
+	if action == "labeled" && p.Label.Name == label {
+		return true
+	}
+	for _, e := range []entityPayload{p.Issue, p.PullRequest} {
+		for _, l := range e.Labels {
+			if l.Name == label {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// repoOf is owner/repo of a github:[host/]owner/repo#N ref, "" otherwise.
+func repoOf(ref string) string {
+	_, rest, ok := strings.Cut(ref, ":")
+	if !ok {
+		return ""
+	}
+	path, _, _ := strings.Cut(rest, "#")
+	parts := strings.Split(path, "/")
+	if len(parts) < 2 {
+		return ""
+	}
+	return strings.Join(parts[len(parts)-2:], "/")
+}
+
+// numberOf is N of a ref ending in #N, or 0.
+func numberOf(ref string) int64 {
+	i := strings.LastIndexByte(ref, '#')
+	if i < 0 {
+		return 0
+	}
+	n, err := strconv.ParseInt(ref[i+1:], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}

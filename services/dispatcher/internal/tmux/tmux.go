@@ -1,0 +1,285 @@
+// Package tmux drives the tmux server that hosts agent sessions, with exactly
+// the commands of the original's runner (ingress-dispatch §5.5): probe with
+// has-session and list-panes, spawn with new-session -d, deliver with a
+// bracketed paste-buffer followed by an unbracketed carriage return, kill with
+// kill-session. It never uses send-keys: that fails while a read-only client
+// is attached (issue-240).
+//
+// Every command runs against one tmux server, chosen by socket name (-L), so a
+// deployment can keep the loop's sessions apart from an operator's own and a
+// test never touches a user's server.
+package tmux
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// State is what a probe found.
+type State int
+
+// Probe outcomes. Unknown means tmux did not answer (timeout, no binary): for
+// delivery it counts as live, for spawning as occupied (decision-055).
+const (
+	Absent State = iota
+	Dead
+	Live
+	Unknown
+)
+
+func (s State) String() string {
+	return [...]string{"absent", "dead", "live", "unknown"}[s]
+}
+
+// LiveOrUnknown reports whether s must be treated as a running session.
+func (s State) LiveOrUnknown() bool { return s == Live || s == Unknown }
+
+// Errors a caller tells apart.
+var (
+	// ErrOccupied: the name is held by a live (or unanswering) session, so
+	// a spawn refuses rather than replace it.
+	ErrOccupied = errors.New("tmux: session name occupied by a live session")
+	// ErrMissing: delivery found no live session to paste into.
+	ErrMissing = errors.New("tmux: session missing or dead")
+)
+
+// Server is one tmux server.
+type Server struct {
+	// Binary is the tmux executable (default "tmux").
+	Binary string
+	// Socket is the -L socket name; "" uses tmux's default server.
+	Socket string
+	// Timeout bounds one tmux command (default 10s, the original's probe
+	// timeout).
+	Timeout time.Duration
+	// RemainOnExit keeps a pane whose harness exited, so a probe reports
+	// it dead rather than absent and its last screen stays readable.
+	RemainOnExit bool
+}
+
+func (s *Server) bin() string {
+	if s.Binary == "" {
+		return "tmux"
+	}
+	return s.Binary
+}
+
+// Available reports whether the tmux binary can be found.
+func (s *Server) Available() error {
+	if _, err := exec.LookPath(s.bin()); err != nil {
+		return fmt.Errorf("tmux not found (%s): install the tmux package", s.bin())
+	}
+	return nil
+}
+
+// run executes one tmux command. answered is false when tmux could not be
+// asked or did not answer in time; err is non-nil on a non-zero exit too.
+func (s *Server) run(ctx context.Context, stdin []byte, args ...string) (out string, answered bool, err error) {
+	t := s.Timeout
+	if t <= 0 {
+		t = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, t)
+	defer cancel()
+	full := args
+	if s.Socket != "" {
+		full = append([]string{"-L", s.Socket}, args...)
+	}
+	cmd := exec.CommandContext(ctx, s.bin(), full...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && ctx.Err() == nil {
+			return stdout.String(), true, fmt.Errorf("tmux %s: %s", args[0], strings.TrimSpace(stderr.String()))
+		}
+		return "", false, fmt.Errorf("tmux %s: %w", args[0], err)
+	}
+	return stdout.String(), true, nil
+}
+
+// Probe reports the state of target: has-session, then list-panes — any pane
+// not dead means live; all dead means dead; an unreadable answer means live.
+func (s *Server) Probe(ctx context.Context, target string) State {
+	_, answered, err := s.run(ctx, nil, "has-session", "-t", exact(target))
+	if !answered {
+		return Unknown
+	}
+	if err != nil {
+		return Absent
+	}
+	out, answered, err := s.run(ctx, nil, "list-panes", "-s", "-t", exact(target), "-F", "#{pane_dead}")
+	if !answered || err != nil {
+		return Live
+	}
+	lines := strings.Fields(out)
+	if len(lines) == 0 {
+		return Live
+	}
+	for _, l := range lines {
+		if l != "1" {
+			return Live
+		}
+	}
+	return Dead
+}
+
+// exact makes target match only the session of that exact name: tmux
+// otherwise accepts a unique prefix, and "loop-x-1" would find "loop-x-10".
+func exact(target string) string { return "=" + target }
+
+// window is the exact target of the session's current window (and its active
+// pane), for the commands that take a window or pane target.
+func window(target string) string { return "=" + target + ":" }
+
+// Spawn starts argv (argv[0] is the binary) in a new detached session target
+// with working directory cwd and extra environment env. It never replaces a
+// live or unanswering session (ErrOccupied); a dead one is killed first.
+func (s *Server) Spawn(ctx context.Context, target, cwd string, env map[string]string, argv []string) error {
+	if len(argv) == 0 {
+		return errors.New("tmux: spawn: empty command")
+	}
+	if err := s.clear(ctx, target, false); err != nil {
+		return err
+	}
+	args := []string{"new-session", "-d", "-s", target}
+	if cwd != "" {
+		args = append(args, "-c", cwd)
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		args = append(args, "-e", k+"="+env[k])
+	}
+	args = append(args, "--")
+	args = append(args, argv...)
+	for i, a := range args {
+		args[i] = escapeArg(a)
+	}
+	if s.RemainOnExit {
+		// Chained in the same tmux invocation: the server runs the whole
+		// command list before it reaps a child, so even a harness that
+		// exits at once leaves a dead pane rather than no session.
+		args = append(args, ";", "set-option", "-t", window(target), "-w", "remain-on-exit", "on")
+	}
+	_, _, err := s.run(ctx, nil, args...)
+	if err != nil && strings.Contains(err.Error(), "duplicate session") {
+		// Someone created it between the clear and now: clear again, this
+		// time treating an unanswered probe as occupied, and retry once.
+		if cerr := s.clear(ctx, target, true); cerr != nil {
+			return cerr
+		}
+		_, _, err = s.run(ctx, nil, args...)
+	}
+	if err != nil {
+		return fmt.Errorf("tmux: spawn %s: %w", target, err)
+	}
+	return nil
+}
+
+// clear makes the name free: absent is free, live is refused, dead is killed.
+func (s *Server) clear(ctx context.Context, target string, unknownOccupied bool) error {
+	switch s.Probe(ctx, target) {
+	case Absent:
+		return nil
+	case Live:
+		return fmt.Errorf("%w: %s", ErrOccupied, target)
+	case Unknown:
+		if unknownOccupied {
+			return fmt.Errorf("%w: %s (tmux did not answer)", ErrOccupied, target)
+		}
+		return nil // let new-session decide
+	}
+	if err := s.Kill(ctx, target); err != nil && s.Probe(ctx, target) != Absent {
+		return fmt.Errorf("tmux: clear dead session %s: %w", target, err)
+	}
+	return nil
+}
+
+// Deliver types prompt into target's harness: a bracketed paste of the text
+// (so newlines do not submit it line by line), then a separate unbracketed
+// carriage return, which submits. The buffers are named after the target so
+// two deliveries to two sessions at once never paste each other's text.
+func (s *Server) Deliver(ctx context.Context, target, prompt string) error {
+	if !s.Probe(ctx, target).LiveOrUnknown() {
+		return fmt.Errorf("%w: %s", ErrMissing, target)
+	}
+	evt, submit := "the-loop-evt-"+target, "the-loop-submit-"+target
+	steps := []struct {
+		stdin []byte
+		args  []string
+	}{
+		{[]byte(prompt), []string{"load-buffer", "-b", evt, "-"}},
+		{nil, []string{"paste-buffer", "-p", "-d", "-b", evt, "-t", window(target)}},
+		{[]byte("\r"), []string{"load-buffer", "-b", submit, "-"}},
+		{nil, []string{"paste-buffer", "-d", "-b", submit, "-t", window(target)}},
+	}
+	for _, st := range steps {
+		if _, _, err := s.run(ctx, st.stdin, st.args...); err != nil {
+			return fmt.Errorf("tmux: deliver to %s: %w", target, err)
+		}
+	}
+	return nil
+}
+
+// Kill ends target's session. Killing an absent session is not an error.
+func (s *Server) Kill(ctx context.Context, target string) error {
+	_, answered, err := s.run(ctx, nil, "kill-session", "-t", exact(target))
+	if err != nil && answered && s.Probe(ctx, target) == Absent {
+		return nil
+	}
+	return err
+}
+
+// Sessions lists the server's session names; none when no server runs.
+func (s *Server) Sessions(ctx context.Context) ([]string, error) {
+	out, answered, err := s.run(ctx, nil, "list-sessions", "-F", "#{session_name}")
+	if err != nil {
+		if answered {
+			return nil, nil // no server running: no sessions
+		}
+		return nil, err
+	}
+	return strings.Fields(out), nil
+}
+
+// escapeArg keeps a data argument from being read as a command separator:
+// tmux ends a command at any argument ending in ';' (and turns a trailing
+// "\;" into ";"), so a trailing ";" is written as "\;".
+func escapeArg(a string) string {
+	if strings.HasSuffix(a, ";") {
+		return a[:len(a)-1] + `\;`
+	}
+	return a
+}
+
+var unsafeTarget = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// Target is the tmux session name of a work item: "loop-<slug>" with '.' and
+// ':' rewritten to '_' (tmux renames them itself). The slug is
+// "<provider>-<path with / as ->-<number>", every run of characters outside
+// [A-Za-z0-9._-] replaced by '-' (ingress-dispatch §0). Not injective; the
+// original accepts that too.
+func Target(ref string) string {
+	slug := ref
+	if provider, rest, ok := strings.Cut(ref, ":"); ok {
+		path, number, _ := strings.Cut(rest, "#")
+		slug = provider + "-" + strings.ReplaceAll(path, "/", "-") + "-" + number
+	}
+	slug = unsafeTarget.ReplaceAllString(slug, "-")
+	return "loop-" + strings.NewReplacer(".", "_", ":", "_").Replace(slug)
+}

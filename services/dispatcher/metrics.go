@@ -1,0 +1,95 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/the-loop/bus/pkg/bus"
+)
+
+// metrics are the dispatcher's Prometheus series (DESIGN §9). A metrics
+// error never fails a delivery.
+type metrics struct {
+	deliveries *prometheus.CounterVec // outcome: delivered, spawned, respawned, failed
+	spawns     *prometheus.CounterVec // kind: spawn, respawn, resume, refused, failed
+	dropped    *prometheus.CounterVec // reason
+	control    *prometheus.CounterVec // command, effect (or rejected, ambiguous)
+	elsewhere  prometheus.Counter
+	depth      prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_dispatcher_deliveries_total",
+			Help: "Events typed into agent sessions, by outcome: delivered (pasted), spawned (boot prompt of a new session), respawned (boot prompt of a respawned one), failed (retried).",
+		}, []string{"outcome"}),
+		spawns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_dispatcher_spawns_total",
+			Help: "Session starts, by kind: spawn, respawn (fresh conversation), resume, refused (name held by a live session), failed.",
+		}, []string{"kind"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_dispatcher_dropped_total",
+			Help: "Events not delivered to a session, by dispatch.dropped reason.",
+		}, []string{"reason"}),
+		control: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_dispatcher_control_total",
+			Help: "Control commands, by command and effect (rejected and ambiguous included).",
+		}, []string{"command", "effect"}),
+		elsewhere: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "loop_dispatcher_hosted_elsewhere_total",
+			Help: "Deliveries retried because the session runs on another replica whose lease is fresh.",
+		}),
+		depth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "loop_dispatcher_queue_depth",
+			Help: "Messages stored in LOOP_EVENTS after the one being handled, sampled per event (an upper bound of the work behind it).",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	if m.deliveries, err = adopt(reg, m.deliveries); err != nil {
+		return nil, err
+	}
+	if m.spawns, err = adopt(reg, m.spawns); err != nil {
+		return nil, err
+	}
+	if m.dropped, err = adopt(reg, m.dropped); err != nil {
+		return nil, err
+	}
+	if m.control, err = adopt(reg, m.control); err != nil {
+		return nil, err
+	}
+	if m.elsewhere, err = adopt(reg, m.elsewhere); err != nil {
+		return nil, err
+	}
+	if m.depth, err = adopt(reg, m.depth); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// observeDepth samples the queue depth behind d.
+func (s *Service) observeDepth(ctx context.Context, d *bus.Delivery) {
+	st, err := s.deps.Conn.StreamStats(ctx, bus.StreamEvents)
+	if err != nil || st.LastSeq < d.StreamSeq {
+		return
+	}
+	s.m.depth.Set(float64(st.LastSeq - d.StreamSeq))
+}
+
+// adopt registers c; when an identical collector is already registered (a
+// second instance in one process, as in a restart test) it returns that one.
+func adopt[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(T); ok {
+			return existing, nil
+		}
+	}
+	return c, err
+}

@@ -1,0 +1,194 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/the-loop/bus/pkg/control"
+	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
+	"github.com/the-loop/bus/services/dispatcher/registry"
+)
+
+// spawn starts a new session for in's work item with the spawn template as
+// its boot prompt (§5.3). The registry is claimed first (status spawning,
+// Pending = this event) so that a crash between the claim and tmux is
+// recognised: the redelivery finds its own claim, and a live tmux session of
+// that name is then its own spawn, not an occupant. Any other live session
+// of that name is never replaced.
+func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, cmd control.Command) error {
+	h := s.set.Harness
+	target := tmux.Target(in.ref)
+	evID := in.ev.GetId()
+	var ctl *registry.Control
+	if cmd != "" {
+		ctl = controlRecord(in, cmd)
+	}
+	var id string
+	var prev *registry.Session
+	recovering := false
+	_, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		prev, recovering = nil, false
+		if r.Session.Live() {
+			if r.Session.Status == registry.Spawning && r.Session.Pending == evID && r.Session.Host == s.set.Host {
+				recovering, id = true, r.Session.HarnessSessionID
+				return registry.ErrNoChange
+			}
+			return errLive
+		}
+		if r.Session != nil {
+			c := *r.Session
+			prev = &c
+		}
+		id = s.set.NewSessionID()
+		if ctl != nil {
+			r.Control = ctl
+		}
+		now := time.Now().UTC()
+		r.Session = &registry.Session{
+			Harness: h.Name(), HarnessSessionID: id, Cwd: s.set.Workdir, Host: s.set.Host,
+			TmuxTarget: target, Status: registry.Spawning, Interaction: string(s.tmpl.Mode),
+			CreatedAt: now, LastEventAt: now, Pending: evID,
+		}
+		return nil
+	})
+	if errors.Is(err, errLive) {
+		return s.deliver(ctx, store, in)
+	}
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	p := s.render(in, true, s.graphs.context(ctx, s.deps.Conn, in.ref))
+	argv := append([]string{h.Command()}, h.SpawnArgv(p, id)...)
+	err = s.tmux.Spawn(ctx, target, s.set.Workdir, h.Env(), argv)
+	if err != nil && recovering && errors.Is(err, tmux.ErrOccupied) {
+		err = nil // our own spawn from before the crash: it booted with this event
+	}
+	if err != nil {
+		if _, rerr := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+			if r.Session == nil || r.Session.Status != registry.Spawning || r.Session.Pending != evID {
+				return registry.ErrNoChange
+			}
+			r.Session = prev
+			return nil
+		}); rerr != nil {
+			return fmt.Errorf("registry: undo spawn claim: %w", rerr)
+		}
+		attrs := append(eventAttrs(in), slog.String("harness", h.Name()), slog.String("tmux_target", target), slog.String("error", err.Error()))
+		if errors.Is(err, tmux.ErrOccupied) {
+			// Never spawn over a live session (decision-055): an operator
+			// attaches, kills it, or runs `the-loop sessions cleanup`.
+			s.m.spawns.WithLabelValues("refused").Inc()
+			s.drop(ctx, in, DropSessionOccupied, slog.String("tmux_target", target), slog.Bool("will_retry", false))
+			return nil
+		}
+		s.m.spawns.WithLabelValues("failed").Inc()
+		s.deps.Events.Emit(ctx, "dispatch.failed", append(attrs, slog.Bool("will_retry", !in.last))...)
+		return fmt.Errorf("spawn %s: %w", target, err)
+	}
+	rec, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		if r.Session == nil || r.Session.HarnessSessionID != id {
+			return registry.ErrNoChange
+		}
+		r.Session.Status = registry.Active
+		r.Session.Remember(evID, time.Now().UTC())
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	s.m.spawns.WithLabelValues("spawn").Inc()
+	s.m.deliveries.WithLabelValues("spawned").Inc()
+	s.deps.Events.Emit(ctx, "session.spawned", append(s.sessionAttrs(in, rec.Session),
+		slog.String("runner", "tmux"), slog.String("interaction", string(s.tmpl.Mode)))...)
+	return nil
+}
+
+// respawn restarts a session whose terminal is gone, booting it with the
+// event prompt p (§5.4): first resuming the harness conversation when the
+// harness can and the id is safe, else a fresh conversation. A live
+// occupant found meanwhile gets the paste instead (respawn averted).
+func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, p string) error {
+	h := s.set.Harness
+	target := sess.TmuxTarget
+	if target == "" {
+		target = tmux.Target(in.ref)
+	}
+	id, resumed := sess.HarnessSessionID, false
+	if argv, ok := h.ResumeArgv(p, id); ok && h.Name() == sess.Harness {
+		err := s.tmux.Spawn(ctx, target, sess.Cwd, h.Env(), append([]string{h.Command()}, argv...))
+		switch {
+		case errors.Is(err, tmux.ErrOccupied):
+			return s.averted(ctx, store, in, sess, target, p)
+		case err == nil:
+			resumed = s.stillLive(ctx, target)
+			if !resumed {
+				_ = s.tmux.Kill(ctx, target)
+			}
+		}
+		if !resumed {
+			s.deps.Log.Warn("dispatcher: resume failed; starting a fresh conversation",
+				"work_item", in.ref, "harness_session_id", id, "err", err)
+		}
+	}
+	if !resumed {
+		id = s.set.NewSessionID()
+		err := s.tmux.Spawn(ctx, target, sess.Cwd, h.Env(), append([]string{h.Command()}, h.SpawnArgv(p, id)...))
+		if errors.Is(err, tmux.ErrOccupied) {
+			return s.averted(ctx, store, in, sess, target, p)
+		}
+		if err != nil {
+			return s.failed(ctx, store, in, sess, fmt.Errorf("respawn: %w", err))
+		}
+	}
+	err := s.delivered(ctx, store, in, func(ss *registry.Session) {
+		ss.HarnessSessionID, ss.Host, ss.TmuxTarget, ss.Harness = id, s.set.Host, target, h.Name()
+	})
+	if err != nil {
+		return err
+	}
+	kind := "respawn"
+	if resumed {
+		kind = "resume"
+	}
+	s.m.spawns.WithLabelValues(kind).Inc()
+	s.m.deliveries.WithLabelValues("respawned").Inc()
+	rec, _, _ := store.Get(ctx, in.ref)
+	s.deps.Events.Emit(ctx, "session.spawned", append(s.sessionAttrs(in, rec.Session),
+		slog.String("runner", "tmux"), slog.String("interaction", string(s.tmpl.Mode)),
+		slog.Bool("respawned", true), slog.Bool("resumed", resumed))...)
+	return nil
+}
+
+// stillLive waits ResumeProbe and reports whether target's harness is still
+// running: an unknown conversation id makes a resuming harness exit at once.
+// The wait is a heuristic about the harness, not about our own correctness:
+// a false "live" only means the next event respawns it.
+func (s *Service) stillLive(ctx context.Context, target string) bool {
+	if s.set.ResumeProbe > 0 {
+		t := time.NewTimer(s.set.ResumeProbe)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+	return s.tmux.Probe(ctx, target) == tmux.Live
+}
+
+// averted pastes p into a live session found where a respawn would go.
+func (s *Service) averted(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, target, p string) error {
+	if err := s.tmux.Deliver(ctx, target, p); err != nil {
+		return s.failed(ctx, store, in, sess, err)
+	}
+	if err := s.delivered(ctx, store, in, func(*registry.Session) {}); err != nil {
+		return err
+	}
+	s.m.deliveries.WithLabelValues("delivered").Inc()
+	s.deps.Events.Emit(ctx, "dispatch.succeeded", append(eventAttrs(in),
+		slog.String("harness", sess.Harness), slog.String("via", "tmux"), slog.String("tmux_target", target),
+		slog.Bool("respawn_averted", true))...)
+	return nil
+}
