@@ -28,6 +28,7 @@ import (
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/github/ghfake"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // syncBuffer is a bytes.Buffer safe for a verb writing while the test reads.
@@ -561,5 +562,74 @@ func TestExcerptVerb(t *testing.T) {
 	}
 	if code, _, _ := runVerb(t, config.Env{}, "excerpt", "--event", "issue_comment", "/nonexistent"); code != 1 {
 		t.Errorf("excerpt of a missing file: exit %d", code)
+	}
+}
+
+// TestSessionsVerbs: list shows the registry; a pause request becomes a
+// control.command from the cli channel on the inbox, with the person from
+// config; an unknown login is refused before anything is published.
+func TestSessionsVerbs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	srv := bustest.NewServer(t)
+	srv.Provision(t, bustest.FastTopology(2))
+	conn := srv.Connect(t, "sessions-test")
+	ctx := context.Background()
+	store, err := registry.Open(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Mutate(ctx, "github:octo/repo#15", func(r *registry.Record) error {
+		r.Session = &registry.Session{Harness: "claude", HarnessSessionID: "s-1", Host: "box-1", TmuxTarget: "loop-github-octo-repo-15", Status: registry.Active}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	os.WriteFile(cfgPath, []byte("version: \"0.7.0\"\nrouting:\n  authorizedUsers:\n    - {github: alice, slack: U1, name: Alice}\n"), 0o600)
+	env := config.Env{"LOOP_NATS_URL": srv.URL(), "LOOP_CONFIG": cfgPath}
+
+	code, out, stderr := runVerb(t, env, "sessions", "list")
+	if code != 0 || !strings.Contains(out, "github:octo/repo#15") || !strings.Contains(out, "box-1") || !strings.Contains(out, "1 work item(s)") {
+		t.Fatalf("sessions list: %d %s %s", code, out, stderr)
+	}
+	if code, _, stderr := runVerb(t, env, "sessions", "pause", "--work-item", "github:octo/repo#15", "--as", "mallory"); code != 1 || !strings.Contains(stderr, "authorizedUsers") {
+		t.Errorf("pause as an unknown login: %d %s", code, stderr)
+	}
+	before, err := conn.StreamStats(ctx, bus.StreamInbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = runVerb(t, env, "sessions", "pause", "--work-item", "github:octo/repo#15", "--as", "Alice")
+	if code != 0 || !strings.Contains(out, "requested pause") {
+		t.Fatalf("pause: %d %s %s", code, out, stderr)
+	}
+	after, err := conn.StreamStats(ctx, bus.StreamInbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Msgs != before.Msgs+1 {
+		t.Fatalf("inbox holds %d messages, want %d", after.Msgs, before.Msgs+1)
+	}
+	// Read the request back as the ledger-writer would receive it.
+	got := make(chan *loopv1.Event, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go conn.Run(rctx, bus.ConsumerSpec{Service: bus.ServiceLedgerWriter, Stream: bus.StreamInbox, Partitions: 2}, bus.HandlerFunc(func(_ context.Context, d *bus.Delivery) error {
+		ev, err := envelope.FromMessage(envelope.Message{Subject: d.Subject, Header: d.Header, Data: d.Data})
+		if err == nil {
+			got <- ev
+		}
+		return err
+	}))
+	select {
+	case ev := <-got:
+		if ev.GetType() != "control.command" || ev.GetSource() != "cli" || ev.GetActor().GetGithub() != "alice" || ev.GetActor().GetSlack() != "U1" ||
+			ev.GetControlCommand().GetCommand() != "pause" || ev.GetControlCommand().GetText() != "the-loop pause" {
+			t.Errorf("request = %v", ev)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the request never reached the inbox consumer")
 	}
 }

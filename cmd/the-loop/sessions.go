@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/control"
+	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/identity"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+	"github.com/the-loop/bus/services/dispatcher/registry"
+)
+
+// cmdSessions lists agent sessions, or asks for one to be paused, resumed,
+// stopped or cleaned up. A request is a control.command event from the cli
+// channel: the ledger records it on the work item and the dispatcher that
+// hosts the session executes it after the same named-actor check as a typed
+// keyword — only that replica can reach the session's tmux.
+func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: sessions list|pause|resume|stop|cleanup", errUsage)
+	}
+	verb := args[0]
+	switch verb {
+	case "list":
+		fs := newFlags("sessions list", stderr)
+		if err := parseFlags(fs, args[1:]); err != nil {
+			return err
+		}
+		conn, err := cliConnect(ctx, env, "the-loop-sessions")
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		store, err := registry.Open(ctx, conn)
+		if err != nil {
+			return fmt.Errorf("session registry: %w", err)
+		}
+		recs, err := store.List(ctx)
+		if err != nil {
+			return fmt.Errorf("list sessions: %w", err)
+		}
+		return writeSessions(stdout, recs)
+	case "pause", "resume", "stop", "cleanup":
+		fs := newFlags("sessions "+verb, stderr)
+		ref := fs.String("work-item", "", "the work item, github:owner/repo#N")
+		as := fs.String("as", "", "your GitHub login, as routing.authorizedUsers names it")
+		if err := parseFlags(fs, args[1:]); err != nil {
+			return err
+		}
+		if *ref == "" || *as == "" {
+			return fmt.Errorf("%w: sessions %s --work-item REF --as LOGIN", errUsage, verb)
+		}
+		return requestControl(ctx, env, stdout, control.Command(verb), *ref, *as)
+	}
+	return fmt.Errorf("%w: sessions list|pause|resume|stop|cleanup", errUsage)
+}
+
+func writeSessions(w io.Writer, recs []registry.Record) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORK ITEM\tSTATUS\tHOST\tTMUX\tHARNESS SESSION\tLAST CONTROL\tDELIVERED\tUNCERTAIN")
+	for _, r := range recs {
+		status, host, target, hid, last := "no session", "-", "-", "-", "-"
+		delivered, uncertain := 0, "-"
+		if s := r.Session; s != nil {
+			status, host, target, hid = string(s.Status), s.Host, s.TmuxTarget, s.HarnessSessionID
+			delivered = len(s.Delivered)
+			if s.Pending != "" {
+				uncertain = s.Pending
+			}
+		}
+		if c := r.Control; c != nil {
+			last = c.Command + " by " + c.Actor
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Ref, status, host, target, hid, last, delivered, uncertain)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d work item(s)\n", len(recs))
+	return err
+}
+
+// requestControl publishes a control.command from the cli channel. The actor
+// comes from config, never from the flag alone: the login must be an
+// authorized person, whose every id goes into the record (R5.4).
+func requestControl(ctx context.Context, env config.Env, stdout io.Writer, cmd control.Command, ref, login string) error {
+	s, err := loadSettings(env)
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(ref, "github:") || !strings.Contains(ref, "#") {
+		return fmt.Errorf("%w: --work-item %q is not a ref like github:owner/repo#15", errUsage, ref)
+	}
+	cfg := defaultConfig
+	if s.Common.ConfigPath != "" {
+		if cfg, _, err = config.LoadFile(s.Common.ConfigPath); err != nil {
+			return err
+		}
+	}
+	person, ok := cfg.Routing.AuthorizedUsers.ByChannel(identity.ChannelGitHub, login)
+	if !ok {
+		return fmt.Errorf("%s is not in routing.authorizedUsers: the dispatcher would refuse the command", login)
+	}
+	grammar, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords)
+	if err != nil {
+		return err
+	}
+	keyword := grammar.Keyword(cmd)
+	if keyword == "" {
+		return fmt.Errorf("the %s command is disabled in routing.control.keywords", cmd)
+	}
+	now := time.Now()
+	ev := &loopv1.Event{
+		Id:      envelope.LoopID("cli-control", ref, string(cmd), login, now.UTC().Format(time.RFC3339Nano)),
+		Source:  "cli",
+		Type:    string(catalog.ControlCommand),
+		Subject: ref,
+		Time:    envelope.NewTime(now),
+		Actor:   &loopv1.Actor{Github: person.GitHub, Slack: person.Slack, Name: person.Name},
+		Body:    &loopv1.Event_ControlCommand{ControlCommand: &loopv1.ControlCommand{Command: string(cmd), Text: keyword}},
+	}
+	msg, err := envelope.ToMessage(ev, envelope.Inbox, "")
+	if err != nil {
+		return err
+	}
+	conn, err := cliConnect(ctx, env, "the-loop-sessions")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	h := bus.Header(msg.Header)
+	delete(h, envelope.HeaderMsgID)
+	if _, err := conn.Publish(ctx, bus.Message{Subject: msg.Subject, Header: h, Data: msg.Data, MsgID: ev.GetId()}); err != nil {
+		return fmt.Errorf("publish the request: %w", err)
+	}
+	fmt.Fprintf(stdout, "requested %s of %s as %s (%s); it is recorded on the work item, then executed by the dispatcher that hosts the session\n", cmd, ref, person.GitHub, ev.GetId())
+	return nil
+}
