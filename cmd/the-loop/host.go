@@ -76,7 +76,9 @@ func newIngressGitHub(d runtime.Deps, k hostKind) (runner, error) {
 // first, producers last, so nothing published by a producer at start waits
 // on a consumer that is not up yet.
 var services = []serviceDef{
-	{ledgerwriter.Name, true, func(d runtime.Deps, _ hostKind) (runner, error) { return ledgerwriter.New(d) }},
+	{ledgerwriter.Name, true, func(d runtime.Deps, _ hostKind) (runner, error) {
+		return ledgerwriter.New(d, ledgerwriter.WithPacing(d.GitHub.WritesPerMinute, d.GitHub.WritesPerHour))
+	}},
 	{slackrenderer.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) { return slackrenderer.New(d) }},
 	{dispatcher.Name, false, newDispatcher},
 	{ingressgithub.Name, true, newIngressGitHub},

@@ -163,7 +163,9 @@ func (t *Topology) setDefaults() {
 	}
 	if t.Buckets == nil {
 		t.Buckets = []Bucket{
-			{Name: BucketLedger},
+			// Claims outlive any redelivery of their event: the inbox is
+			// drained in minutes, a GitHub outage is waited out in hours.
+			{Name: BucketLedger, TTL: 30 * 24 * time.Hour},
 			{Name: BucketSeen, TTL: 72 * time.Hour},
 			{Name: BucketThreads},
 			// Longer than LOOP_EVENTS keeps an event: a redelivery or a

@@ -86,6 +86,8 @@ type GitHub struct {
 	PollRepos           string        `envconfig:"GITHUB_POLL_REPOS" desc:"poll mode: comma-separated owner/repo list to poll"`
 	PollLabel           string        `envconfig:"GITHUB_POLL_LABEL" default:"the-loop: auto-execute" desc:"the auto-execute label: selects the work items poll mode reads and arms them for the dispatcher"`
 	PollInterval        time.Duration `envconfig:"GITHUB_POLL_INTERVAL" default:"60s" desc:"poll mode: time between polling cycles"`
+	WritesPerMinute     int           `envconfig:"GITHUB_WRITES_PER_MINUTE" default:"80" desc:"ledger-writer: content writes per minute per process, under GitHub's secondary limit (divide by the replicas sharing one token)"`
+	WritesPerHour       int           `envconfig:"GITHUB_WRITES_PER_HOUR" default:"500" desc:"ledger-writer: content writes per hour per process (divide by the replicas sharing one token)"`
 	EnvelopeKey         Secret        `envconfig:"ENVELOPE_KEY" desc:"HMAC key signing ledger envelopes, at least 32 bytes; ledger-writer and ingress-github need it ('up' generates one)"`
 }
 
@@ -171,6 +173,9 @@ func (g GitHub) Validate() error {
 	errs = append(errs, checkAddr("LOOP_GITHUB_WEBHOOK_ADDR", g.WebhookAddr))
 	if g.EnvelopeKey.IsSet() && len(g.EnvelopeKey.Reveal()) < minEnvelopeKey {
 		errs = append(errs, fmt.Errorf("LOOP_ENVELOPE_KEY is too short: it must be at least %d bytes", minEnvelopeKey))
+	}
+	if g.WritesPerMinute < 1 || g.WritesPerHour < 1 {
+		errs = append(errs, fmt.Errorf("LOOP_GITHUB_WRITES_PER_MINUTE and LOOP_GITHUB_WRITES_PER_HOUR must be at least 1"))
 	}
 	switch g.Mode {
 	case "webhook", "poll", "both":

@@ -33,7 +33,7 @@ func TestProcessDefaults(t *testing.T) {
 	want := ledgerWriter{
 		Common: Common{AdminAddr: ":9090", LogLevel: slog.LevelInfo, Partitions: 16, Replicas: 1},
 		GitHub: GitHub{Token: NewSecret(token), APIURL: "https://api.github.com/", WebhookAddr: ":8787", EnvelopeKey: NewSecret(envelopeKey),
-			Mode: "webhook", PollLabel: "the-loop: auto-execute", PollInterval: time.Minute},
+			Mode: "webhook", PollLabel: "the-loop: auto-execute", PollInterval: time.Minute, WritesPerMinute: 80, WritesPerHour: 500},
 	}
 	if diff := cmp.Diff(want, cfg, cmp.AllowUnexported(Secret{})); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -157,7 +157,7 @@ func TestSettingsMatchEnvconfig(t *testing.T) {
 		"LOOP_ADMIN_ADDR", "LOOP_CONFIG", "LOOP_DISPATCHER_HOST", "LOOP_DISPATCHER_SPAWN", "LOOP_DISPATCHER_WORKDIR", "LOOP_ENVELOPE_KEY",
 		"LOOP_GITHUB_API_URL", "LOOP_GITHUB_INSECURE_NO_SIGNATURE", "LOOP_GITHUB_LOGIN",
 		"LOOP_GITHUB_MODE", "LOOP_GITHUB_POLL_INTERVAL", "LOOP_GITHUB_POLL_LABEL", "LOOP_GITHUB_POLL_REPOS", "LOOP_GITHUB_TOKEN",
-		"LOOP_GITHUB_WEBHOOK_ADDR", "LOOP_GITHUB_WEBHOOK_SECRET", "LOOP_HARNESS_BINARY", "LOOP_LOG_LEVEL", "LOOP_NATS_LISTEN", "LOOP_NATS_URL", "LOOP_PARTITIONS",
+		"LOOP_GITHUB_WEBHOOK_ADDR", "LOOP_GITHUB_WEBHOOK_SECRET", "LOOP_GITHUB_WRITES_PER_HOUR", "LOOP_GITHUB_WRITES_PER_MINUTE", "LOOP_HARNESS_BINARY", "LOOP_LOG_LEVEL", "LOOP_NATS_LISTEN", "LOOP_NATS_URL", "LOOP_PARTITIONS",
 		"LOOP_SLACK_API_URL", "LOOP_SLACK_APP_TOKEN", "LOOP_SLACK_BOT_TOKEN", "LOOP_SLACK_EVENTS_ADDR", "LOOP_SLACK_SIGNING_SECRET", "LOOP_STORE_DIR", "LOOP_STREAM_REPLICAS",
 		"LOOP_TMUX_BINARY", "LOOP_TMUX_SOCKET",
 	}

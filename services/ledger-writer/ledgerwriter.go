@@ -1,17 +1,55 @@
 // Package ledgerwriter is the ledger-writer service: the sole consumer of the
-// inbox (loop.in.>). It records every off-ledger event on GitHub, then fans it
-// out on loop.ev.> — exactly once (DESIGN §7).
+// inbox (loop.in.>) and the only writer to GitHub. For every inbox event it
+// writes the event's record onto the work item (seed 001 R3), then fans the
+// event out on loop.ev.> carrying that record, and only then acknowledges the
+// inbox message — exactly once (DESIGN §7).
 //
-// This is the skeleton: it consumes its partitions and logs what it would
-// record. Recording lands with issue 3.
+// Per event E, on the partitioned, pinned runner (one event in flight per
+// partition, so a work item's records keep their order):
+//
+//  1. types the catalog does not record are published to loop.ev unchanged;
+//  2. otherwise wait for the content-write pacer (GitHub's secondary limits),
+//     then claim ledger/E with Create (pending, owner, lease);
+//  3. write the record (a comment, or for a kickoff an issue) with a signed
+//     envelope naming E;
+//  4. Update ledger/E to recorded with the record's ref (compare-and-set);
+//  5. publish the event to loop.ev with Nats-Msg-Id E and the record attached,
+//     wait for the PubAck; the runner then double-acks.
+//
+// A delivery that finds ledger/E already there decides from it: recorded →
+// publish only; failed → fail again (the notice and DLQ were not finished);
+// pending → take the claim over with compare-and-set once its owner released
+// it or its lease ran out, read the work item back for E's envelope, and
+// write only if it is not there. The lease is longer than any write the owner
+// can still have in flight, so two workers never both write. The crash table
+// this satisfies is reference/nats-jetstream.md §1.6.
+//
+// Transient GitHub failures (5xx, timeouts, dropped responses, 401, 403/429
+// rate limits) are waited out inside the delivery, honouring Retry-After and
+// x-ratelimit-reset, with the runner keeping the delivery alive; they never
+// use up MaxDeliver, so GitHub being down for an hour loses nothing and keeps
+// the partition in order. Permanent ones (404, 410, 422, 400, another 403, a
+// ref that is not github:owner/repo#N, an actor no longer authorized, kickoff
+// disabled) emit bus.record_failed, publish a ledger.record_failed notice for
+// channel-originated events (AMB-26), and go to the DLQ. A gate, control or
+// kickoff event is never fanned out unrecorded.
 package ledgerwriter
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net/http"
+	"strings"
+	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/control"
+	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/runtime"
 )
@@ -19,25 +57,227 @@ import (
 // Name is the service name used for consumers, logs and `serve`.
 const Name = bus.ServiceLedgerWriter
 
-// Service is the ledger-writer.
-type Service struct{ deps runtime.Deps }
+// Defaults. GitHub documents 80 content-creating requests per minute and 500
+// per hour per credential (testdata/github-rest/SOURCE.md).
+const (
+	DefaultPerMinute   = 80
+	DefaultPerHour     = 500
+	DefaultHTTPTimeout = 30 * time.Second
+)
 
-// New returns the service.
-func New(deps runtime.Deps) (*Service, error) {
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	perMinute, perHour int
+	timeScale          float64
+	httpTimeout        time.Duration
+	lease              time.Duration
+	retryBase          time.Duration
+	retryMax           time.Duration
+	transport          http.RoundTripper
+	scrub              func(string) string
+	// hook, when set (tests), runs after each step of a delivery; a non-nil
+	// error makes the delivery stop there and return it, as if the process
+	// had died at that point.
+	hook func(s step, eventID string) error
+}
+
+// WithPacing sets the content-write budgets per credential (per process):
+// perMinute and perHour writes, 0 disabling one. With R replicas sharing one
+// token, give each limit/R. Both 0 disable pacing (benchmarks).
+func WithPacing(perMinute, perHour int) Option {
+	return func(o *options) { o.perMinute, o.perHour = perMinute, perHour }
+}
+
+// WithTimeScale makes the pacer's budgets run f times faster, matching a
+// GitHub fake whose clock is scaled by f. For tests.
+func WithTimeScale(f float64) Option {
+	return func(o *options) { o.timeScale = f }
+}
+
+// WithHTTPTimeout bounds one GitHub request (default 30s).
+func WithHTTPTimeout(d time.Duration) Option {
+	return func(o *options) { o.httpTimeout = d }
+}
+
+// WithClaimLease sets how long a claim whose owner went silent is left alone
+// before another delivery takes it over. It must exceed the HTTP timeout, so
+// the old owner's write can no longer be in flight (default 2×timeout+30s).
+func WithClaimLease(d time.Duration) Option {
+	return func(o *options) { o.lease = d }
+}
+
+// WithRetryBackoff shapes the wait between attempts after a transient failure
+// that names no wait of its own (default 1s doubling to 1m).
+func WithRetryBackoff(base, maxWait time.Duration) Option {
+	return func(o *options) { o.retryBase, o.retryMax = base, maxWait }
+}
+
+// WithTransport sets the HTTP transport of the GitHub client.
+func WithTransport(rt http.RoundTripper) Option {
+	return func(o *options) { o.transport = rt }
+}
+
+// Service is the ledger-writer.
+type Service struct {
+	deps    runtime.Deps
+	opts    options
+	m       *metrics
+	gh      *ghClient // nil: not configured (heldReason says why)
+	held    string
+	pacer   *pacer
+	worker  string
+	ledger  *bus.KV
+	threads *threads.Store
+}
+
+// New returns the service. A missing LOOP_GITHUB_TOKEN or envelope key is not
+// an error: `the-loop up` runs every service on a laptop that may have no
+// token yet. The writer then reports not ready (check "ledger-writer/github"
+// on /readyz, with the reason), consumes, passes through what needs no
+// record, and holds every event that does — nothing is acknowledged,
+// dead-lettered or fanned out unrecorded; each held delivery waits inside the
+// handler, so it uses up no MaxDeliver — and says so loudly (log,
+// loop_ledger_writer_github_configured 0) until it is restarted with a token.
+func New(deps runtime.Deps, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{deps: deps}, nil
+	o := options{perMinute: DefaultPerMinute, perHour: DefaultPerHour, timeScale: 1,
+		httpTimeout: DefaultHTTPTimeout, retryBase: time.Second, retryMax: time.Minute}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.lease <= 0 {
+		o.lease = 2*o.httpTimeout + 30*time.Second
+	}
+	if o.scrub == nil {
+		o.scrub = redact.FromOS().Scrub
+	}
+	m, err := newMetrics(deps.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("%s: metrics: %w", Name, err)
+	}
+	s := &Service{deps: deps, opts: o, m: m, pacer: newPacer(o.perMinute, o.perHour, o.timeScale), worker: workerID(deps.Conn.Name())}
+	switch {
+	case !deps.GitHub.Token.IsSet():
+		s.held = "LOOP_GITHUB_TOKEN is not set"
+	case len(deps.EnvelopeKey) == 0:
+		s.held = "no envelope key (LOOP_ENVELOPE_KEY)"
+	default:
+		gh, err := newGHClient(deps.GitHub.APIURL, deps.GitHub.Token.Reveal(), o.httpTimeout, o.transport)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", Name, err)
+		}
+		gh.onRate = func(n int) { m.headroom.Set(float64(n)) }
+		s.gh = gh
+	}
+	if s.gh != nil {
+		m.configured.Set(1)
+	} else {
+		m.configured.Set(0)
+	}
+	return s, nil
+}
+
+func workerID(conn string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return conn + "/" + hex.EncodeToString(b)
 }
 
 // Run consumes the inbox until ctx is done, then drains.
 func (s *Service) Run(ctx context.Context) error {
-	return runtime.Consume(ctx, s.deps, Name, bus.StreamInbox, s.handle)
+	if s.gh == nil {
+		s.deps.Log.Error("ledger-writer cannot record: every event that needs a GitHub record is held, unacknowledged, until the service restarts with it configured",
+			"reason", s.held)
+		// Not ready, with the reason on /readyz: the writer runs (it passes
+		// through what needs no record and dead-letters what can never be
+		// decoded) but cannot do its job.
+		reason := errors.New(s.held + ": events that need a GitHub record are held in the inbox (none is lost); configure it and restart")
+		s.deps.Ready.Add(Name+"/github", func() error { return reason })
+	}
+	if err := s.open(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	return runtime.Consume(ctx, s.deps, Name, bus.StreamInbox, func(hctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
+		return s.handle(hctx, ctx.Done(), ev, d)
+	})
 }
 
-func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
-	e, known := catalog.Lookup(catalog.Type(ev.GetType()))
-	attrs := append(runtime.EventAttrs(ev, d), slog.Bool("known_type", known), slog.String("record", e.Record.String()))
-	s.deps.Log.LogAttrs(ctx, slog.LevelInfo, "ledger-writer would record, then fan out", attrs...)
-	return nil
+// open binds the KV buckets, waiting for the connection and provisioning.
+func (s *Service) open(ctx context.Context) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := s.deps.Conn.WaitConnected(ctx)
+		if err == nil {
+			var l, t *bus.KV
+			if l, err = s.deps.Conn.KV(ctx, bus.BucketLedger); err == nil {
+				if t, err = s.deps.Conn.KV(ctx, bus.BucketThreads); err == nil {
+					s.ledger, s.threads = l, threads.New(t)
+					return nil
+				}
+			}
+		}
+		if errors.Is(err, bus.ErrClosed) {
+			return fmt.Errorf("%s: %w", Name, err)
+		}
+		s.deps.Log.Warn("ledger-writer: KV buckets not available yet", "err", err)
+		if err := sleep(ctx, nil, wait); err != nil {
+			return err
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// renderInput snapshots what rendering reads from the config in force (it
+// reloads without a restart, so it is read per event).
+func (s *Service) renderInput() (renderInput, error) {
+	cfg := s.deps.Config()
+	g, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords)
+	if err != nil {
+		return renderInput{}, fmt.Errorf("routing.control: %w", err)
+	}
+	in := renderInput{key: s.deps.EnvelopeKey, grammar: g, people: cfg.Routing.AuthorizedUsers, scrub: s.opts.scrub}
+	in.kickoff.repo = strings.TrimSpace(cfg.Channels.Slack.Kickoff.Repo)
+	in.kickoff.labels = cfg.Channels.Slack.Kickoff.Labels
+	return in, nil
+}
+
+// backoff is the wait before attempt n (1-based) after a transient failure
+// that named no wait.
+func (s *Service) backoff(n int) time.Duration {
+	d := s.opts.retryBase
+	for i := 1; i < n && d < s.opts.retryMax; i++ {
+		d *= 2
+	}
+	return min(d, s.opts.retryMax)
+}
+
+// errStopping: the service is shutting down; the delivery is handed back.
+var errStopping = errors.New("ledger-writer: shutting down")
+
+// sleep waits d, or until ctx ends or stop closes.
+func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stop:
+		return errStopping
+	}
+}
+
+func (s *Service) logAttrs(ev *loopv1.Event, d *bus.Delivery, extra ...slog.Attr) []slog.Attr {
+	return append(runtime.EventAttrs(ev, d), extra...)
 }

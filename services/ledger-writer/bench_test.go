@@ -1,0 +1,111 @@
+package ledgerwriter
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	// The raw baseline talks to JetStream directly, as pkg/bus's does; only
+	// this benchmark does (scripts/check-deps.sh checks non-test imports).
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/pkg/github/ghfake"
+)
+
+// BenchmarkLedger measures one event's round trip through the ledger, one in
+// flight: "writer" publishes a gate answer to the inbox and waits until the
+// ledger-writer has claimed it, written its comment to a zero-latency GitHub
+// fake (limits and pacing off), recorded it and fanned it out; "raw" is the
+// bare JetStream publish → consume → double-ack of a message of the same size
+// on the same server. scripts/bench.sh reports writer as a ratio to raw.
+func BenchmarkLedger(b *testing.B) {
+	srv := bustest.StartServer(b, bustest.Options{InProcessOnly: true})
+	topo := bus.DefaultTopology()
+	srv.Provision(b, topo)
+	run := 0
+	nonce := func() string { run++; return fmt.Sprint(run) }
+
+	b.Run("writer", func(b *testing.B) {
+		gh := ghfake.New(b, ghfake.WithPrimaryLimit(0), ghfake.WithSecondaryLimits(0, 0))
+		gh.AddRepo(testRepo)
+		gh.AddToken(testToken, botLogin)
+		gh.AddIssue(testRepo, "octocat", "bench", "")
+		e := &env{t: b, srv: srv, gh: gh, cfg: testConfig(b), logs: &logCapture{}, parts: topo.Partitions}
+		e.pub = srv.Connect(b, "bench-publisher")
+		done := make(chan struct{}, 1)
+		e.start("bench-writer", WithPacing(0, 0), withHook(func(s step, _ string) error {
+			if s == stepPublished {
+				done <- struct{}{}
+			}
+			return nil
+		}))
+		prefix := "slack:EvBench-" + nonce() + "-"
+		// Warm up: the runner binds its partitions, the HTTP client its
+		// connection.
+		e.publish(gateEv(prefix+"warm", "github:"+testRepo+"#1", "LGTM"))
+		<-done
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			e.publish(gateEv(fmt.Sprint(prefix, i), "github:"+testRepo+"#1", "LGTM"))
+			<-done
+		}
+	})
+
+	b.Run("raw", func(b *testing.B) {
+		ctx := context.Background()
+		nc, err := nats.Connect(srv.URL(), nats.Name("bench-raw"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name: "RAW", Subjects: []string{"raw.in.>"}, Retention: jetstream.WorkQueuePolicy,
+			Storage: jetstream.FileStorage, Discard: jetstream.DiscardNew, Duplicates: 2 * time.Hour,
+		}); err != nil {
+			b.Fatal(err)
+		}
+		cons, err := js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{
+			Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1,
+			FilterSubject: "raw.in.>", AckWait: time.Minute,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The same bytes the writer's benchmark puts on the inbox.
+		data := make([]byte, 420)
+		done := make(chan struct{}, 1)
+		rctx, cancel := context.WithCancel(ctx)
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			for rctx.Err() == nil {
+				batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+				if err != nil {
+					continue
+				}
+				for m := range batch.Messages() {
+					if err := m.DoubleAck(ctx); err == nil {
+						done <- struct{}{}
+					}
+				}
+			}
+		}()
+		defer func() { cancel(); <-stopped }()
+		id := "r" + nonce() + "-"
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			if _, err := js.Publish(ctx, "raw.in.key.gate.feedback", data, jetstream.WithMsgID(fmt.Sprint(id, i))); err != nil {
+				b.Fatal(err)
+			}
+			<-done
+		}
+	})
+}

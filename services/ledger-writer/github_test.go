@@ -1,0 +1,69 @@
+package ledgerwriter
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/the-loop/bus/pkg/github/ghfake"
+)
+
+// TestClassify: what each GitHub answer to a comment write means for the
+// event, against the fake's real HTTP answers through go-github.
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		status       int
+		header       http.Header
+		permanent    bool
+		maybeWritten bool
+		reason       string
+		wait         time.Duration
+	}{
+		{status: http.StatusNotFound, permanent: true, reason: "not-found"},
+		{status: http.StatusGone, permanent: true, reason: "gone"},
+		{status: http.StatusUnprocessableEntity, permanent: true, reason: "invalid"},
+		{status: http.StatusBadRequest, permanent: true, reason: "invalid"},
+		{status: http.StatusForbidden, permanent: true, reason: "forbidden"},
+		{status: http.StatusUnauthorized, reason: "unauthorized-token", wait: time.Minute},
+		{status: http.StatusInternalServerError, maybeWritten: true, reason: "github-unavailable"},
+		{status: http.StatusBadGateway, maybeWritten: true, reason: "github-unavailable"},
+		{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {"7"}}, reason: "rate-limited", wait: 7 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(http.StatusText(tc.status), func(t *testing.T) {
+			t.Parallel()
+			gh := ghfake.New(t)
+			gh.AddRepo(testRepo)
+			gh.AddToken(testToken, botLogin)
+			gh.AddIssue(testRepo, "octocat", "x", "")
+			gh.Inject(ghfake.Rule{Method: "POST", Status: tc.status, Header: tc.header})
+			c, err := newGHClient(gh.URL(), testToken, 5*time.Second, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.createComment(t.Context(), repoRef{Owner: "octo", Repo: "repo", Number: 1}, "x")
+			var f *failure
+			if !errors.As(err, &f) {
+				t.Fatalf("err = %v, want a classified failure", err)
+			}
+			if f.permanent != tc.permanent || f.maybeWritten != tc.maybeWritten || f.reason != tc.reason || f.wait != tc.wait {
+				t.Errorf("got permanent=%v maybeWritten=%v reason=%s wait=%s", f.permanent, f.maybeWritten, f.reason, f.wait)
+			}
+		})
+	}
+}
+
+func TestParseRef(t *testing.T) {
+	t.Parallel()
+	for ref, ok := range map[string]bool{
+		"github:octo/repo#15": true, "github:Octo-Org/my.repo_x#1": true,
+		"github:octo/repo#0": false, "github:octo/repo": false, "gitlab:octo/repo#1": false,
+		"github:octo/../etc#1": false, "github:octo/..#1": false, "github:-octo/repo#1": false, "github:octo/repo#1 ": false,
+	} {
+		if _, got := parseRef(ref); got != ok {
+			t.Errorf("parseRef(%q) ok = %v, want %v", ref, got, ok)
+		}
+	}
+}

@@ -1,0 +1,565 @@
+package ledgerwriter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/envelope"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+)
+
+// step names a point of a delivery, for the crash tests' hook.
+type step string
+
+const (
+	stepClaimed   step = "claimed"   // ledger/E created (pending)
+	stepWritten   step = "written"   // the record is on GitHub
+	stepRecorded  step = "recorded"  // ledger/E says recorded
+	stepPublished step = "published" // the fan-out has its PubAck
+)
+
+func (s *Service) step(st step, id string) error {
+	if s.opts.hook == nil {
+		return nil
+	}
+	return s.opts.hook(st, id)
+}
+
+// Claim states of ledger/E.
+const (
+	statePending  = "pending"
+	stateRecorded = "recorded"
+	stateFailed   = "failed"
+)
+
+// claim is the value of ledger/E.
+type claim struct {
+	State string `json:"state"`
+	// Owner is the worker that may write (pending).
+	Owner string `json:"owner,omitempty"`
+	// Released: the owner stopped with no write in flight, so the next
+	// delivery need not wait out the lease.
+	Released bool `json:"released,omitempty"`
+	// ReadBack: a write may have landed (set with Released).
+	ReadBack bool `json:"read_back,omitempty"`
+	// After is, for a kickoff, the newest issue number the writer knew in
+	// the repository when it claimed: the read-back starts above it.
+	After int `json:"after,omitempty"`
+	// Record is the ledger record (recorded).
+	Record *written `json:"record,omitempty"`
+	// Reason is the failure code (failed).
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+func (c claim) encode() []byte {
+	b, _ := json.Marshal(c)
+	return b
+}
+
+func decodeClaim(b []byte) claim {
+	var c claim
+	if json.Unmarshal(b, &c) != nil || c.State == "" {
+		// Unreadable: treat as someone's pending claim, which is the one
+		// reading that can never skip a read-back.
+		return claim{State: statePending}
+	}
+	return c
+}
+
+// owned is this delivery's hold on ledger/E.
+type owned struct {
+	id       string
+	rev      uint64
+	c        claim
+	fencedAt time.Time
+	readBack bool
+}
+
+func (s *Service) handle(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, d *bus.Delivery) error {
+	entry, _ := catalog.Lookup(catalog.Type(ev.GetType()))
+	if !entry.Record.Recorded() || standingReply(ev, entry.Record) {
+		return s.fanOut(ctx, stop, ev, d, nil)
+	}
+	s.deps.Log.LogAttrs(ctx, slog.LevelInfo, "ledger-writer: recording", s.logAttrs(ev, d)...)
+	if s.gh == nil {
+		s.deps.Log.LogAttrs(ctx, slog.LevelWarn, "ledger-writer: event held, GitHub is not configured",
+			s.logAttrs(ev, d, slog.String("reason", s.held))...)
+		s.m.retried.WithLabelValues("not-configured").Inc()
+		select {
+		case <-ctx.Done():
+		case <-stop:
+		}
+		// Back promptly: the next instance may have the token.
+		return s.interrupted(errors.New("ledger-writer: " + s.held))
+	}
+	start := time.Now()
+	w, err := s.record(ctx, stop, ev, d, entry.Record)
+	if err != nil {
+		return err
+	}
+	s.m.latency.Observe(time.Since(start).Seconds())
+	if entry.Record == catalog.RecordIssue {
+		if err := s.bind(ctx, stop, ev, w); err != nil {
+			return err
+		}
+	}
+	return s.fanOut(ctx, stop, ev, d, &w)
+}
+
+// standingReply: a reply to a standing session (ref standing:<name>) has no
+// ledger to be recorded on; it is delivered unrecorded, as the original's
+// channel.mirror_skipped did (AMB-18). Gate, control and kickoff events never
+// are.
+func standingReply(ev *loopv1.Event, kind catalog.Record) bool {
+	return kind == catalog.RecordMirror && strings.HasPrefix(ev.GetSubject(), "standing:")
+}
+
+// record makes sure E's record is on GitHub exactly once and returns it.
+// Errors returned are the delivery's result (bus.Retry, bus.Permanent, or a
+// hook's).
+func (s *Service) record(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, d *bus.Delivery, kind catalog.Record) (written, error) {
+	id := ev.GetId()
+	in, err := s.renderInput()
+	if err != nil {
+		// A config the watcher accepted cannot fail here; if it does, wait
+		// for the next reload rather than judge events by a broken one.
+		return written{}, bus.Retry(err, time.Minute)
+	}
+	// Pace before claiming, so that the claim (the fence a takeover
+	// respects) is fresh when the write goes out.
+	if err := s.pacer.wait(ctx, stop); err != nil {
+		return written{}, s.interrupted(err)
+	}
+	o := owned{id: id, c: claim{State: statePending, Owner: s.worker}}
+	if kind == catalog.RecordIssue {
+		o.c.After = s.highWater(ctx, in.kickoff.repo)
+	}
+	rev, err := s.ledger.Create(ctx, id, o.c.encode())
+	switch {
+	case err == nil:
+		o.rev, o.fencedAt = rev, time.Now()
+		if err := s.step(stepClaimed, id); err != nil {
+			return written{}, err
+		}
+	case errors.Is(err, bus.ErrKeyExists):
+		done, w, err := s.takeOver(ctx, stop, ev, d, &o)
+		if done || err != nil {
+			return w, err
+		}
+	default:
+		s.m.retried.WithLabelValues("kv").Inc()
+		return written{}, bus.Retry(fmt.Errorf("claim %s: %w", id, err), s.backoff(int(d.NumDelivered)))
+	}
+
+	rec, err := render(in, ev, kind)
+	if err != nil {
+		var re *renderError
+		if errors.As(err, &re) {
+			return written{}, s.fail(ctx, ev, d, &o, re.reason, err)
+		}
+		return written{}, s.fail(ctx, ev, d, &o, "invalid", err)
+	}
+
+	for attempt := 1; ; attempt++ {
+		w, err := s.attempt(ctx, stop, ev, rec, &o, attempt)
+		if err == nil {
+			if err := s.step(stepWritten, id); err != nil {
+				return written{}, err
+			}
+			return w, s.markRecorded(ctx, stop, ev, &o, w, kind)
+		}
+		var lost *lostClaim
+		if errors.As(err, &lost) {
+			return written{}, bus.Retry(err, 0)
+		}
+		var f *failure
+		if !errors.As(err, &f) {
+			f = &failure{err: err, reason: "internal", maybeWritten: true}
+		}
+		if f.permanent {
+			return written{}, s.fail(ctx, ev, d, &o, f.reason, f)
+		}
+		o.readBack = o.readBack || f.maybeWritten
+		wait := f.wait
+		if wait <= 0 {
+			wait = s.backoff(attempt)
+		}
+		s.m.retried.WithLabelValues(f.reason).Inc()
+		s.deps.Log.LogAttrs(ctx, slog.LevelWarn, "ledger-writer: GitHub failed; waiting to retry",
+			s.logAttrs(ev, d, slog.String("reason", f.reason), slog.Duration("wait", wait), slog.Int("attempt", attempt), slog.Any("err", f))...)
+		if err := sleep(ctx, stop, wait); err != nil {
+			s.release(ctx, &o)
+			return written{}, s.interrupted(err)
+		}
+		// Every content write goes through the pacer, retries included.
+		if err := s.pacer.wait(ctx, stop); err != nil {
+			s.release(ctx, &o)
+			return written{}, s.interrupted(err)
+		}
+	}
+}
+
+// lostClaim: another delivery took ledger/E over; this one must not write.
+type lostClaim struct{ id string }
+
+func (e *lostClaim) Error() string { return "ledger-writer: claim on " + e.id + " was taken over" }
+
+// attempt reads back if a write may already have landed, else writes.
+func (s *Service) attempt(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, rec record, o *owned, n int) (written, error) {
+	if o.readBack {
+		w, found, err := s.readBack(ctx, rec, o.c.After, ev.GetId())
+		if err != nil {
+			return written{}, err
+		}
+		if found {
+			s.deps.Log.Info("ledger-writer: record found by read-back", "event_id", ev.GetId(), "attempt", n)
+			return w, nil
+		}
+		o.readBack = false
+	}
+	// Re-fence before writing when the last claim write is old: a
+	// takeover needs the lease to have run out since it.
+	if time.Since(o.fencedAt) > s.opts.lease/4 {
+		if err := s.fence(ctx, o); err != nil {
+			return written{}, err
+		}
+	}
+	if rec.kind == catalog.RecordIssue {
+		return s.gh.createIssue(ctx, rec.owner, rec.repo, rec.title, rec.body, rec.labels)
+	}
+	return s.gh.createComment(ctx, rec.ref, rec.body)
+}
+
+func (s *Service) readBack(ctx context.Context, rec record, after int, id string) (written, bool, error) {
+	if rec.kind == catalog.RecordIssue {
+		return s.gh.findIssue(ctx, rec.owner, rec.repo, after, s.deps.EnvelopeKey, id)
+	}
+	return s.gh.findComment(ctx, rec.ref, s.deps.EnvelopeKey, id)
+}
+
+// fence renews this delivery's claim with compare-and-set.
+func (s *Service) fence(ctx context.Context, o *owned) error {
+	c := o.c
+	c.Owner, c.Released, c.ReadBack = s.worker, false, false
+	rev, err := s.ledger.Update(ctx, o.id, c.encode(), o.rev)
+	if errors.Is(err, bus.ErrWrongRevision) {
+		return &lostClaim{id: o.id}
+	}
+	if err != nil {
+		return &failure{err: fmt.Errorf("renew claim: %w", err), reason: "kv"}
+	}
+	o.rev, o.c, o.fencedAt = rev, c, time.Now()
+	return nil
+}
+
+// takeOver handles a delivery that found ledger/E already there. done means
+// the result is final (recorded: w is the record; failed: err is the
+// failure); otherwise o now owns a pending claim.
+func (s *Service) takeOver(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, d *bus.Delivery, o *owned) (bool, written, error) {
+	for {
+		e, err := s.ledger.Get(ctx, o.id)
+		if errors.Is(err, bus.ErrNotFound) {
+			// Gone between Create and Get (an operator deleted it): claim
+			// afresh on the next delivery.
+			return true, written{}, bus.Retry(fmt.Errorf("claim %s vanished", o.id), 0)
+		}
+		if err != nil {
+			s.m.retried.WithLabelValues("kv").Inc()
+			return true, written{}, bus.Retry(fmt.Errorf("read claim %s: %w", o.id, err), s.backoff(int(d.NumDelivered)))
+		}
+		c := decodeClaim(e.Value)
+		switch c.State {
+		case stateRecorded:
+			if c.Record == nil {
+				break // unreadable record: read back as if pending
+			}
+			return true, *c.Record, nil
+		case stateFailed:
+			return true, written{}, s.failed(ctx, ev, d, c.Reason, errors.New(c.Error))
+		}
+		if !c.Released {
+			// The owner may be alive with a write in flight (its NATS
+			// link dropped, so E came back to us). Leave it alone until
+			// its lease has run out since its last claim write.
+			if age := time.Since(e.Created); age < s.opts.lease {
+				s.deps.Log.LogAttrs(ctx, slog.LevelInfo, "ledger-writer: claim held by another attempt; waiting out its lease",
+					s.logAttrs(ev, d, slog.Duration("wait", s.opts.lease-age))...)
+				if err := sleep(ctx, stop, s.opts.lease-age); err != nil {
+					return true, written{}, s.interrupted(err)
+				}
+				continue
+			}
+		}
+		nc := claim{State: statePending, Owner: s.worker, After: c.After}
+		rev, err := s.ledger.Update(ctx, o.id, nc.encode(), e.Revision)
+		if errors.Is(err, bus.ErrWrongRevision) {
+			continue // it moved (or Get was stale): decide again
+		}
+		if err != nil {
+			s.m.retried.WithLabelValues("kv").Inc()
+			return true, written{}, bus.Retry(fmt.Errorf("take over claim %s: %w", o.id, err), s.backoff(int(d.NumDelivered)))
+		}
+		o.rev, o.c, o.fencedAt = rev, nc, time.Now()
+		// Only an owner that released with nothing possibly written lets
+		// us skip the read-back.
+		o.readBack = !c.Released || c.ReadBack || c.State != statePending
+		return false, written{}, nil
+	}
+}
+
+// markRecorded advances ledger/E to recorded.
+func (s *Service) markRecorded(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, o *owned, w written, kind catalog.Record) error {
+	c := claim{State: stateRecorded, Record: &w}
+	for attempt := 1; ; attempt++ {
+		_, err := s.ledger.Update(ctx, o.id, c.encode(), o.rev)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, bus.ErrWrongRevision) {
+			// Someone took the claim over after our write: they will find
+			// the record by reading back. Hand the delivery back.
+			return bus.Retry(&lostClaim{id: o.id}, 0)
+		}
+		s.m.retried.WithLabelValues("kv").Inc()
+		if err := sleep(ctx, stop, s.backoff(attempt)); err != nil {
+			// Not released: the write landed, so the next delivery must
+			// read back, which an unreleased claim forces.
+			return s.interrupted(err)
+		}
+	}
+	if kind == catalog.RecordIssue {
+		s.raiseHighWater(ctx, w.Repo, w.Number)
+	}
+	s.m.recorded.WithLabelValues(ev.GetType()).Inc()
+	s.deps.Events.Emit(ctx, "bus.recorded",
+		slog.String("event_id", ev.GetId()), slog.String("event_type", ev.GetType()),
+		slog.String("work_item", ev.GetSubject()), slog.String("origin", ev.GetSource()),
+		slog.String("repo", w.Repo), slog.Int("issue_number", w.Number), slog.Int64("comment_id", w.CommentID))
+	return s.step(stepRecorded, o.id)
+}
+
+// release marks the claim as free with no write in flight, so the next
+// delivery need not wait out the lease. Best effort: without it the lease
+// expires anyway.
+func (s *Service) release(ctx context.Context, o *owned) {
+	if o.rev == 0 {
+		return
+	}
+	c := o.c
+	c.Released, c.ReadBack = true, o.readBack
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	if rev, err := s.ledger.Update(rctx, o.id, c.encode(), o.rev); err == nil {
+		o.rev, o.c = rev, c
+	}
+}
+
+// interrupted turns a wait cut short into the delivery's result: hand it
+// back for a prompt redelivery.
+func (s *Service) interrupted(err error) error {
+	return bus.Retry(err, time.Second)
+}
+
+// fail records a permanent failure on the claim, then fails the event.
+func (s *Service) fail(ctx context.Context, ev *loopv1.Event, d *bus.Delivery, o *owned, reason string, err error) error {
+	if o.rev != 0 {
+		c := claim{State: stateFailed, Reason: reason, Error: err.Error()}
+		if _, uerr := s.ledger.Update(ctx, o.id, c.encode(), o.rev); uerr != nil {
+			s.deps.Log.Warn("ledger-writer: could not mark the claim failed", "event_id", o.id, "err", uerr)
+		}
+	}
+	return s.failed(ctx, ev, d, reason, err)
+}
+
+// failed reports a permanent failure: bus.record_failed, the failure notice
+// for a channel-originated event (AMB-26), then the DLQ.
+func (s *Service) failed(ctx context.Context, ev *loopv1.Event, d *bus.Delivery, reason string, err error) error {
+	s.m.failed.WithLabelValues(ev.GetType(), reason).Inc()
+	s.deps.Events.Emit(ctx, "bus.record_failed",
+		slog.String("event_id", ev.GetId()), slog.String("event_type", ev.GetType()),
+		slog.String("work_item", ev.GetSubject()), slog.String("origin", ev.GetSource()),
+		slog.String("reason", reason))
+	if channelOriginated(ev) {
+		if perr := s.publishNotice(ctx, ev, d, reason); perr != nil {
+			// The notice is how the person learns their gate answer or
+			// kickoff did not land: retry rather than drop it. The claim
+			// says failed, so the redelivery comes straight back here.
+			s.m.retried.WithLabelValues("publish").Inc()
+			return bus.Retry(perr, time.Second)
+		}
+	}
+	s.m.dlq.WithLabelValues(ev.GetType()).Inc()
+	return bus.Permanent(fmt.Errorf("record %s (%s): %s: %w", ev.GetId(), ev.GetType(), reason, err))
+}
+
+// channelOriginated: a chat message became the event, so someone is waiting
+// in a conversation to hear whether it landed.
+func channelOriginated(ev *loopv1.Event) bool {
+	return catalog.Publishable(catalog.Type(ev.GetType())) && ev.GetConversation().GetChannel() != ""
+}
+
+// noticeText is what the originating conversation is told; no message text.
+var noticeText = map[string]string{
+	"unauthorized-actor": "is not from a member listed in routing.authorizedUsers",
+	"kickoff-disabled":   "asked for a new work item, but channels.slack.kickoff.repo is empty",
+	"not-found":          "names a work item or repository GitHub does not know",
+	"gone":               "names a work item that was deleted",
+	"bad-ref":            "names no GitHub work item",
+	"forbidden":          "was refused by GitHub (the ledger's token may not write there)",
+	"invalid":            "was refused by GitHub as invalid",
+}
+
+func (s *Service) publishNotice(ctx context.Context, ev *loopv1.Event, d *bus.Delivery, reason string) error {
+	why, ok := noticeText[reason]
+	if !ok {
+		why = "could not be written to GitHub (" + reason + ")"
+	}
+	n := &loopv1.Event{
+		Id:           envelope.LoopID("record-failed", ev.GetId()),
+		Source:       Name,
+		Type:         string(catalog.RecordFailed),
+		Subject:      ev.GetSubject(),
+		Time:         envelope.NewTime(time.Now()),
+		Actor:        ev.GetActor(),
+		Conversation: ev.GetConversation(),
+		CausationId:  ev.GetId(),
+		Body: &loopv1.Event_Notification{Notification: &loopv1.Notification{
+			Text:   "Your message was not recorded on the ledger and did not reach the loop: it " + why + ".",
+			Detail: map[string]string{"event_type": ev.GetType(), "reason": reason},
+		}},
+	}
+	_, err := s.publish(ctx, n, d)
+	return err
+}
+
+// bind binds the kickoff's conversation to the new work item (R3.6), so a
+// reply in the thread reaches it. Idempotent: a redelivery binds again.
+func (s *Service) bind(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, w written) error {
+	ch, ts := ev.GetConversation().GetChannel(), threadOf(ev)
+	if ch == "" || ts == "" {
+		return nil
+	}
+	ref := "github:" + w.Repo + "#" + strconv.Itoa(w.Number)
+	for attempt := 1; ; attempt++ {
+		err := s.threads.Bind(ctx, ch, ts, ref)
+		if err == nil {
+			return nil
+		}
+		s.m.retried.WithLabelValues("kv").Inc()
+		s.deps.Log.Warn("ledger-writer: thread binding failed; retrying", "event_id", ev.GetId(), "err", err)
+		if err := sleep(ctx, stop, s.backoff(attempt)); err != nil {
+			return s.interrupted(err)
+		}
+	}
+}
+
+// fanOut publishes ev, with its record when it has one, to loop.ev under
+// Nats-Msg-Id E and waits for the PubAck.
+func (s *Service) fanOut(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, d *bus.Delivery, w *written) error {
+	out := ev
+	if w != nil {
+		out = proto.Clone(ev).(*loopv1.Event)
+		out.Ledger = &loopv1.LedgerRef{Repo: w.Repo, IssueNumber: int64(w.Number), CommentId: w.CommentID, Url: w.URL}
+		if w.CommentID == 0 {
+			// A kickoff's record is the new work item: from here on the
+			// event is about it (the conversation stays in Conversation).
+			out.Subject = "github:" + w.Repo + "#" + strconv.Itoa(w.Number)
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		ack, err := s.publish(ctx, out, d)
+		if err == nil {
+			s.m.published.WithLabelValues(ev.GetType()).Inc()
+			s.deps.Events.Emit(ctx, "bus.published",
+				slog.String("event_id", ev.GetId()), slog.String("event_type", ev.GetType()),
+				slog.String("work_item", out.GetSubject()), slog.String("stream", ack.Stream),
+				slog.Uint64("stream_seq", ack.Seq), slog.Bool("duplicate", ack.Duplicate), slog.Bool("recorded", w != nil))
+			return s.step(stepPublished, ev.GetId())
+		}
+		var inv *invalidEvent
+		if errors.As(err, &inv) {
+			return bus.Permanent(err)
+		}
+		// The bus is our own: wait for it rather than let a recorded event
+		// reach the DLQ, whose replay (under a new id) would record it
+		// twice.
+		s.m.retried.WithLabelValues("publish").Inc()
+		s.deps.Log.Warn("ledger-writer: fan-out publish failed; retrying", "event_id", ev.GetId(), "err", err)
+		if err := sleep(ctx, stop, s.backoff(attempt)); err != nil {
+			return s.interrupted(err)
+		}
+	}
+}
+
+type invalidEvent struct{ err error }
+
+func (e *invalidEvent) Error() string { return e.err.Error() }
+func (e *invalidEvent) Unwrap() error { return e.err }
+
+func (s *Service) publish(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) (bus.PubAck, error) {
+	tp := d.Header.Get(envelope.HeaderTraceparent)
+	m, err := envelope.ToMessage(ev, envelope.Events, tp)
+	if err != nil && tp != "" {
+		// A malformed inbound traceparent is dropped, not fatal.
+		m, err = envelope.ToMessage(ev, envelope.Events, "")
+	}
+	if err != nil {
+		return bus.PubAck{}, &invalidEvent{err: err}
+	}
+	h := bus.Header{}
+	for k, v := range m.Header {
+		if k != envelope.HeaderMsgID {
+			h[k] = v
+		}
+	}
+	return s.deps.Conn.Publish(ctx, bus.Message{Subject: m.Subject, Header: h, Data: m.Data, MsgID: ev.GetId()})
+}
+
+// The high-water mark of a kickoff repository: the newest issue number the
+// writer created there. A kickoff's claim records it, and its read-back
+// starts above it.
+func highWaterKey(repo string) string {
+	return "ledger-writer/issues-high-water/" + strings.ToLower(repo)
+}
+
+func (s *Service) highWater(ctx context.Context, repo string) int {
+	if repo == "" {
+		return 0
+	}
+	e, err := s.ledger.Get(ctx, highWaterKey(repo))
+	if err != nil {
+		return 0 // read back from the first issue: slower, never wrong
+	}
+	n, _ := strconv.Atoi(string(e.Value))
+	return n
+}
+
+func (s *Service) raiseHighWater(ctx context.Context, repo string, n int) {
+	key := highWaterKey(repo)
+	for range 5 {
+		e, err := s.ledger.Get(ctx, key)
+		switch {
+		case errors.Is(err, bus.ErrNotFound):
+			_, err = s.ledger.Create(ctx, key, []byte(strconv.Itoa(n)))
+		case err == nil:
+			if cur, _ := strconv.Atoi(string(e.Value)); cur >= n {
+				return
+			}
+			_, err = s.ledger.Update(ctx, key, []byte(strconv.Itoa(n)), e.Revision)
+		}
+		if err == nil {
+			return
+		}
+	}
+}
