@@ -35,6 +35,10 @@ Usage:
   the-loop sessions list               agent sessions and their state
   the-loop sessions pause|resume|stop|cleanup --work-item REF --as LOGIN
                                        ask the hosting dispatcher to act on a session (recorded on GitHub)
+  the-loop ask --work-item REF --question TEXT|--question-file F|- [--timeout D]
+                                       ask on the work item; prints the recorded comment's URL
+  the-loop graph status REF [--json]   the work item's process graph state
+  the-loop graph complete REF          the agent's node is done: move the work item on
   the-loop excerpt --event NAME [FILE|-]
                                        what a session is shown of a GitHub payload
   the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
@@ -82,6 +86,10 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdSessions(ctx, rest, env, stdout, stderr)
 	case "excerpt":
 		return cmdExcerpt(ctx, rest, env, stdout, stderr)
+	case "ask":
+		return cmdAsk(ctx, rest, env, stdout, stderr)
+	case "graph":
+		return cmdGraph(ctx, rest, env, stdout, stderr)
 	case "health":
 		return cmdHealth(ctx, rest, env, stdout, stderr)
 	case "docs":

@@ -1,0 +1,88 @@
+// Package testkit holds the helpers every test package of this module shares:
+// golden files that rewrite themselves on request, the shared testdata folder
+// of the workspace, a buffer safe to read while a goroutine writes it, and
+// polling with a deadline instead of sleeping. It is imported by tests only.
+package testkit
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Golden compares got with testdata/name (relative to the test's package);
+// with UPDATE=1 in the environment it rewrites the file first.
+func Golden(t testing.TB, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if os.Getenv("UPDATE") == "1" {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden %s (run with UPDATE=1 to create it): %v", path, err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("%s differs (UPDATE=1 rewrites it):\nwant %s\ngot  %s", path, want, got)
+	}
+}
+
+// RepoRoot is the module's root directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// SharedTestdata returns the workspace's shared testdata folder joined with
+// elem (../shared/testdata from the repository root), or skips the test with
+// a clear message when it is absent: a clone outside the workspace has none.
+func SharedTestdata(t testing.TB, elem ...string) string {
+	t.Helper()
+	path := filepath.Join(append([]string{RepoRoot(), "..", "shared", "testdata"}, elem...)...)
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("shared testdata %s is absent (a clone outside the workspace): skipping", path)
+	}
+	return path
+}
+
+// SyncBuffer is a bytes.Buffer a test may read while another goroutine
+// writes to it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// WaitFor polls cond every 20 ms until it holds, failing the test after d.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
