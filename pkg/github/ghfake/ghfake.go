@@ -44,6 +44,7 @@ package ghfake
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path"
@@ -55,11 +56,13 @@ import (
 // Server is a running fake. It is safe for concurrent use by any number of
 // clients and test goroutines.
 type Server struct {
-	t       testing.TB
-	ts      *httptest.Server
-	clk     clock
-	cfg     config
-	closing chan struct{}
+	t  reporter
+	ts *httptest.Server
+	// closeOnce guards Close, which a test's cleanup and a caller may both run.
+	closeOnce sync.Once
+	clk       clock
+	cfg       config
+	closing   chan struct{}
 
 	mu        sync.Mutex
 	st        state
@@ -130,6 +133,39 @@ func WithTimeScale(factor float64) Option {
 // It knows no repositories and no tokens until AddRepo and AddToken.
 func New(t testing.TB, opts ...Option) *Server {
 	t.Helper()
+	s := launch(t, opts...)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// reporter is how the fake reports its own misuse (an unknown repository,
+// a bad pattern): a test's t, or a panic outside tests.
+type reporter interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+type panicReporter struct{}
+
+func (panicReporter) Helper() {}
+func (panicReporter) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+
+// Start runs the fake outside a test (`the-loop demo`): misuse panics, and
+// the caller calls Close.
+func Start(opts ...Option) *Server { return launch(panicReporter{}, opts...) }
+
+// Close stops the server, releasing hung and delayed requests first:
+// httptest.Server.Close waits for every outstanding request.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.ts.Close()
+	})
+}
+
+func launch(t reporter, opts ...Option) *Server {
 	cfg := config{
 		clk:             realClock(),
 		primaryLimit:    5000,
@@ -151,12 +187,6 @@ func New(t testing.TB, opts ...Option) *Server {
 		changed:   make(chan struct{}),
 	}
 	s.ts = httptest.NewServer(s)
-	t.Cleanup(func() {
-		// Release hung and delayed requests first: httptest.Server.Close
-		// waits for every outstanding request.
-		close(s.closing)
-		s.ts.Close()
-	})
 	return s
 }
 

@@ -120,9 +120,10 @@ func WithChannels(ids ...string) Option {
 
 // Server is a running fake.
 type Server struct {
-	sts   *slacktest.Server
-	token string
-	known map[string]bool // nil: every channel exists
+	closeOnce sync.Once
+	sts       *slacktest.Server
+	token     string
+	known     map[string]bool // nil: every channel exists
 
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced on every change
@@ -153,6 +154,17 @@ type hook struct{ fn func(Message) }
 // New starts a fake that is stopped when t ends.
 func New(t testing.TB, opts ...Option) *Server {
 	t.Helper()
+	s := Start(opts...)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Close stops the server.
+func (s *Server) Close() { s.closeOnce.Do(s.sts.Stop) }
+
+// Start runs the fake outside a test (`the-loop demo`); the caller calls
+// Close.
+func Start(opts ...Option) *Server {
 	s := &Server{
 		token:   Token,
 		changed: make(chan struct{}),
@@ -175,7 +187,6 @@ func New(t testing.TB, opts ...Option) *Server {
 		}
 	})
 	s.sts.Start()
-	t.Cleanup(s.sts.Stop)
 	return s
 }
 
