@@ -10,6 +10,7 @@ import (
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/graph"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 	"github.com/the-loop/bus/services/dispatcher/registry"
@@ -106,7 +107,9 @@ func TestControlEffects(t *testing.T) {
 		e.waitRecord("dispatch.succeeded", map[string]any{"event_id": ev.GetId()})
 		waitFor(t, "the execute comment typed", func() bool {
 			in := e.inputsOf(sess.HarnessSessionID)
-			return len(in) > 0 && in[len(in)-1] == e.expected(ev, false)
+			// execute answered the phase-selection gate before the
+			// comment was typed: the prompt says so and shows the next node.
+			return len(in) > 0 && in[len(in)-1] == e.expectedWith(ev, graph.OutcomeExecute)
 		})
 	})
 	step("stop closes the session", func() {

@@ -48,11 +48,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/services/dispatcher/harness"
 	"github.com/the-loop/bus/services/dispatcher/internal/prompt"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
@@ -108,6 +110,12 @@ type Settings struct {
 	RecheckEvery time.Duration
 	// NewSessionID makes harness session ids (default random UUIDv4).
 	NewSessionID func() string
+	// Graphs are the process graphs the dispatcher knows (default the
+	// built-ins, graph.NewRegistry()); Graph is the one a spawned session's
+	// work item follows (default graph.WorkItemGraph). A session spawned by
+	// the do command follows graph.AdhocGraph.
+	Graphs *graph.Registry
+	Graph  string
 }
 
 func (c *Settings) setDefaults() {
@@ -143,6 +151,12 @@ func (c *Settings) setDefaults() {
 	}
 	if c.NewSessionID == nil {
 		c.NewSessionID = uuid4
+	}
+	if c.Graphs == nil {
+		c.Graphs = graph.NewRegistry()
+	}
+	if c.Graph == "" {
+		c.Graph = graph.WorkItemGraph
 	}
 }
 
@@ -190,8 +204,11 @@ func New(deps runtime.Deps, opts ...Option) (*Service, error) {
 	for _, w := range warnings {
 		deps.Log.Warn("dispatcher: prompt template unreadable", "detail", w)
 	}
+	if _, ok := set.Graphs.Get(set.Graph); !ok {
+		return nil, fmt.Errorf("%s: graph %q is not registered (known: %s)", Name, set.Graph, strings.Join(set.Graphs.Names(), ", "))
+	}
 	s := &Service{
-		deps: deps, set: set, m: m, tmpl: tmpl,
+		deps: deps, set: set, m: m, tmpl: tmpl, graphs: graphs{reg: set.Graphs},
 		tmux: &tmux.Server{Binary: set.TmuxBinary, Socket: set.TmuxSocket, RemainOnExit: true},
 	}
 	return s, nil

@@ -53,8 +53,13 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 	if !ok {
 		return nil
 	}
-	in.last = d.Last()
+	in.last, in.redelivered = d.Last(), d.NumDelivered > 1
 	s.observeDepth(ctx, d)
+	if in.redelivered {
+		// A failure after a graph move may have kept its notifications
+		// from the bus: publish the current node's again (same ids).
+		s.renotify(ctx, in.ref)
+	}
 	store := s.store.Load()
 	cfg := s.deps.Config()
 
@@ -439,7 +444,14 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 	if err := s.hostHere(ctx, store, in, sess); err != nil {
 		return err
 	}
-	p := s.render(in, false, s.graphs.context(ctx, s.deps.Conn, in.ref))
+	// Consult-first (channels-ledger §3.2 step 5): a human gate classifies
+	// an authorized comment before the prompt is rendered, so the session is
+	// told the gate's verdict and where the work item went.
+	verdict, err := s.consultGate(ctx, in, sess)
+	if err != nil {
+		return err
+	}
+	p := s.render(in, false, s.graphs.context(ctx, s.deps.Conn, in.ref, verdict))
 	paused := false
 	if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
 		if !r.Session.Live() || r.Session.Status == registry.Paused {

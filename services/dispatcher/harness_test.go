@@ -21,10 +21,12 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
+	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+	"github.com/the-loop/bus/services/dispatcher/graphstate"
 	"github.com/the-loop/bus/services/dispatcher/harness"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 	"github.com/the-loop/bus/services/dispatcher/registry"
@@ -334,14 +336,55 @@ func relayed(ref string, id int64, actor *loopv1.Actor, text string) *loopv1.Eve
 			Comment:   &loopv1.Comment{CommentId: id, Url: url, Author: "the-loop-bot", Body: body}}}}
 }
 
-// expected renders what the stand-in must have received for ev.
+// expected renders what the stand-in must have received for ev, with the
+// graph context block the work item's state gives it now: a spawn prompt
+// sees the graph just started; an authorized comment reaching a session
+// while the work item waits at a human gate was classified by the gate
+// first (here, at phase selection without the execute keyword: wait).
 func (e *env) expected(ev *loopv1.Event, spawn bool) string {
 	e.t.Helper()
 	in, ok := e.svc.read(ev)
 	if !ok {
 		e.t.Fatalf("event %s is not for sessions", ev.GetId())
 	}
-	return e.svc.render(in, spawn, "")
+	g, _ := graph.Builtin(graph.WorkItemGraph)
+	if spawn {
+		st, _, err := graph.New(g, ev.GetSubject(), time.Now())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return e.svc.render(in, true, graph.Context(st, g))
+	}
+	var verdict graph.Outcome
+	if st := e.graphState(ev.GetSubject()); st != nil && st.AtHumanGate(g) && in.gate && authorizedGitHub(e.cfg.Load(), in.actor) {
+		verdict = graph.OutcomeWait
+	}
+	return e.expectedWith(ev, verdict)
+}
+
+// expectedWith renders ev's prompt with the work item's current graph
+// context and the gate verdict given.
+func (e *env) expectedWith(ev *loopv1.Event, verdict graph.Outcome) string {
+	e.t.Helper()
+	in, ok := e.svc.read(ev)
+	if !ok {
+		e.t.Fatalf("event %s is not for sessions", ev.GetId())
+	}
+	return e.svc.render(in, false, e.svc.graphs.context(context.Background(), e.pub, ev.GetSubject(), verdict))
+}
+
+// graphState is ref's graph state, nil when it has none.
+func (e *env) graphState(ref string) *graph.State {
+	e.t.Helper()
+	store, err := graphstate.Open(context.Background(), e.pub)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	st, _, err := store.Get(context.Background(), ref)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
 }
 
 // start arms ref with the label and starts it with alice's start comment,

@@ -45,8 +45,14 @@ type input struct {
 	entity int64
 	merged bool
 	// last: this is the bus's last delivery of the event (a failure now
-	// dead-letters it).
-	last bool
+	// dead-letters it); redelivered: it is not the first.
+	last, redelivered bool
+	// gate: the event may answer a human gate (a comment, or a relayed
+	// gate-feedback or control record); gateBody is what the gate reads
+	// (through graph.RelayedText) and prov where it came from.
+	gate     bool
+	gateBody string
+	prov     graph.Provenance
 }
 
 // read turns ev into an input; ok is false for an event sessions never see
@@ -64,6 +70,8 @@ func (s *Service) read(ev *loopv1.Event) (in *input, ok bool) {
 		in.excerptEvent = in.ghEvent
 		in.payload = commentPayload(in.ghEvent, c.GetBody(), c.GetUrl(), c.GetAuthor())
 		in.body, in.parse, in.note = c.GetBody(), true, c.GetUrl()
+		in.gate, in.gateBody = true, c.GetBody()
+		in.prov = graph.Provenance{Channel: "github", RecordURL: c.GetUrl(), EventID: ev.GetId()}
 		return in, true
 	case catalog.WorkItemReply:
 		// A channel member's answer, delivered as their input; a reply is
@@ -79,6 +87,8 @@ func (s *Service) read(ev *loopv1.Event) (in *input, ok bool) {
 		in.ghEvent, in.action = r.GetEventType(), "recorded"
 		in.excerptEvent = "issue_comment"
 		in.payload = commentPayload("issue_comment", text, r.GetComment().GetUrl(), in.actor)
+		in.gate, in.gateBody = true, r.GetComment().GetBody()
+		in.prov = recordProvenance(ev)
 		switch catalog.Type(r.GetEventType()) {
 		case catalog.ControlCommand:
 			in.body, in.parse, in.relayed = text, true, true
@@ -232,4 +242,29 @@ func numberOf(ref string) int64 {
 		return 0
 	}
 	return n
+}
+
+// recordProvenance is where a relayed record came from (R6.3): the channel
+// the recorded event was raised on, the member's id there, the ledger
+// record's URL and the recorded event's id. The read-back does not carry the
+// envelope's source, so the channel is read from the recorded event's id,
+// whose prefix names it (slack:…, gh:…, loop:…).
+func recordProvenance(ev *loopv1.Event) graph.Provenance {
+	r := ev.GetLedgerRecord()
+	p := graph.Provenance{RecordURL: r.GetComment().GetUrl(), EventID: r.GetEventId()}
+	prefix, _, _ := strings.Cut(r.GetEventId(), ":")
+	switch prefix {
+	case "slack":
+		p.Channel, p.Member = "slack", ev.GetActor().GetSlack()
+	case "gh":
+		p.Channel = "github"
+	case "":
+		p.Channel = ev.GetSource()
+	default:
+		p.Channel = prefix
+	}
+	if p.EventID == "" {
+		p.EventID = ev.GetId()
+	}
+	return p
 }

@@ -5,8 +5,8 @@ import (
 	"sync"
 
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/services/dispatcher/graphstate"
 	"github.com/the-loop/bus/services/dispatcher/internal/prompt"
 )
 
@@ -22,40 +22,44 @@ func promptData(in *input, ex, graphContext string) prompt.Data {
 	}
 }
 
-// graphs reads work-item states from the KV bucket "graph" (written by the
-// graph wiring, issue 8) for the $graph_context block.
+// graphs is the dispatcher's access to the work items' graph states (KV
+// "graph", package graphstate), opened on first use, and the graphs it knows.
 type graphs struct {
-	mu  sync.Mutex
-	kv  *bus.KV
-	reg *graph.Registry
+	mu    sync.Mutex
+	store *graphstate.Store
+	reg   *graph.Registry
 }
 
-// context is the graph context block of ref: "" when there is no state, it
-// cannot be read, or its graph is unknown here. Best effort: a prompt is
-// never lost to it.
-func (g *graphs) context(ctx context.Context, c *bus.Conn, ref string) string {
+// open returns the state store, opening it on first use.
+func (g *graphs) open(ctx context.Context, c *bus.Conn) (*graphstate.Store, error) {
 	g.mu.Lock()
-	if g.kv == nil {
-		kv, err := c.KV(ctx, bus.BucketGraph)
+	defer g.mu.Unlock()
+	if g.store == nil {
+		st, err := graphstate.Open(ctx, c)
 		if err != nil {
-			g.mu.Unlock()
-			return ""
+			return nil, err
 		}
-		g.kv, g.reg = kv, graph.NewRegistry()
+		g.store = st
 	}
-	kv, reg := g.kv, g.reg
-	g.mu.Unlock()
-	e, err := kv.Get(ctx, catalog.SubjectKey(ref))
+	return g.store, nil
+}
+
+// context is the graph context block of ref ($graph_context): "" when there
+// is no state, it cannot be read, or its graph is unknown here. verdict is
+// the gate's verdict when a human gate classified this event first. Best
+// effort: a prompt is never lost to it.
+func (g *graphs) context(ctx context.Context, c *bus.Conn, ref string, verdict graph.Outcome) string {
+	store, err := g.open(ctx, c)
 	if err != nil {
 		return ""
 	}
-	st, err := graph.Decode(e.Value)
-	if err != nil {
+	st, _, err := store.Get(ctx, ref)
+	if err != nil || st == nil {
 		return ""
 	}
-	gr, ok := reg.Get(st.Graph)
+	gr, ok := g.reg.Get(st.Graph)
 	if !ok {
 		return ""
 	}
-	return graph.Context(st, gr)
+	return graph.ContextWith(st, gr, graph.ContextOptions{Verdict: verdict})
 }

@@ -60,7 +60,12 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
-	p := s.render(in, true, s.graphs.context(ctx, s.deps.Conn, in.ref))
+	// The graph starts with the session, before the boot prompt is
+	// rendered, so the prompt shows where the work item stands.
+	if err := s.graphStart(ctx, in, cmd); err != nil {
+		return err
+	}
+	p := s.render(in, true, s.graphs.context(ctx, s.deps.Conn, in.ref, ""))
 	argv := append([]string{h.Command()}, h.SpawnArgv(p, id)...)
 	err = s.tmux.Spawn(ctx, target, s.set.Workdir, h.Env(), argv)
 	if err != nil && recovering && errors.Is(err, tmux.ErrOccupied) {

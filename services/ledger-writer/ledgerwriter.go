@@ -242,7 +242,7 @@ func (s *Service) renderInput() (renderInput, error) {
 	if err != nil {
 		return renderInput{}, fmt.Errorf("routing.control: %w", err)
 	}
-	in := renderInput{key: s.deps.EnvelopeKey, grammar: g, people: cfg.Routing.AuthorizedUsers, scrub: s.opts.scrub}
+	in := renderInput{key: s.deps.EnvelopeKey, grammar: g, people: cfg.Routing.AuthorizedUsers, scrub: func(t string) string { return inertComments(s.opts.scrub(t)) }}
 	in.kickoff.repo = strings.TrimSpace(cfg.Channels.Slack.Kickoff.Repo)
 	in.kickoff.labels = cfg.Channels.Slack.Kickoff.Labels
 	return in, nil
@@ -281,3 +281,9 @@ func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) error {
 func (s *Service) logAttrs(ev *loopv1.Event, d *bus.Delivery, extra ...slog.Attr) []slog.Attr {
 	return append(runtime.EventAttrs(ev, d), extra...)
 }
+
+// inertComments breaks every HTML comment opener in relayed text with a
+// zero-width space. A member's text must not carry a hidden comment into the
+// record: one that spells an envelope would sit beside the ledger's own, and
+// the GitHub ingress refuses a body with two, losing the record.
+func inertComments(t string) string { return strings.ReplaceAll(t, "<!--", "<\u200b!--") }

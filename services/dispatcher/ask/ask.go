@@ -1,0 +1,132 @@
+// Package ask is `the-loop ask`, the verb an agent session runs to ask a
+// person on its work item (seed 001 R3.3): it publishes session.awaiting_input
+// to the inbox and waits until the ledger has recorded the question — the
+// record is the question comment itself, one comment — returning its URL.
+//
+// It lives beside the dispatcher because sessions are the dispatcher's: the
+// interaction directive of every session prompt tells the agent to run it.
+// cmd/the-loop's `ask` verb is a thin shell around it.
+package ask
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/envelope"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+	"github.com/the-loop/bus/services/dispatcher/graphstate"
+)
+
+// Poll is how often Await reads the ledger's state.
+const Poll = 200 * time.Millisecond
+
+// ErrFailed: the ledger could not record the question (it went to the DLQ).
+var ErrFailed = errors.New("the ledger could not record the question")
+
+// Event is the question as a catalog event. It has source "cli" and no
+// actor: the asker is the session, not a person, and an actor would put a
+// person's name on words they did not write. Its id hashes the work item, the
+// question and the time, so a retry of one invocation is stored once and
+// carries no text.
+func Event(ref, question, sessionID string, now time.Time) *loopv1.Event {
+	sum := sha256.Sum256([]byte(question))
+	return &loopv1.Event{
+		Id:      envelope.LoopID("ask", ref, hex.EncodeToString(sum[:]), now.UTC().Format(time.RFC3339Nano)),
+		Source:  "cli",
+		Type:    string(catalog.SessionAwaitingInput),
+		Subject: ref,
+		Time:    envelope.NewTime(now),
+		Body:    &loopv1.Event_Question{Question: &loopv1.Question{Text: question, SessionId: sessionID}},
+	}
+}
+
+// Ask publishes the question and waits (bounded by ctx) for its record,
+// returning the event id and the record's URL. On a timeout the id is
+// returned with ctx's error: the question is on the bus and will be recorded.
+func Ask(ctx context.Context, c *bus.Conn, ref, question, sessionID string) (string, string, error) {
+	ev := Event(ref, question, sessionID, time.Now())
+	if _, err := graphstate.Publish(ctx, c, ev); err != nil {
+		return ev.GetId(), "", fmt.Errorf("publish the question: %w", err)
+	}
+	url, err := Await(ctx, c, ev.GetId(), ref)
+	return ev.GetId(), url, err
+}
+
+// claim is what the ledger-writer keeps in KV "ledger" per event id
+// (DESIGN §5: event id → pending/recorded + GitHub ref): {state: pending,
+// recorded or failed, record: {Repo, Number, CommentID, URL}, reason}. Read
+// leniently: only the state, the URL and the comment id matter.
+type claim struct {
+	State  string `json:"state"`
+	Reason string `json:"reason"`
+	Record *struct {
+		CommentID int64  `json:"commentID"`
+		URL       string `json:"url"`
+	} `json:"record"`
+}
+
+// Await waits until the ledger says event id is recorded and returns the
+// record's URL. The ledger-writer marks an event recorded in KV "ledger"
+// before it fans it out on loop.ev. (Watching LOOP_EVENTS for the fan-out
+// itself, which carries ledger.url, needs a stream watch pkg/bus does not
+// offer yet.)
+func Await(ctx context.Context, c *bus.Conn, id, ref string) (string, error) {
+	kv, err := c.KV(ctx, bus.BucketLedger)
+	if err != nil {
+		return "", fmt.Errorf("ledger state: %w", err)
+	}
+	for {
+		e, err := kv.Get(ctx, id)
+		switch {
+		case err == nil:
+			var cl claim
+			if json.Unmarshal(e.Value, &cl) == nil {
+				switch cl.State {
+				case "recorded":
+					if u := recordURL(cl, ref); u != "" {
+						return u, nil
+					}
+					return "", fmt.Errorf("the ledger recorded %s but names no record", id)
+				case "failed":
+					return "", fmt.Errorf("%w (%s); it is in the dead-letter queue", ErrFailed, cl.Reason)
+				}
+			}
+		case !errors.Is(err, bus.ErrNotFound):
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			return "", fmt.Errorf("ledger state: %w", err)
+		}
+		t := time.NewTimer(Poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// recordURL is the record's URL, or one built from its comment id on the
+// work item's host.
+func recordURL(c claim, ref string) string {
+	if c.Record == nil {
+		return ""
+	}
+	if c.Record.URL != "" {
+		return c.Record.URL
+	}
+	base := graphstate.WorkItemURL(ref)
+	if base == "" || c.Record.CommentID == 0 {
+		return ""
+	}
+	return base + "#issuecomment-" + strconv.FormatInt(c.Record.CommentID, 10)
+}

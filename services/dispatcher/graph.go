@@ -1,0 +1,247 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/the-loop/bus/pkg/control"
+	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/services/dispatcher/graphstate"
+	"github.com/the-loop/bus/services/dispatcher/registry"
+)
+
+// The graph wiring (issue 8): the dispatcher owns each work item's graph
+// state in KV "graph" (package graphstate).
+//
+//   - A session's spawn starts its work item's graph: Settings.Graph
+//     (work-item by default), or the ad-hoc graph when the do command spawned
+//     it. A work item that already has a graph that has not ended keeps it (a
+//     respawn, a stop and a new start); one whose graph ended starts again.
+//   - An authorized comment (comment.human by an authorized login, or a
+//     relayed gate-feedback or execute record re-attributed to an authorized
+//     person) reaching a live session while the work item is at a human gate
+//     is classified by the gate before the prompt is rendered (consult-first);
+//     the prompt then carries the verdict. A move records approvedBy with the
+//     envelope's provenance (R6.3) and writes the approval into the approved
+//     artifact's front matter in the session's workspace.
+//   - Every move publishes the entered node's notifications to the inbox
+//     (graphstate.Event): the work item's URL, the artifact's excerpt (R4.4),
+//     and work-item-complete on reaching complete (R6.4).
+//
+// As in the original, nothing reaches a gate while the work item has no live
+// session or its session is paused (AMB-25): the event is settled without
+// advancing the graph.
+
+// graphStart starts in's work item on its graph when its session spawns.
+func (s *Service) graphStart(ctx context.Context, in *input, cmd control.Command) error {
+	name := s.set.Graph
+	if cmd == control.Do {
+		name = graph.AdhocGraph
+	}
+	g, ok := s.set.Graphs.Get(name)
+	if !ok {
+		s.deps.Log.Warn("dispatcher: graph not registered; the work item has no process graph", "work_item", in.ref, "graph", name)
+		return nil
+	}
+	store, err := s.graphs.open(ctx, s.deps.Conn)
+	if err != nil {
+		return fmt.Errorf("graph state: %w", err)
+	}
+	var ns []graph.Notification
+	created := false
+	st, err := store.Mutate(ctx, in.ref, func(cur *graph.State) (*graph.State, error) {
+		created = false
+		if cur != nil && !cur.Terminal() {
+			return nil, graphstate.ErrNoChange
+		}
+		next, notes, err := graph.New(g, in.ref, time.Now().UTC())
+		ns, created = notes, err == nil
+		return next, err
+	})
+	if errors.Is(err, graphstate.ErrOtherRef) {
+		s.deps.Log.Warn("dispatcher: the graph key of this work item holds another's state; no graph for it", "work_item", in.ref, "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("graph state: start %s: %w", in.ref, err)
+	}
+	if !created {
+		return nil // kept the graph it had
+	}
+	s.deps.Events.Emit(ctx, "graph.advanced", append(eventAttrs(in), slog.String("graph", g.Name),
+		slog.String("from", ""), slog.String("to", st.Current), slog.String("outcome", "start"))...)
+	return s.notify(ctx, in.ref, st, ns, s.set.Workdir)
+}
+
+// consultGate offers in's comment to the human gate the work item is parked
+// at and returns the verdict ("" when no gate classified it).
+func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Session) (graph.Outcome, error) {
+	if !in.gate || in.actor == "" {
+		// Only an authorized person's comment can answer a gate; one
+		// without an actor (a collaborator's) never reaches a session.
+		return "", nil
+	}
+	cfg := s.deps.Config()
+	grammar, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords)
+	if err != nil {
+		grammar, _ = control.New(cfg.Routing.Control.Enabled, nil)
+	}
+	store, err := s.graphs.open(ctx, s.deps.Conn)
+	if err != nil {
+		return "", fmt.Errorf("graph state: %w", err)
+	}
+	comment := graph.Comment{Author: in.actor, Body: in.gateBody, Provenance: in.prov}
+	var t graph.Transition
+	var g *graph.Graph
+	st, err := store.Mutate(ctx, in.ref, func(cur *graph.State) (*graph.State, error) {
+		t, g = graph.Transition{}, nil
+		if cur == nil {
+			return nil, graphstate.ErrNoChange
+		}
+		var ok bool
+		if g, ok = s.set.Graphs.Get(cur.Graph); !ok || !cur.AtHumanGate(g) {
+			return nil, graphstate.ErrNoChange
+		}
+		if applied(cur, in) {
+			// A redelivery of an event the gate already decided on.
+			return nil, graphstate.ErrNoChange
+		}
+		before := cur.Version
+		var err error
+		t, err = cur.Apply(g, graph.GateInput{
+			Comments:       []graph.Comment{comment},
+			Authorized:     func(login string) bool { return authorizedGitHub(cfg, login) },
+			ExecuteKeyword: grammar.Keyword(control.Execute),
+			At:             time.Now().UTC(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		if cur.Version == before {
+			return nil, graphstate.ErrNoChange
+		}
+		return cur, nil
+	})
+	switch {
+	case errors.Is(err, graphstate.ErrOtherRef), errors.Is(err, graph.ErrNotAtGate):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("graph state: gate of %s: %w", in.ref, err)
+	case g == nil || t.From == "":
+		return "", nil
+	}
+	if len(t.Comments) == 0 {
+		// Not an authorized person's words (or only an envelope): the
+		// gate saw nothing to classify.
+		return "", nil
+	}
+	if !t.Moved() {
+		s.deps.Log.Info("dispatcher: gate stays open", "work_item", in.ref, "event_id", in.ev.GetId(),
+			"node", t.From, "reason", t.Reason)
+		return t.Outcome, nil
+	}
+	attrs := append(eventAttrs(in), slog.String("graph", g.Name), slog.String("from", t.From), slog.String("to", t.To),
+		slog.String("outcome", string(t.Outcome)), slog.String("actor", in.actor), slog.String("channel", in.prov.Channel))
+	s.deps.Events.Emit(ctx, "graph.advanced", attrs...)
+	if st.Terminal() {
+		s.deps.Events.Emit(ctx, "graph.completed", append(eventAttrs(in), slog.String("graph", g.Name),
+			slog.String("node", st.Current), slog.String("status", string(st.Status)))...)
+	}
+	if n := g.Node(t.From); n != nil && n.Artifact != "" {
+		for _, a := range t.Approvals {
+			s.recordApproval(in, sess.Cwd, n.Artifact, a)
+		}
+	}
+	return t.Outcome, s.notify(ctx, in.ref, st, t.Notifications, sess.Cwd)
+}
+
+// applied reports whether st already holds a decision or an approval taken
+// on in's comment (a redelivery after the move was written).
+func applied(st *graph.State, in *input) bool {
+	for _, a := range st.ApprovedBy {
+		if a.Provenance.EventID == in.prov.EventID && a.Provenance.RecordURL == in.prov.RecordURL {
+			return true
+		}
+	}
+	if in.prov.RecordURL == "" {
+		return false
+	}
+	for _, d := range st.Decisions {
+		if slices.Contains(d.Records, in.prov.RecordURL) {
+			return true
+		}
+	}
+	return false
+}
+
+// recordApproval writes a into the artifact's front matter in the session's
+// workspace; an artifact that is not there is skipped, and the log says so.
+func (s *Service) recordApproval(in *input, workdir, pattern string, a graph.Approval) {
+	name, err := graphstate.WriteApproval(workdir, pattern, a)
+	switch {
+	case errors.Is(err, graphstate.ErrNoArtifact):
+		s.deps.Log.Info("dispatcher: approval not written into the artifact: it is not in the session's workspace",
+			"work_item", in.ref, "node", a.Node, "artifact", pattern, "login", a.Login)
+	case err != nil:
+		s.deps.Log.Warn("dispatcher: approval not written into the artifact", "work_item", in.ref, "node", a.Node,
+			"artifact", name, "login", a.Login, "err", err)
+	default:
+		s.deps.Log.Info("dispatcher: approval written into the artifact's front matter", "work_item", in.ref,
+			"node", a.Node, "artifact", name, "login", a.Login)
+	}
+}
+
+// notify publishes ns, yielded by a move of ref to st, to the inbox. A
+// failure is returned (the event is retried and renotify publishes them
+// again under the same ids).
+func (s *Service) notify(ctx context.Context, ref string, st *graph.State, ns []graph.Notification, workdir string) error {
+	maxChars := s.deps.Config().Channels.Slack.MaxChars
+	for _, n := range ns {
+		ev, note := graphstate.Event(n, st, graphstate.Options{Workdir: workdir, MaxChars: maxChars})
+		if note != "" {
+			s.deps.Log.Info("dispatcher: notification carries no artifact excerpt", "work_item", ref,
+				"node", n.Node, "event_type", string(n.Type), "artifact", n.Artifact, "why", note)
+		}
+		if _, err := graphstate.Publish(ctx, s.deps.Conn, ev); err != nil {
+			return fmt.Errorf("publish %s of %s: %w", n.Type, ref, err)
+		}
+		s.deps.Log.Info("dispatcher: graph notification published", "work_item", ref, "node", n.Node,
+			"event_type", string(n.Type), "event_id", ev.GetId())
+	}
+	return nil
+}
+
+// renotifyWithin bounds how long after entering a node its notifications are
+// published again: well inside the inbox's duplicate window (at least an
+// hour), so a late redelivery never shows a stale ping twice.
+const renotifyWithin = 30 * time.Minute
+
+// renotify publishes the current node's notifications of ref again, best
+// effort: their ids are those of the first publication, so the bus keeps one.
+func (s *Service) renotify(ctx context.Context, ref string) {
+	store, err := s.graphs.open(ctx, s.deps.Conn)
+	if err != nil {
+		return
+	}
+	st, _, err := store.Get(ctx, ref)
+	if err != nil || st == nil || len(st.History) == 0 || time.Since(st.History[len(st.History)-1].EnteredAt) > renotifyWithin {
+		return
+	}
+	g, ok := s.set.Graphs.Get(st.Graph)
+	if !ok {
+		return
+	}
+	workdir := s.set.Workdir
+	if reg := s.store.Load(); reg != nil {
+		if rec, _, err := reg.Get(ctx, ref); err == nil && rec.Session != nil && rec.Session.Cwd != "" {
+			workdir = rec.Session.Cwd
+		}
+	}
+	if err := s.notify(ctx, ref, st, graphstate.Current(st, g), workdir); err != nil {
+		s.deps.Log.Warn("dispatcher: graph notifications not published again", "work_item", ref, "err", err)
+	}
+}

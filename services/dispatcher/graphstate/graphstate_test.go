@@ -1,0 +1,179 @@
+package graphstate
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/graph"
+)
+
+func TestWorkItemURL(t *testing.T) {
+	for ref, want := range map[string]string{
+		"github:octo/repo#15":                   "https://github.com/octo/repo/issues/15",
+		"github:ghe.example.com/octo/repo#7":    "https://ghe.example.com/octo/repo/issues/7",
+		"github:octo/repo#0":                    "",
+		"github:octo/repo":                      "",
+		"github:octo#3":                         "",
+		"github:a/b/c/d#3":                      "",
+		"standing:ops":                          "",
+		"github:octo/re po#3":                   "",
+		"github:octo/repo#12abc":                "",
+		"github:ghe.example.com/octo/repo#-1":   "",
+		"slack:C0LOOP:1700000000.000100":        "",
+		"github:octo/repo#99999999999999999999": "",
+	} {
+		if got := WorkItemURL(ref); got != want {
+			t.Errorf("WorkItemURL(%q) = %q, want %q", ref, got, want)
+		}
+	}
+}
+
+func TestExcerpt(t *testing.T) {
+	for _, c := range []struct {
+		name, in string
+		max      int
+		want     string
+	}{
+		{"front matter stripped", "---\ntitle: x\napprovedBy: []\n---\n\n# Body\ntext\n", 0, "# Body\ntext"},
+		{"dots close front matter", "---\na: 1\n...\nbody", 0, "body"},
+		{"unclosed front matter kept", "---\na: 1\nbody", 0, "---\na: 1\nbody"},
+		{"no front matter", "  plain  ", 0, "plain"},
+		{"a rule later is not front matter", "# T\n---\nx", 0, "# T\n---\nx"},
+		{"capped with an ellipsis", "abcdefghij", 5, "abcd…"},
+		{"cap counts characters", "ääääää", 4, "äää…"},
+		{"cap exactly fits", "abcde", 5, "abcde"},
+		{"cap of one", "abc", 1, "…"},
+		{"invalid UTF-8 replaced", "a\xffb", 0, "a\uFFFDb"},
+	} {
+		if got := Excerpt([]byte(c.in), c.max); got != c.want {
+			t.Errorf("%s: Excerpt = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestReadArtifactStaysInWorkspace(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret.md"), []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "secret.md"), filepath.Join(dir, "requirements.md")); err != nil {
+		t.Skip("no symlinks:", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bugfix.md"), []byte("fix"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, text, err := ReadArtifact(dir, "requirements.md|bugfix.md"); err == nil && string(text) == "secret" {
+		t.Fatal("a symlink led the read out of the workspace")
+	}
+	name, text, err := ReadArtifact(dir, "design.md|bugfix.md")
+	if err != nil || name != "bugfix.md" || string(text) != "fix" {
+		t.Errorf("second alternative: %q %q %v", name, text, err)
+	}
+	if _, _, err := ReadArtifact(dir, "design.md"); !errors.Is(err, ErrNoArtifact) {
+		t.Errorf("absent artifact: %v", err)
+	}
+	if _, _, err := ReadArtifact("", "design.md"); !errors.Is(err, ErrNoArtifact) {
+		t.Errorf("no workspace: %v", err)
+	}
+}
+
+func TestWriteApproval(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "design.md")
+	if err := os.WriteFile(path, []byte("---\ntitle: D\napprovedBy: []\n---\nbody\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	a := graph.Approval{Login: "alice", Node: "design-approval", At: time.Date(2026, 5, 4, 9, 30, 0, 0, time.UTC),
+		Provenance: graph.Provenance{Channel: "slack", Member: "U1", RecordURL: "https://github.com/o/r/issues/7#issuecomment-1"}}
+	for range 2 { // the second is a redelivery: unchanged
+		if name, err := WriteApproval(dir, "design.md", a); err != nil || name != "design.md" {
+			t.Fatalf("WriteApproval = %q, %v", name, err)
+		}
+	}
+	b, _ := os.ReadFile(path)
+	if strings.Count(string(b), "@alice (design-approval") != 1 || !strings.HasSuffix(string(b), "---\nbody\n") {
+		t.Errorf("artifact:\n%s", b)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o640 {
+		t.Errorf("mode %v", fi.Mode().Perm())
+	}
+	if _, err := WriteApproval(dir, "requirements.md", a); !errors.Is(err, ErrNoArtifact) {
+		t.Errorf("absent artifact: %v", err)
+	}
+}
+
+// TestStore: Mutate creates and compare-and-sets, refuses another work
+// item's state under a shared key, and Complete moves agent nodes only.
+func TestStore(t *testing.T) {
+	srv := bustest.NewServer(t)
+	srv.Provision(t, bustest.FastTopology(1))
+	conn := srv.Connect(t, "graphstate-test")
+	ctx := context.Background()
+	s, err := Open(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := graph.NewRegistry()
+	g, _ := reg.Get(graph.AdhocGraph)
+	const ref = "github:octo/repo#5"
+	if st, rev, err := s.Get(ctx, ref); st != nil || rev != 0 || err != nil {
+		t.Fatalf("empty Get = %v %d %v", st, rev, err)
+	}
+	if _, _, err := s.Complete(ctx, reg, ref, time.Now()); err == nil {
+		t.Error("Complete without a state succeeded")
+	}
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st, err := s.Mutate(ctx, ref, func(cur *graph.State) (*graph.State, error) {
+		next, _, err := graph.New(g, "ignored", at)
+		return next, err
+	})
+	if err != nil || st.Ref != ref || st.Current != "work" {
+		t.Fatalf("create = %+v, %v", st, err)
+	}
+	st, tr, err := s.Complete(ctx, reg, ref, at)
+	if err != nil || tr.To != "review" || st.Current != "review" {
+		t.Fatalf("complete = %+v %+v %v", st, tr, err)
+	}
+	if len(tr.Notifications) != 1 || tr.Notifications[0].Type != catalog.DecisionPending {
+		t.Errorf("notifications = %+v", tr.Notifications)
+	}
+	if ns := Current(st, g); len(ns) != 1 || ns[0] != tr.Notifications[0] {
+		t.Errorf("Current = %+v, want the entry's %+v", ns, tr.Notifications)
+	}
+	if _, _, err := s.Complete(ctx, reg, ref, at); err == nil || !strings.Contains(err.Error(), "human gate") {
+		t.Errorf("Complete at a gate = %v", err)
+	}
+	// Another ref with the same subject key is never read, nor
+	// overwritten, as this one.
+	const other = "github:Octo/Repo#5"
+	if Key(other) != Key(ref) {
+		t.Fatalf("keys %q and %q differ; pick refs that collide", Key(other), Key(ref))
+	}
+	if _, _, err := s.Get(ctx, other); !errors.Is(err, ErrOtherRef) {
+		t.Errorf("Get of a colliding ref = %v", err)
+	}
+	if _, err := s.Mutate(ctx, other, func(*graph.State) (*graph.State, error) {
+		t.Error("Mutate offered another work item's state")
+		return nil, ErrNoChange
+	}); !errors.Is(err, ErrOtherRef) {
+		t.Errorf("Mutate of a colliding ref = %v", err)
+	}
+	ev, note := Event(tr.Notifications[0], st, Options{Now: at})
+	if note != "" || ev.GetId() != NotificationID(ref, "review", 1, catalog.DecisionPending) ||
+		ev.GetNotification().GetUrl() != "https://github.com/octo/repo/issues/5" || ev.GetSource() != "loop" {
+		t.Errorf("event = %v (note %q)", ev, note)
+	}
+	if _, err := Publish(ctx, conn, ev); err != nil {
+		t.Fatal(err)
+	}
+	if ack, err := Publish(ctx, conn, ev); err != nil || !ack.Duplicate {
+		t.Errorf("republish = %+v, %v: want a duplicate", ack, err)
+	}
+}

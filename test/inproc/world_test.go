@@ -1,0 +1,705 @@
+package inproc
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/eventlog"
+	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/pkg/httpserver"
+	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/slack/slackfake"
+	"github.com/the-loop/bus/pkg/slack/socketfake"
+	"github.com/the-loop/bus/pkg/threads"
+	"github.com/the-loop/bus/services/dispatcher"
+	"github.com/the-loop/bus/services/dispatcher/graphstate"
+	"github.com/the-loop/bus/services/dispatcher/harness"
+	ingressgithub "github.com/the-loop/bus/services/ingress-github"
+	ingressslack "github.com/the-loop/bus/services/ingress-slack"
+	ledgerwriter "github.com/the-loop/bus/services/ledger-writer"
+	"github.com/the-loop/bus/services/runtime"
+	slackrenderer "github.com/the-loop/bus/services/slack-renderer"
+)
+
+func TestMain(m *testing.M) {
+	tmuxtest.MaybeRunStandIn()
+	os.Exit(m.Run())
+}
+
+// The cast. alice is authorized on GitHub and Slack; bob only on Slack (a
+// person with no GitHub login: R5.5); carol is a work-item collaborator (a
+// MEMBER on GitHub, not authorized); mallory is nobody (UMALLORY on Slack).
+// The ledger writes as the-loop-bot, which is not in authorizedUsers: its
+// signed records are records whatever the list says (AMB-5).
+const (
+	repo          = "octo/repo"
+	channel       = "C0LOOP"
+	ledgerLogin   = "the-loop-bot"
+	ghToken       = "ghp_inproc_test_token_0000000000000000"
+	webhookSecret = "inproc-webhook-secret"
+	envelopeKey   = "inproc-envelope-key-0123456789abcdef0123"
+	alice         = "alice"
+	aliceSlack    = "UALICE"
+	bobSlack      = "UBOB"
+	carol         = "carol"
+	mallory       = "mallory"
+	malSlack      = "UMALLORY"
+	armLabel      = dispatcher.DefaultLabel
+	partitions    = 2
+)
+
+// wait is the generous deadline of every wait: other engineers' tests share
+// the two cores, and nothing here depends on wall-clock timing for
+// correctness.
+const wait = 90 * time.Second
+
+// world is the whole system in one process: a real in-process JetStream, the
+// five services built as cmd/the-loop's host builds them, the GitHub fake
+// (which this world turns into a webhook sender: every write is delivered to
+// ingress-github as a signed webhook, as GitHub would), the Slack Web API fake
+// behind the Socket Mode fake, and a private tmux server running the stand-in
+// harness in the sessions' workspace.
+type world struct {
+	t      *testing.T
+	srv    *bustest.Server
+	conn   *bus.Conn
+	gh     *ghfake.Server
+	slack  *slackfake.Server
+	sock   *socketfake.Server
+	cfg    atomic.Pointer[config.Config]
+	logs   *records
+	work   string // the sessions' workspace
+	agent  string // the stand-in's record directory
+	hookAt string // ingress-github's webhook URL
+
+	seq     atomic.Int64
+	relayMu sync.Mutex
+	relays  sync.WaitGroup
+	closing atomic.Bool
+}
+
+// records is the event log: every record the services emit, kept for the
+// assertions and forwarded to loop.log as the host does.
+type records struct {
+	conn *bus.Conn
+	mu   sync.Mutex
+	recs []eventlog.Record
+}
+
+func (r *records) PublishLog(_ context.Context, subject string, data []byte) error {
+	var rec eventlog.Record
+	if err := json.Unmarshal(data, &rec); err == nil {
+		r.mu.Lock()
+		r.recs = append(r.recs, rec)
+		r.mu.Unlock()
+	}
+	return r.conn.PublishCore(bus.Message{Subject: subject, Data: data})
+}
+
+// find returns the records called name whose fields hold every pair of match.
+func (r *records) find(name string, match map[string]any) []eventlog.Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []eventlog.Record
+next:
+	for _, x := range r.recs {
+		if x.Event != name {
+			continue
+		}
+		for k, v := range match {
+			if fmt.Sprint(x.Fields[k]) != fmt.Sprint(v) {
+				continue next
+			}
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+func (r *records) all() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for _, x := range r.recs {
+		j, _ := json.Marshal(x)
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// baseConfig is the operator config of these tests: alice, bob and the
+// grants of a Slack channel that may do everything (socket mode, so gate
+// buttons are rendered), subscribed to the comments, the ask, the graph's
+// notifications and replies.
+func baseConfig(t *testing.T) *config.Config {
+	dir, problems := identity.New([]identity.Person{
+		{GitHub: alice, Slack: aliceSlack, Name: "Alice"},
+		{Slack: bobSlack, Name: "Bob"},
+	})
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	cfg := config.Default()
+	cfg.Routing.AuthorizedUsers = dir
+	s := &cfg.Channels.Slack
+	s.Enabled = true
+	s.Channel = channel
+	s.Read.Mode = config.ReadSocket
+	s.Subscribe = []catalog.Type{catalog.SessionAwaitingInput, catalog.CommentHuman, catalog.CommentAgent,
+		catalog.DecisionPending, catalog.PhaseApprovalPending, catalog.PRReviewPending, catalog.ConflictEscalated,
+		catalog.WorkItemComplete}
+	s.Publish = []catalog.Type{catalog.WorkItemReply, catalog.GateFeedback, catalog.ControlCommand, catalog.WorkItemCreate}
+	s.MaxChars = 120
+	s.Kickoff = config.Kickoff{Repo: repo, Labels: []string{"the-loop", "from-slack"}}
+	return cfg
+}
+
+func newWorld(t *testing.T, edit ...func(*config.Config)) *world {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("in-process end-to-end: needs JetStream, tmux and the fakes")
+	}
+	w := &world{t: t, work: t.TempDir(), agent: t.TempDir()}
+	socket := tmuxtest.Socket(t) // skips without tmux
+	w.srv = bustest.StartServer(t, bustest.Options{InProcessOnly: true})
+	w.srv.Provision(t, bustest.FastTopology(partitions))
+	w.conn = w.srv.Connect(t, "inproc-test")
+	w.logs = &records{conn: w.conn}
+	cfg := baseConfig(t)
+	for _, f := range edit {
+		f(cfg)
+	}
+	w.cfg.Store(cfg)
+
+	w.gh = ghfake.New(t)
+	w.gh.AddRepo(repo)
+	w.gh.AddToken(ghToken, ledgerLogin)
+	w.gh.SetAuthorAssociation(repo, alice, "OWNER")
+	w.gh.SetAuthorAssociation(repo, carol, "MEMBER")
+	w.slack = slackfake.New(t, slackfake.WithChannels(channel))
+	w.sock = socketfake.New(t, socketfake.WithAPI(w.slack.URL()))
+
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := harness.Claude()
+	h.Binary = exe
+	h.Environment = map[string]string{tmuxtest.EnvDir: w.agent}
+
+	reg := prometheus.NewRegistry()
+	metrics, err := bus.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := httpserver.NewReadiness()
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if os.Getenv("LOOP_TEST_VERBOSE") != "" {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	type svc struct {
+		name string
+		run  func(context.Context) error
+	}
+	var svcs []svc
+	var ingress *ingressgithub.Service
+	// The start order and constructors of cmd/the-loop/host.go; only the
+	// pacing of the Slack renderer is shortened.
+	for _, name := range []string{ledgerwriter.Name, slackrenderer.Name, dispatcher.Name, ingressgithub.Name, ingressslack.Name} {
+		deps := runtime.Deps{
+			Conn:       w.srv.Connect(t, name),
+			Log:        log.With("service", name),
+			Events:     eventlog.New(name, log.With("service", name), w.logs),
+			Registry:   reg,
+			Ready:      ready,
+			Partitions: partitions,
+			Metrics:    metrics,
+			Config:     w.cfg.Load,
+			GitHub: config.GitHub{
+				Token: config.NewSecret(ghToken), APIURL: w.gh.URL() + "/", Login: ledgerLogin,
+				WebhookSecret: config.NewSecret(webhookSecret), WebhookAddr: "127.0.0.1:0", Mode: "webhook",
+				PollLabel: armLabel, PollInterval: time.Minute,
+			},
+			Slack: config.Slack{
+				BotToken: config.NewSecret(slackfake.Token), AppToken: config.NewSecret(socketfake.AppToken),
+				APIURL: w.sock.URL(), EventsAddr: "127.0.0.1:0",
+			},
+		}
+		var r interface{ Run(context.Context) error }
+		switch name {
+		case ledgerwriter.Name:
+			deps.EnvelopeKey = []byte(envelopeKey)
+			r, err = ledgerwriter.New(deps)
+		case slackrenderer.Name:
+			r, err = slackrenderer.New(deps, slackrenderer.WithPostInterval(20*time.Millisecond))
+		case dispatcher.Name:
+			r, err = dispatcher.New(deps, dispatcher.WithSettings(dispatcher.Settings{
+				Harness: h, TmuxSocket: socket, Host: "inproc", Workdir: w.work,
+				Label: armLabel, SpawnOnUnmatched: dispatcher.SpawnLabeled, ResumeProbe: -1,
+			}))
+		case ingressgithub.Name:
+			deps.EnvelopeKey = []byte(envelopeKey)
+			o := ingressgithub.DefaultOptions()
+			o.Mode = ingressgithub.ModeWebhook
+			o.RequireWebhookSecret = true
+			ingress, err = ingressgithub.NewWithOptions(deps, o)
+			r = ingress
+		case ingressslack.Name:
+			r, err = ingressslack.New(deps)
+		}
+		if err != nil {
+			cancel()
+			t.Fatalf("%s: %v", name, err)
+		}
+		svcs = append(svcs, svc{name, r.Run})
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(svcs))
+	for _, s := range svcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.run(ctx); err != nil {
+				errs <- fmt.Errorf("%s: %w", s.name, err)
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		// GitHub stops delivering first: a webhook in flight finishes, none
+		// starts, and none is sent to a stopped ingress.
+		w.relayMu.Lock()
+		w.closing.Store(true)
+		w.relayMu.Unlock()
+		w.relays.Wait()
+		cancel()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(wait):
+			t.Error("the services did not stop")
+		}
+		close(errs)
+		for err := range errs {
+			t.Errorf("Run: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("event log:\n%s", w.logs.all())
+		}
+	})
+	actx, acancel := context.WithTimeout(ctx, wait)
+	addr := ingress.WebhookAddr(actx)
+	acancel()
+	if addr == nil {
+		t.Fatal("ingress-github's webhook is not listening")
+	}
+	w.hookAt = "http://" + addr.String() + ingressgithub.WebhookPath
+	w.gh.AfterWrite(w.relay)
+	w.sock.WaitConnected(t, 1, wait)
+	w.eventually("every service ready", func() bool { return len(ready.Check()) == 0 })
+	return w
+}
+
+func (w *world) eventually(what string, cond func() bool) {
+	w.t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// update changes the live config, as a reload of the operator file does.
+func (w *world) update(f func(*config.Config)) {
+	c := *w.cfg.Load()
+	c.Channels.Slack.Publish = append([]catalog.Type(nil), c.Channels.Slack.Publish...)
+	f(&c)
+	w.cfg.Store(&c)
+}
+
+// waitLog waits for an event-log record called name holding match.
+func (w *world) waitLog(name string, match map[string]any) eventlog.Record {
+	w.t.Helper()
+	var got []eventlog.Record
+	w.eventually(fmt.Sprintf("%s %v", name, match), func() bool {
+		got = w.logs.find(name, match)
+		return len(got) > 0
+	})
+	return got[0]
+}
+
+// ---- GitHub: the fake's state, delivered as signed webhooks ----
+
+func sign(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// post delivers one webhook with the given signature header value and
+// returns the status.
+func (w *world) post(event string, body []byte, signature string) int {
+	w.t.Helper()
+	st, _ := w.postID(event, body, signature)
+	return st
+}
+
+// postID is post, also returning the delivery id (X-GitHub-Delivery).
+func (w *world) postID(event string, body []byte, signature string) (int, string) {
+	w.t.Helper()
+	delivery := fmt.Sprintf("inproc-%d-%d", time.Now().UnixNano(), w.seq.Add(1))
+	req, err := http.NewRequest(http.MethodPost, w.hookAt, bytes.NewReader(body))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", event)
+	req.Header.Set("X-GitHub-Delivery", delivery)
+	if signature != "" {
+		req.Header.Set("X-Hub-Signature-256", signature)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		w.t.Errorf("webhook %s: %v", event, err)
+		return 0, delivery
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, delivery
+}
+
+// webhook delivers a signed webhook, as GitHub does, and checks GitHub's
+// delivery was taken (2xx).
+func (w *world) webhook(event string, body []byte) int {
+	w.t.Helper()
+	st := w.post(event, body, sign(webhookSecret, body))
+	if st/100 != 2 {
+		w.t.Errorf("webhook %s answered %d", event, st)
+	}
+	return st
+}
+
+func repoJSON() map[string]any {
+	owner, name, _ := strings.Cut(repo, "/")
+	return map[string]any{"id": 1, "name": name, "full_name": repo, "html_url": "https://github.com/" + repo,
+		"owner": map[string]any{"login": owner}}
+}
+
+func issueJSON(is ghfake.Issue) map[string]any {
+	labels := []any{}
+	for _, l := range is.Labels {
+		labels = append(labels, map[string]any{"name": l})
+	}
+	return map[string]any{"id": is.ID, "number": is.Number, "title": is.Title, "body": is.Body, "state": is.State,
+		"html_url": is.HTMLURL, "user": map[string]any{"login": is.Login}, "labels": labels}
+}
+
+// commentHook is the issue_comment "created" delivery GitHub sends for c.
+func (w *world) commentHook(c ghfake.Comment) []byte {
+	is, _ := w.gh.Issue(c.Repo, c.IssueNumber)
+	b, _ := json.Marshal(map[string]any{
+		"action": "created",
+		"issue":  issueJSON(is),
+		"comment": map[string]any{"id": c.ID, "node_id": c.NodeID, "html_url": c.HTMLURL, "body": c.Body,
+			"user": map[string]any{"login": c.Login}, "author_association": c.AuthorAssociation,
+			"created_at": c.CreatedAt.UTC().Format(time.RFC3339), "updated_at": c.UpdatedAt.UTC().Format(time.RFC3339)},
+		"repository": repoJSON(),
+		"sender":     map[string]any{"login": c.Login},
+	})
+	return b
+}
+
+// issueHook is an issues delivery for is (opened or labeled).
+func (w *world) issueHook(action string, is ghfake.Issue, sender, label string) []byte {
+	p := map[string]any{"action": action, "issue": issueJSON(is), "repository": repoJSON(),
+		"sender": map[string]any{"login": sender}}
+	if label != "" {
+		p["label"] = map[string]any{"name": label}
+	}
+	b, _ := json.Marshal(p)
+	return b
+}
+
+// relay is the GitHub side of the world: every comment or issue the
+// ledger-writer writes is delivered to ingress-github as GitHub would
+// deliver it, signed, in write order.
+func (w *world) relay(wr ghfake.Write) {
+	w.relayMu.Lock()
+	if w.closing.Load() {
+		w.relayMu.Unlock()
+		return
+	}
+	w.relays.Add(1)
+	w.relayMu.Unlock()
+	go func() {
+		defer w.relays.Done()
+		w.relayMu.Lock()
+		defer w.relayMu.Unlock()
+		if w.closing.Load() {
+			return
+		}
+		switch wr.Kind {
+		case ghfake.WriteComment:
+			c, ok := w.gh.Comment(wr.ID)
+			if ok {
+				w.webhook("issue_comment", w.commentHook(c))
+			}
+		case ghfake.WriteIssue:
+			if is, ok := w.gh.Issue(wr.Repo, wr.IssueNumber); ok {
+				w.webhook("issues", w.issueHook("opened", is, wr.Login, ""))
+			}
+		}
+	}()
+}
+
+// comment is a person commenting on the issue on GitHub: the fake stores it
+// and GitHub delivers the webhook.
+func (w *world) comment(number int, login, body string) ghfake.Comment {
+	w.t.Helper()
+	c, _ := w.commentID(number, login, body)
+	return c
+}
+
+// commentID is comment, also returning the webhook's delivery id.
+func (w *world) commentID(number int, login, body string) (ghfake.Comment, string) {
+	w.t.Helper()
+	c := w.gh.AddComment(repo, number, login, body)
+	w.relayMu.Lock()
+	defer w.relayMu.Unlock()
+	hook := w.commentHook(c)
+	st, delivery := w.postID("issue_comment", hook, sign(webhookSecret, hook))
+	if st/100 != 2 {
+		w.t.Errorf("webhook issue_comment answered %d", st)
+	}
+	return c, delivery
+}
+
+func ref(number int) string { return fmt.Sprintf("github:%s#%d", repo, number) }
+
+// ---- the work item's graph and session ----
+
+func (w *world) state(r string) *graph.State {
+	w.t.Helper()
+	store, err := graphstate.Open(context.Background(), w.conn)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	st, _, err := store.Get(context.Background(), r)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return st
+}
+
+// waitNode waits until r's graph is at node.
+func (w *world) waitNode(r, node string) *graph.State {
+	w.t.Helper()
+	var st *graph.State
+	w.eventually(r+" at "+node, func() bool {
+		st = w.state(r)
+		return st != nil && st.Current == node
+	})
+	return st
+}
+
+// start opens issue N armed with the auto-execute label and starts it
+// with alice's start comment, as a person does on GitHub; it returns once the
+// session runs and the graph waits at phase selection, with the Slack thread
+// bound (the decision-pending ping started it).
+func (w *world) start(title string) (int, string) {
+	w.t.Helper()
+	is := w.gh.AddIssue(repo, alice, title, "Please do the thing.", armLabel)
+	r := ref(is.Number)
+	w.webhook("issues", w.issueHook("labeled", is, alice, armLabel))
+	w.waitLog("dispatch.dropped", map[string]any{"work_item": r, "reason": dispatcher.DropAwaitingStart})
+	w.comment(is.Number, alice, "the-loop start")
+	w.waitLog("session.spawned", map[string]any{"work_item": r})
+	w.waitNode(r, "phase-selection")
+	w.thread(r)
+	return is.Number, r
+}
+
+// toGate drives a started work item to its requirements-approval gate:
+// alice's execute comment passes phase selection, the agent writes
+// requirements.md and says its node is done.
+func (w *world) toRequirementsGate(number int, r string, artifact string) {
+	w.t.Helper()
+	w.comment(number, alice, "the-loop execute")
+	w.waitNode(r, "requirements")
+	w.writeArtifact("requirements.md", artifact)
+	w.complete(r)
+	w.waitNode(r, "requirements-approval")
+}
+
+func (w *world) writeArtifact(name, text string) {
+	w.t.Helper()
+	if err := os.WriteFile(filepath.Join(w.work, name), []byte(text), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *world) readArtifact(name string) string {
+	w.t.Helper()
+	b, err := os.ReadFile(filepath.Join(w.work, name))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return string(b)
+}
+
+// complete is the agent's `the-loop graph complete REF` (the CLI verb runs
+// exactly this).
+func (w *world) complete(r string) {
+	w.t.Helper()
+	store, err := graphstate.Open(context.Background(), w.conn)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if _, _, err := store.CompleteAndPublish(context.Background(), w.conn, graph.NewRegistry(), r, w.cfg.Load().Channels.Slack.MaxChars); err != nil {
+		w.t.Fatalf("graph complete %s: %v", r, err)
+	}
+}
+
+// inputs are the prompts typed into the sessions, in order.
+func (w *world) inputs() []string {
+	var out []string
+	for _, in := range tmuxtest.Inputs(w.t, w.agent) {
+		out = append(out, in.Text)
+	}
+	return out
+}
+
+// ---- Slack ----
+
+// thread is the Slack thread bound to r (waiting for the binding).
+func (w *world) thread(r string) string {
+	w.t.Helper()
+	kv, err := w.conn.KV(context.Background(), bus.BucketThreads)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	store := threads.New(kv)
+	var ts string
+	w.eventually("the Slack thread of "+r, func() bool {
+		var ok bool
+		ts, ok, err = store.ThreadFor(context.Background(), channel, r)
+		return err == nil && ok
+	})
+	return ts
+}
+
+// messageText is everything a person sees of m: its fallback text and its
+// blocks.
+func messageText(m slackfake.Message) string { return m.Text + "\n" + string(m.Blocks) }
+
+// waitSlack waits for a message in the thread root (or, root "", at top
+// level) that contains every one of parts, and returns it.
+func (w *world) waitSlack(root string, parts ...string) slackfake.Message {
+	w.t.Helper()
+	var found slackfake.Message
+	w.eventually(fmt.Sprintf("a Slack message with %q", parts), func() bool {
+		var msgs []slackfake.Message
+		if root == "" {
+			msgs = w.slack.Messages(channel)
+		} else {
+			msgs = w.slack.Thread(channel, root)
+		}
+		for _, m := range msgs {
+			text := messageText(m)
+			ok := true
+			for _, p := range parts {
+				if !strings.Contains(text, p) {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				found = m
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// slackHas reports whether any message of the channel contains s.
+func (w *world) slackHas(s string) bool {
+	for _, m := range w.slack.Messages(channel) {
+		if strings.Contains(messageText(m), s) {
+			return true
+		}
+	}
+	return false
+}
+
+// nextTS is a fresh Slack message ts.
+func (w *world) nextTS() string {
+	n := w.seq.Add(1)
+	return fmt.Sprintf("%d.%06d", time.Now().Unix(), n)
+}
+
+// say is a Slack member's message over Socket Mode: a reply in thread root,
+// or a top-level message when root is "". It returns the message's ts once
+// Slack's envelope was acknowledged (the message is settled: published or
+// dropped).
+func (w *world) say(user, root, text string) string {
+	w.t.Helper()
+	ts := w.nextTS()
+	ev := map[string]any{"type": "message", "channel": channel, "channel_type": "channel", "user": user, "text": text, "ts": ts}
+	if root != "" {
+		ev["thread_ts"] = root
+	}
+	body, _ := json.Marshal(map[string]any{"token": "ignored", "team_id": "T0LOOP", "api_app_id": "A0LOOP",
+		"type": "event_callback", "event_id": "Ev" + strings.ReplaceAll(ts, ".", ""), "event_time": time.Now().Unix(), "event": ev})
+	id := w.sock.Send(w.t, "events_api", json.RawMessage(body))
+	w.sock.WaitAck(w.t, id, wait)
+	return ts
+}
+
+// press is a Slack member pressing a button (actionID, value) on message
+// msg of thread root.
+func (w *world) press(user string, msg slackfake.Message, root, actionID, value string) {
+	w.t.Helper()
+	m := map[string]any{"type": "message", "ts": msg.TS, "user": msg.User, "bot_id": msg.BotID}
+	container := map[string]any{"type": "message", "message_ts": msg.TS, "channel_id": channel}
+	if root != "" && root != msg.TS {
+		m["thread_ts"], container["thread_ts"] = root, root
+	}
+	body, _ := json.Marshal(map[string]any{
+		"type": "block_actions", "user": map[string]any{"id": user}, "channel": map[string]any{"id": channel},
+		"container": container, "message": m, "trigger_id": "1.2.3", "api_app_id": "A0LOOP",
+		"actions": []map[string]any{{"type": "button", "action_id": actionID, "block_id": "the-loop.actions",
+			"value": value, "text": map[string]any{"type": "plain_text", "text": "label"},
+			"action_ts": w.nextTS()}},
+	})
+	id := w.sock.Send(w.t, "interactive", json.RawMessage(body))
+	w.sock.WaitAck(w.t, id, wait)
+}
