@@ -309,6 +309,9 @@ func (s *Service) heartbeat(ctx context.Context, store *registry.Store) {
 		if err := store.Heartbeat(ctx, s.set.Host, time.Now()); err != nil && ctx.Err() == nil {
 			s.deps.Log.Warn("dispatcher: lease renewal failed", "host", s.set.Host, "err", err)
 		}
+		// A session another replica took over (its partition moved there)
+		// must not stay alive here as an idle second copy.
+		s.reconcile(ctx, store)
 		select {
 		case <-ctx.Done():
 			return

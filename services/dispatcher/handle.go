@@ -385,15 +385,18 @@ func (s *Service) hostHere(ctx context.Context, store *registry.Store, in *input
 	if sess.Host == s.set.Host {
 		return nil
 	}
+	// This event reached this replica because its partition is pinned here
+	// now: the replica named in the registry will never receive the work
+	// item's events again, whether it died or merely lost the pin. Waiting
+	// for it would stall the partition until the event dead-letters, so the
+	// session follows the partition: take it over and resume it here. The
+	// old host's reconcile loop kills its idle copy within a lease period.
 	at, ok, err := store.Lease(ctx, sess.Host)
 	if err != nil {
 		return fmt.Errorf("registry: lease of %s: %w", sess.Host, err)
 	}
 	if ok && time.Since(at) < s.set.Lease {
 		s.m.elsewhere.Inc()
-		s.deps.Log.Info("dispatcher: session hosted by another replica; retrying until the partition returns to it",
-			"work_item", in.ref, "host", sess.Host, "event_id", in.ev.GetId())
-		return bus.Retry(fmt.Errorf("session of %s is hosted on %s", in.ref, sess.Host), s.set.ElsewhereRetry)
 	}
 	old := sess.Host
 	if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
@@ -406,7 +409,8 @@ func (s *Service) hostHere(ctx context.Context, store *registry.Store, in *input
 		return fmt.Errorf("registry: %w", err)
 	}
 	sess.Host = s.set.Host
-	s.deps.Log.Warn("dispatcher: took over a session whose host's lease expired", "work_item", in.ref, "from_host", old, "host", s.set.Host)
+	s.deps.Log.Warn("dispatcher: took over a session whose partition moved here", "work_item", in.ref, "from_host", old, "host", s.set.Host)
+	s.deps.Events.Emit(ctx, "session.taken_over", slog.String("work_item", in.ref), slog.String("from_host", old), slog.String("host", s.set.Host))
 	return nil
 }
 

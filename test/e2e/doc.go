@@ -1,6 +1,21 @@
 // Package e2e is the multi-process end-to-end suite (`make e2e`, build tag
 // e2e): it builds the-loop and nats-server, runs a real nats-server process
-// and the services as separate processes, drives them, and kills and restarts
-// them. It imports nothing but the standard library and the binaries it
-// builds, so it tests the system the way an operator runs it.
+// (JetStream, sync_interval: always) and the five services as separate
+// `the-loop serve <service>` processes — two replicas of ledger-writer,
+// slack-renderer and dispatcher — against the GitHub and Slack fakes
+// (pkg/github/ghfake, pkg/slack/slackfake, in the test process, reached
+// through LOOP_GITHUB_API_URL and LOOP_SLACK_API_URL) and a stand-in agent
+// harness (this test binary, pkg/harness/tmuxtest) in private tmux servers.
+// It drives them only from the outside — signed webhooks, signed Slack
+// events — and reads back what GitHub, Slack and the sessions received.
+//
+//   - TestEndToEnd: a few events through every path, each exactly once,
+//     prompts in order, then every service drains on SIGTERM with exit 0.
+//   - TestChaos: 1,000 events across 50 work items while a random service
+//     process is SIGKILLed every few seconds and nats-server once; prints
+//     sent/recorded/posted/prompted, lost and duplicated.
+//   - BenchmarkEndToEnd: webhook → Slack latency and throughput, each with
+//     a raw JetStream baseline of the same hops (see its doc comment).
+//
+// It needs tmux; without it the tests skip.
 package e2e

@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -15,7 +17,65 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 )
+
+// TestMain makes this test binary the stand-in agent harness when the
+// dispatcher starts it in tmux (package tmuxtest), and removes the built
+// binaries after the run.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(envBootMark); dir != "" {
+		if err := markBoot(dir, os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "boot mark:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	tmuxtest.MaybeRunStandIn()
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// envBootMark makes this binary write a boot marker and exit: the harness
+// wrapper runs it so before the stand-in, so that boots and typed prompts
+// share one file and one order.
+const envBootMark = "E2E_BOOT_MARK"
+
+// bootPrefix marks a boot line in the stand-in's inputs file.
+const bootPrefix = "boot:"
+
+// markBoot appends the boot prompt (the last argument) to the stand-in's
+// inputs file as an Input whose session id starts with bootPrefix.
+func markBoot(dir string, args []string) error {
+	id := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--session-id" || args[i] == "--resume" {
+			id = args[i+1]
+		}
+	}
+	prompt := ""
+	if len(args) > 0 {
+		prompt = args[len(args)-1]
+	}
+	b, err := json.Marshal(tmuxtest.Input{SessionID: bootPrefix + id, Text: prompt})
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, tmuxtest.InputsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
 
 type buffer struct {
 	mu sync.Mutex
@@ -55,25 +115,13 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func build(t *testing.T, dir, out, pkg string) string {
-	t.Helper()
-	bin := filepath.Join(dir, out)
-	cmd := exec.Command("go", "build", "-o", bin, pkg)
-	cmd.Dir = "../.."
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", pkg, err, b)
-	}
-	return bin
-}
-
 // TestServiceProcessesAgainstNATSProcess starts a real nats-server process
 // with JetStream and a ledger-writer process against it, checks the service
 // becomes ready, is killed with SIGKILL and comes back, and that SIGTERM
 // drains it with exit 0.
 func TestServiceProcessesAgainstNATSProcess(t *testing.T) {
 	dir := t.TempDir()
-	loop := build(t, dir, "the-loop", "./cmd/the-loop")
-	natsBin := build(t, dir, "nats-server", "github.com/nats-io/nats-server/v2")
+	loop, natsBin := binaries(t)
 
 	port := freePort(t)
 	conf := filepath.Join(dir, "nats.conf")
@@ -93,13 +141,19 @@ func TestServiceProcessesAgainstNATSProcess(t *testing.T) {
 		return err == nil
 	})
 
+	// The ledger-writer is ready only with a GitHub token to record with.
+	gh := ghfake.New(t)
+	gh.AddToken(ledgerToken, ledgerLogin)
 	start := func() (*exec.Cmd, *buffer, string) {
 		admin := freePort(t)
 		cmd := exec.Command(loop, "serve", "ledger-writer")
-		cmd.Env = append(os.Environ(),
+		cmd.Env = append(baseEnv(),
 			fmt.Sprintf("LOOP_NATS_URL=nats://127.0.0.1:%d", port),
 			fmt.Sprintf("LOOP_ADMIN_ADDR=127.0.0.1:%d", admin),
 			"LOOP_ENVELOPE_KEY="+strings.Repeat("e", 32),
+			"LOOP_GITHUB_TOKEN="+ledgerToken,
+			"LOOP_GITHUB_LOGIN="+ledgerLogin,
+			"LOOP_GITHUB_API_URL="+gh.URL(),
 		)
 		var out buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -107,14 +161,23 @@ func TestServiceProcessesAgainstNATSProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		url := fmt.Sprintf("http://127.0.0.1:%d/readyz", admin)
-		waitFor(t, 30*time.Second, "ledger-writer /readyz", func() bool {
+		deadline := time.Now().Add(120 * time.Second)
+		for {
 			resp, err := http.Get(url)
-			if err != nil {
-				return false
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("ledger-writer /readyz answers %d: %s\n%s", resp.StatusCode, body, out.String())
+				}
+			} else if time.Now().After(deadline) {
+				t.Fatalf("ledger-writer /readyz: %v\n%s", err, out.String())
 			}
-			resp.Body.Close()
-			return resp.StatusCode == 200
-		})
+			time.Sleep(50 * time.Millisecond)
+		}
 		return cmd, &out, url
 	}
 

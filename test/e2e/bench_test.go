@@ -1,0 +1,352 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/the-loop/bus/pkg/slack/slackfake"
+)
+
+// BenchmarkEndToEnd measures "webhook sent → Slack message posted" through
+// the whole system — ingress-github, the inbox, ledger-writer, the event
+// stream, slack-renderer, as separate processes on a nats-server process,
+// against zero-latency fakes — and, in the same run against the same
+// nats-server, through a raw JetStream path of the same hops: an HTTP
+// handler verifying an HMAC and publishing to a WorkQueue stream (PubAck),
+// a pull consumer (one in flight) republishing to a Limits stream (PubAck,
+// double ack), and a pull consumer posting to the same Slack fake (double
+// ack).
+//
+//   - latency/{system,raw}: one event at a time; ns/op is the mean, p50-ms
+//     and p99-ms the percentiles. The system's slack-renderer paces posts
+//     to a channel at one a second (DefaultPostInterval; Slack's own
+//     limit), so the system run waits that interval out between events,
+//     off the clock: what is measured is the pipeline, not the pacer.
+//   - throughput/{system,raw}: b.N events sent by 8 concurrent senders
+//     over 8 work items; ns/op is wall time per event, events/s the rate.
+//     The system's rate is bounded by that pacer (one post a second per
+//     slack-renderer process and channel), the raw path's by one message
+//     in flight per stage.
+//
+// Run (scripts/bench.sh runs without the e2e tag):
+//
+//	go test -tags e2e -run '^$' -bench EndToEnd -benchtime 30x -timeout 30m ./test/e2e/
+//
+// and divide each <name>/system by <name>/raw (bench.sh's awk does it when
+// the output is fed to it).
+func BenchmarkEndToEnd(b *testing.B) {
+	c := startCluster(b, clusterOptions{logLevel: "warn"})
+	c.addIssues(8)
+	raw := startRaw(b, c)
+
+	posted := newPostWatch(c.slack)
+	seq := 0
+	next := func() (number, n int) {
+		seq++
+		return c.issues[seq%len(c.issues)], 1000 + seq
+	}
+	system := func(ctx context.Context, number, n int) error {
+		return c.githubComment(ctx, number, deliveryID(number, n), "bench "+tokenFor(number, n))
+	}
+	rawSend := func(ctx context.Context, number, n int) error { return raw.send(ctx, tokenFor(number, n)) }
+
+	latency := func(send func(context.Context, int, int) error, gap time.Duration) func(*testing.B) {
+		return func(b *testing.B) {
+			ctx := context.Background()
+			var lat []time.Duration
+			b.ResetTimer()
+			for range b.N {
+				number, n := next()
+				k := tokenFor(number, n)
+				start := time.Now()
+				if err := send(ctx, number, n); err != nil {
+					b.Fatal(err)
+				}
+				at, err := posted.wait(k, 2*time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, at.Sub(start))
+				if gap > 0 {
+					b.StopTimer()
+					time.Sleep(gap)
+					b.StartTimer()
+				}
+			}
+			b.StopTimer()
+			reportPercentiles(b, lat)
+		}
+	}
+	throughput := func(send func(context.Context, int, int) error) func(*testing.B) {
+		return func(b *testing.B) {
+			ctx := context.Background()
+			type job struct{ number, n int }
+			var keys []string
+			jobs := make(chan job, b.N)
+			for range b.N {
+				number, n := next()
+				jobs <- job{number, n}
+				keys = append(keys, tokenFor(number, n))
+			}
+			close(jobs)
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := range jobs {
+						if err := send(ctx, j.number, j.n); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				b.Fatal(err)
+			}
+			for _, k := range keys {
+				if _, err := posted.wait(k, 10*time.Minute); err != nil {
+					b.Fatal(err)
+				}
+			}
+			el := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/el.Seconds(), "events/s")
+		}
+	}
+
+	b.Run("latency", func(b *testing.B) {
+		b.Run("system", latency(system, 1100*time.Millisecond))
+		b.Run("raw", latency(rawSend, 0))
+	})
+	b.Run("throughput", func(b *testing.B) {
+		b.Run("system", throughput(system))
+		b.Run("raw", throughput(rawSend))
+	})
+}
+
+func reportPercentiles(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		i := int(p*float64(len(lat))+0.5) - 1
+		i = max(0, min(i, len(lat)-1))
+		return float64(lat[i]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+}
+
+// postWatch timestamps every message the Slack fake stores, by token.
+type postWatch struct {
+	mu   sync.Mutex
+	at   map[string]time.Time
+	wake chan struct{}
+}
+
+func newPostWatch(s *slackfake.Server) *postWatch {
+	w := &postWatch{at: map[string]time.Time{}, wake: make(chan struct{})}
+	s.AfterPost(func(m slackfake.Message) {
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, k := range tokenRE.FindAllString(m.Text, -1) {
+			if _, ok := w.at[k]; !ok {
+				w.at[k] = now
+			}
+		}
+		close(w.wake)
+		w.wake = make(chan struct{})
+	})
+	return w
+}
+
+func (w *postWatch) wait(k string, d time.Duration) (time.Time, error) {
+	deadline := time.After(d)
+	for {
+		w.mu.Lock()
+		at, ok := w.at[k]
+		wake := w.wake
+		w.mu.Unlock()
+		if ok {
+			return at, nil
+		}
+		select {
+		case <-wake:
+		case <-deadline:
+			return time.Time{}, fmt.Errorf("%s was not posted to Slack within %s", k, d)
+		}
+	}
+}
+
+// rawPath is the baseline: the same hops as the system, nothing else.
+type rawPath struct {
+	url    string
+	client *http.Client
+}
+
+const rawSecret = "raw-webhook-secret"
+
+func startRaw(b *testing.B, c *cluster) *rawPath {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort), nats.Name("bench-raw"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: "RAW_IN", Subjects: []string{"raw.in.>"}, Retention: jetstream.WorkQueuePolicy,
+			Storage: jetstream.FileStorage, Discard: jetstream.DiscardNew, Duplicates: 2 * time.Hour},
+		{Name: "RAW_EV", Subjects: []string{"raw.ev.>"}, Retention: jetstream.LimitsPolicy,
+			Storage: jetstream.FileStorage, Duplicates: 2 * time.Hour},
+	} {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			b.Fatal(err)
+		}
+	}
+	consumer := func(stream string) jetstream.Consumer {
+		cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1, AckWait: time.Minute,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return cons
+	}
+	in, ev := consumer("RAW_IN"), consumer("RAW_EV")
+
+	// Hop 1: the ingress — verify the signature, publish, wait for the
+	// PubAck, answer 202.
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /raw", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "unreadable", http.StatusBadRequest)
+			return
+		}
+		mac := hmac.New(sha256.New, []byte(rawSecret))
+		mac.Write(body)
+		if !hmac.Equal([]byte(r.Header.Get("X-Hub-Signature-256")), []byte("sha256="+hex.EncodeToString(mac.Sum(nil)))) {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		id := r.Header.Get("X-GitHub-Delivery")
+		if _, err := js.Publish(r.Context(), "raw.in.key", body, jetstream.WithMsgID(id)); err != nil {
+			http.Error(w, "bus unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+
+	var wg sync.WaitGroup
+	stage := func(cons jetstream.Consumer, handle func(jetstream.Msg) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+				if err != nil {
+					continue
+				}
+				for m := range batch.Messages() {
+					if err := handle(m); err != nil {
+						_ = m.Nak()
+						continue
+					}
+					_ = m.DoubleAck(ctx)
+				}
+			}
+		}()
+	}
+	// Hop 2: the ledger — republish on the event stream (PubAck), ack.
+	stage(in, func(m jetstream.Msg) error {
+		id := m.Headers().Get(jetstream.MsgIDHeader)
+		_, err := js.Publish(ctx, "raw.ev.key", m.Data(), jetstream.WithMsgID(id))
+		return err
+	})
+	// Hop 3: the renderer — post to Slack, ack.
+	slackClient := &http.Client{Timeout: 30 * time.Second}
+	stage(ev, func(m jetstream.Msg) error {
+		form := url.Values{"channel": {"C0RAWBENCH"}, "text": {string(m.Data())}}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.slack.URL()+"chat.postMessage", bytes.NewBufferString(form.Encode()))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Authorization", "Bearer "+slackfake.Token)
+		resp, err := slackClient.Do(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("chat.postMessage: %d", resp.StatusCode)
+		}
+		return nil
+	})
+	b.Cleanup(func() {
+		cancel()
+		srv.Close()
+		wg.Wait()
+		nc.Close()
+	})
+	return &rawPath{url: "http://" + ln.Addr().String() + "/raw", client: &http.Client{Timeout: 30 * time.Second}}
+}
+
+func (r *rawPath) send(ctx context.Context, token string) error {
+	body := []byte(token)
+	mac := hmac.New(sha256.New, []byte(rawSecret))
+	mac.Write(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	req.Header.Set("X-GitHub-Delivery", token)
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("raw ingress answered %d", resp.StatusCode)
+	}
+	return nil
+}

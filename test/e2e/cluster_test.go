@@ -1,0 +1,779 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/pkg/slack/slackfake"
+)
+
+// The world every end-to-end test shares: one repository on the GitHub
+// fake, one Slack channel on the Slack fake, one authorized person with an
+// id on each, and the ledger's own login.
+const (
+	repoName      = "octo/e2e"
+	ledgerLogin   = "the-loop-bot"
+	ledgerToken   = "ghp_e2e_ledger_token_0000000000000000"
+	alice         = "alice"
+	aliceSlack    = "UALICE0001"
+	slackChannel  = "C0E2ELOOP1"
+	webhookSecret = "e2e-webhook-secret"
+	signingSecret = "e2e-slack-signing-secret"
+	envelopeKey   = "e2e-envelope-key-0123456789abcdef0123456789"
+)
+
+// binaries are built once per test binary run (TestMain removes them).
+var (
+	binOnce          sync.Once
+	binDir           string
+	loopBin, natsBin string
+	binErr           error
+	tmuxSocketSeq    int
+	tmuxSocketSeqMu  sync.Mutex
+)
+
+// defaultProcessLogMax is how much of a process's log a failure shows.
+const defaultProcessLogMax = 4000
+
+func binaries(t testing.TB) (loop, nats string) {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "the-loop-e2e-bin-")
+		if binErr != nil {
+			return
+		}
+		for _, b := range []struct{ out, pkg string }{
+			{"the-loop", "./cmd/the-loop"},
+			{"nats-server", "github.com/nats-io/nats-server/v2"},
+		} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.out), b.pkg)
+			cmd.Dir = "../.."
+			if out, err := cmd.CombinedOutput(); err != nil {
+				binErr = fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+		loopBin, natsBin = filepath.Join(binDir, "the-loop"), filepath.Join(binDir, "nats-server")
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return loopBin, natsBin
+}
+
+// proc is one supervised OS process: restarted whenever it exits until the
+// cluster stops, as a container runtime with restart: always would.
+type proc struct {
+	name    string
+	bin     string
+	args    []string
+	env     []string
+	logPath string
+	admin   string // host:port of /readyz, "" for nats-server
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	stopping bool
+	held     bool // not restarted until release
+	starts   int
+	kills    int
+}
+
+func (p *proc) startLocked() error {
+	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "\n===== start %d of %s at %s =====\n", p.starts+1, p.name, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr = f, f
+	// The children die with the test process, whatever ends it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return err
+	}
+	p.starts++
+	p.cmd = cmd
+	exited := make(chan struct{})
+	p.exited = exited
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(exited)
+		p.mu.Lock()
+		restart := !p.stopping && !p.held && p.cmd == cmd
+		p.mu.Unlock()
+		if restart {
+			time.Sleep(200 * time.Millisecond)
+			p.mu.Lock()
+			if !p.stopping && !p.held && p.cmd == cmd {
+				_ = p.startLocked()
+			}
+			p.mu.Unlock()
+		}
+	}()
+	return nil
+}
+
+// kill SIGKILLs the process; the supervisor starts it again unless held.
+// It returns once the killed process has exited.
+func (p *proc) kill(hold bool) {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.held = hold
+	p.kills++
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+}
+
+// release starts a held process again.
+func (p *proc) release() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = false
+	select {
+	case <-p.exited:
+		return p.startLocked()
+	default:
+		return nil
+	}
+}
+
+// stop ends the process with SIGTERM (SIGKILL after grace) and keeps it
+// down; it returns the exit error of the last run.
+func (p *proc) stop(grace time.Duration) error {
+	p.mu.Lock()
+	p.stopping = true
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	select {
+	case <-exited:
+		return nil // already down (killed, not restarted)
+	default:
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+		return fmt.Errorf("%s did not stop within %s after SIGTERM", p.name, grace)
+	}
+	if st := cmd.ProcessState; st != nil && !st.Success() {
+		return fmt.Errorf("%s exited %v after SIGTERM", p.name, st)
+	}
+	return nil
+}
+
+func (p *proc) tail(n int) string {
+	b, _ := os.ReadFile(p.logPath)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// cluster is NATS, the five services as processes and the two fakes.
+type cluster struct {
+	t        testing.TB
+	dir      string
+	natsPort int
+	nats     *proc
+	procs    []*proc // services, in start order
+	gh       *ghfake.Server
+	slack    *slackfake.Server
+	standIn  string // the stand-in harness's record directory
+	sockets  []string
+	webhook  string // ingress-github's POST /gh-webhook URL
+	events   string // ingress-slack's POST /slack/events URL
+	client   *http.Client
+	issues   []int // work-item issue numbers on the fake
+	stopOnce sync.Once
+}
+
+type clusterOptions struct {
+	// replicas of ledger-writer, slack-renderer and dispatcher (default 2).
+	replicas int
+	// logLevel of the services (default info).
+	logLevel string
+}
+
+func freePortTB(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// baseEnv is the test's environment without any LOOP_* variable (the
+// services refuse unknown ones) and outside any tmux the test may run in.
+func baseEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "LOOP_") || strings.HasPrefix(kv, "TMUX=") || strings.HasPrefix(kv, "TMUX_PANE=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+func newTmuxSocket(t testing.TB) string {
+	tmuxSocketSeqMu.Lock()
+	tmuxSocketSeq++
+	n := tmuxSocketSeq
+	tmuxSocketSeqMu.Unlock()
+	name := fmt.Sprintf("loop-e2e-%d-%d", os.Getpid(), n)
+	t.Cleanup(func() { _ = exec.Command("tmux", "-L", name, "kill-server").Run() })
+	return name
+}
+
+// startCluster starts everything and waits for every service's /readyz.
+func startCluster(t testing.TB, o clusterOptions) *cluster {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed (package tmux): the dispatcher runs sessions in it")
+	}
+	if o.replicas == 0 {
+		o.replicas = 2
+	}
+	if o.logLevel == "" {
+		o.logLevel = "info"
+	}
+	loop, natsB := binaries(t)
+	dir, err := os.MkdirTemp("", "the-loop-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, dir: dir, client: &http.Client{Timeout: 30 * time.Second}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("process logs kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+
+	// The fakes, in this process. No rate limits: the bench measures the
+	// system, and the chaos test floods one token.
+	c.gh = ghfake.New(t, ghfake.WithPrimaryLimit(0), ghfake.WithSecondaryLimits(0, 0))
+	c.gh.AddRepo(repoName)
+	c.gh.AddToken(ledgerToken, ledgerLogin)
+	c.gh.SetAuthorAssociation(repoName, alice, "MEMBER")
+	c.slack = slackfake.New(t)
+
+	// NATS: file store, sync_interval always (DESIGN §5, single node).
+	c.natsPort = freePortTB(t)
+	conf := filepath.Join(dir, "nats.conf")
+	natsConf := fmt.Sprintf("server_name: e2e\nlisten: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n",
+		c.natsPort, filepath.Join(dir, "jetstream"))
+	if err := os.WriteFile(conf, []byte(natsConf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.nats = &proc{name: "nats-server", bin: natsB, args: []string{"-c", conf}, env: baseEnv(), logPath: filepath.Join(dir, "nats-server.log")}
+	c.nats.mu.Lock()
+	err = c.nats.startLocked()
+	c.nats.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.nats.stop(10 * time.Second) })
+	c.waitNATS(30 * time.Second)
+
+	// The operator config: Slack on in events mode; Alice (GitHub and
+	// Slack) and the ledger's own login authorized.
+	cfgPath := filepath.Join(dir, "the-loop.yaml")
+	opCfg := fmt.Sprintf(`version: "0.7.0"
+routing:
+  authorizedUsers:
+    - %s
+    - {github: %s, slack: %s, name: Alice}
+channels:
+  ledger: github
+  slack:
+    enabled: true
+    channel: %s
+    subscribe: [comment.human]
+    publish: [work-item.reply]
+    read:
+      mode: events
+`, ledgerLogin, alice, aliceSlack, slackChannel)
+	if err := os.WriteFile(cfgPath, []byte(opCfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// The stand-in harness: this test binary (TestMain), run through a
+	// wrapper that tells it where to write. LOOP_TEST_STANDIN_DIR cannot
+	// be handed to the services themselves: they refuse unknown LOOP_*.
+	c.standIn = filepath.Join(dir, "standin")
+	if err := os.MkdirAll(c.standIn, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(dir, "harness.sh")
+	script := fmt.Sprintf("#!/bin/sh\n%s=%q %q \"$@\"\n%s=%q exec %q \"$@\"\n",
+		envBootMark, c.standIn, exe, tmuxtest.EnvDir, c.standIn, exe)
+	if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	workdir := filepath.Join(dir, "work")
+	if err := os.MkdirAll(workdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	common := append(baseEnv(),
+		fmt.Sprintf("LOOP_NATS_URL=nats://127.0.0.1:%d", c.natsPort),
+		"LOOP_CONFIG="+cfgPath,
+		"LOOP_LOG_LEVEL="+o.logLevel,
+		"LOOP_GITHUB_TOKEN="+ledgerToken,
+		"LOOP_GITHUB_API_URL="+c.gh.URL(),
+		"LOOP_GITHUB_LOGIN="+ledgerLogin,
+		"LOOP_GITHUB_WEBHOOK_SECRET="+webhookSecret,
+		// The fake enforces no limit here; the pacer must not be what
+		// is measured.
+		"LOOP_GITHUB_WRITES_PER_MINUTE=1000000",
+		"LOOP_GITHUB_WRITES_PER_HOUR=10000000",
+		"LOOP_ENVELOPE_KEY="+envelopeKey,
+		"LOOP_SLACK_BOT_TOKEN="+slackfake.Token,
+		"LOOP_SLACK_SIGNING_SECRET="+signingSecret,
+		"LOOP_SLACK_API_URL="+c.slack.URL(),
+		"LOOP_HARNESS_BINARY="+wrapper,
+		"LOOP_DISPATCHER_WORKDIR="+workdir,
+		"LOOP_DISPATCHER_SPAWN=always",
+	)
+	add := func(svc string, replica int, extra ...string) *proc {
+		admin := fmt.Sprintf("127.0.0.1:%d", freePortTB(t))
+		env := append(append([]string(nil), common...), "LOOP_ADMIN_ADDR="+admin)
+		env = append(env, extra...)
+		name := fmt.Sprintf("%s-%d", svc, replica)
+		p := &proc{name: name, bin: loop, args: []string{"serve", svc}, env: env,
+			logPath: filepath.Join(dir, name+".log"), admin: admin}
+		c.procs = append(c.procs, p)
+		return p
+	}
+	for i := range o.replicas {
+		add("ledger-writer", i)
+	}
+	for i := range o.replicas {
+		add("slack-renderer", i)
+	}
+	for i := range o.replicas {
+		sock := newTmuxSocket(t)
+		c.sockets = append(c.sockets, sock)
+		add("dispatcher", i, "LOOP_TMUX_SOCKET="+sock, fmt.Sprintf("LOOP_DISPATCHER_HOST=dispatcher-%d", i))
+	}
+	ghAddr := fmt.Sprintf("127.0.0.1:%d", freePortTB(t))
+	add("ingress-github", 0, "LOOP_GITHUB_WEBHOOK_ADDR="+ghAddr)
+	c.webhook = "http://" + ghAddr + "/gh-webhook"
+	slAddr := fmt.Sprintf("127.0.0.1:%d", freePortTB(t))
+	add("ingress-slack", 0, "LOOP_SLACK_EVENTS_ADDR="+slAddr)
+	c.events = "http://" + slAddr + "/slack/events"
+
+	t.Cleanup(c.stop)
+	for _, p := range c.procs {
+		p.mu.Lock()
+		err := p.startLocked()
+		p.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range c.procs {
+		c.waitReady(p, 120*time.Second)
+	}
+	return c
+}
+
+// stop drains every service with SIGTERM; a service that does not exit 0
+// fails the test (a drain is part of what is tested).
+func (c *cluster) stop() {
+	c.stopOnce.Do(func() {
+		var wg sync.WaitGroup
+		errs := make(chan error, len(c.procs))
+		for _, p := range c.procs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := p.stop(60 * time.Second); err != nil {
+					errs <- fmt.Errorf("%v\n%s", err, p.tail(defaultProcessLogMax))
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			c.t.Error(err)
+		}
+	})
+}
+
+func (c *cluster) waitNATS(d time.Duration) {
+	c.t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", c.natsPort)
+	deadline := time.Now().Add(d)
+	for {
+		conn, err := net.Dial("tcp", addr)
+		if err == nil {
+			conn.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("nats-server did not listen on %s\n%s", addr, c.nats.tail(defaultProcessLogMax))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *cluster) ready(p *proc) bool {
+	resp, err := c.client.Get("http://" + p.admin + "/readyz")
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func (c *cluster) waitReady(p *proc, d time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for !c.ready(p) {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s not ready on http://%s/readyz after %s\n%s", p.name, p.admin, d, p.tail(defaultProcessLogMax))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// addIssues opens n work items on the GitHub fake.
+func (c *cluster) addIssues(n int) {
+	for i := range n {
+		is := c.gh.AddIssue(repoName, alice, fmt.Sprintf("e2e work item %d", i), "")
+		c.issues = append(c.issues, is.Number)
+	}
+}
+
+func ref(number int) string { return fmt.Sprintf("github:%s#%d", repoName, number) }
+
+// deliveryID is a GUID-shaped X-GitHub-Delivery.
+func deliveryID(a, b int) string {
+	return fmt.Sprintf("%08x-0000-4000-8000-%012x", a, b)
+}
+
+// githubComment stores a comment by Alice on the fake (it is on GitHub
+// before GitHub tells anyone) and delivers its issue_comment webhook,
+// signed, until ingress-github accepts it (as a sender retrying a 5xx or a
+// refused connection). It returns when the delivery was accepted.
+func (c *cluster) githubComment(ctx context.Context, number int, delivery, body string) error {
+	cm := c.gh.AddComment(repoName, number, alice, body)
+	is, _ := c.gh.Issue(repoName, number)
+	payload, err := json.Marshal(map[string]any{
+		"action": "created",
+		"issue": map[string]any{"number": number, "title": is.Title, "html_url": is.HTMLURL,
+			"state": "open", "user": map[string]any{"login": alice}, "labels": []any{}},
+		"comment": map[string]any{"id": cm.ID, "html_url": cm.HTMLURL, "body": cm.Body,
+			"user": map[string]any{"login": alice}, "author_association": "MEMBER",
+			"created_at": cm.CreatedAt.UTC().Format(time.RFC3339), "updated_at": cm.UpdatedAt.UTC().Format(time.RFC3339)},
+		"repository": map[string]any{"id": 1, "full_name": repoName, "html_url": "https://github.com/" + repoName},
+		"sender":     map[string]any{"login": alice},
+	})
+	if err != nil {
+		return err
+	}
+	mac := hmac.New(sha256.New, []byte(webhookSecret))
+	mac.Write(payload)
+	sig := "sha256=" + hex.EncodeToString(mac.Sum(nil))
+	return c.deliver(ctx, "webhook "+delivery, func() (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.webhook, bytes.NewReader(payload))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-GitHub-Event", "issue_comment")
+		req.Header.Set("X-GitHub-Delivery", delivery)
+		req.Header.Set("X-Hub-Signature-256", sig)
+		return req, nil
+	}, http.StatusAccepted)
+}
+
+// slackReply stores Alice's reply in a thread on the Slack fake and
+// delivers its Events API callback, signed, until ingress-slack answers
+// 200. It returns the reply's ts.
+func (c *cluster) slackReply(ctx context.Context, threadTS, text string) (string, error) {
+	ts := c.slack.AddMessage(slackChannel, threadTS, aliceSlack, text)
+	body, err := json.Marshal(map[string]any{
+		"token": "ignored", "team_id": slackfake.TeamID, "api_app_id": "A0E2ELOOP", "type": "event_callback",
+		"event_id": "Ev" + strings.ReplaceAll(ts, ".", ""), "event_time": time.Now().Unix(),
+		"event": map[string]any{"type": "message", "user": aliceSlack, "channel": slackChannel,
+			"ts": ts, "thread_ts": threadTS, "text": text},
+	})
+	if err != nil {
+		return "", err
+	}
+	return ts, c.deliver(ctx, "slack event "+ts, func() (*http.Request, error) {
+		now := strconv.FormatInt(time.Now().Unix(), 10)
+		mac := hmac.New(sha256.New, []byte(signingSecret))
+		fmt.Fprintf(mac, "v0:%s:", now)
+		mac.Write(body)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.events, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Slack-Request-Timestamp", now)
+		req.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(mac.Sum(nil)))
+		return req, nil
+	}, http.StatusOK)
+}
+
+// deliver sends a request until it is answered with a 2xx (want, or 200
+// for a duplicate); a refused connection or a 5xx is retried (the service
+// is restarting, or NATS is away), any other answer is an error.
+func (c *cluster) deliver(ctx context.Context, what string, mk func() (*http.Request, error), want int) error {
+	for attempt := 0; ; attempt++ {
+		req, err := mk()
+		if err != nil {
+			return err
+		}
+		resp, err := c.client.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			switch {
+			case resp.StatusCode == want:
+				return nil
+			case resp.StatusCode >= 200 && resp.StatusCode < 300:
+				// A retry of a delivery whose first attempt was
+				// published before its answer was lost: dropped as
+				// a duplicate, and a success for the sender.
+				return nil
+			case resp.StatusCode < 500:
+				return fmt.Errorf("%s: answered %d: %s", what, resp.StatusCode, b)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: gave up after %d attempts: %w (last: %v)", what, attempt+1, ctx.Err(), err)
+		case <-time.After(time.Duration(min(attempt+1, 10)) * 100 * time.Millisecond):
+		}
+	}
+}
+
+// threadOf is the Slack thread of a work item: the top-level message the
+// slack-renderer posted for it (its metadata names the work item).
+func (c *cluster) threadOf(number int) (string, bool) {
+	for _, m := range c.slack.TopLevel(slackChannel) {
+		if m.BotID != "" && m.Metadata != nil && fmt.Sprint(m.Metadata.EventPayload["work_item"]) == ref(number) {
+			return m.TS, true
+		}
+	}
+	return "", false
+}
+
+// tokens name each event the tests send, so every place it surfaces (a
+// GitHub comment, a Slack message, a prompt) can be counted: work item w,
+// event n (0 is the work item's start comment).
+var tokenRE = regexp.MustCompile(`e2etok-w(\d+)-n(\d+)-x`)
+
+func tokenFor(number, n int) string { return fmt.Sprintf("e2etok-w%d-n%d-x", number, n) }
+
+type tok struct{ w, n int }
+
+func tokensIn(s string) []tok {
+	var out []tok
+	seen := map[tok]bool{}
+	for _, m := range tokenRE.FindAllStringSubmatch(s, -1) {
+		w, _ := strconv.Atoi(m[1])
+		n, _ := strconv.Atoi(m[2])
+		k := tok{w, n}
+		if !seen[k] { // a prompt may quote its event twice (excerpt and text)
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// observed is what the outside world holds once the run settles.
+type observed struct {
+	github  map[tok]int   // comments on the fake carrying the token
+	slack   map[tok]int   // messages posted by the bot carrying it
+	prompts map[tok]int   // prompts (boot or typed) carrying it
+	order   map[int][]int // per work item: prompt tokens in arrival order
+}
+
+func (c *cluster) observe() observed {
+	o := observed{github: map[tok]int{}, slack: map[tok]int{}, prompts: map[tok]int{}, order: map[int][]int{}}
+	for _, n := range c.issues {
+		for _, cm := range c.gh.Comments(repoName, n) {
+			for _, k := range tokensIn(cm.Body) {
+				o.github[k]++
+			}
+		}
+	}
+	for _, m := range c.slack.Messages(slackChannel) {
+		if m.BotID == "" {
+			continue // a person's message, put there by the test
+		}
+		for _, k := range tokensIn(m.Text + string(m.Blocks)) {
+			o.slack[k]++
+		}
+	}
+	// Counted from the stand-in's own records: its boots (a spawn carries
+	// the start comment; a respawn after a takeover boots with the event
+	// being delivered) and its submitted pastes.
+	for _, b := range tmuxtest.Boots(c.t, c.standIn) {
+		for _, k := range tokensIn(b.Prompt) {
+			o.prompts[k]++
+		}
+	}
+	// Ordered from the inputs file, where the wrapper marks each boot
+	// before the stand-in starts: one file, one order.
+	for _, in := range tmuxtest.Inputs(c.t, c.standIn) {
+		for _, k := range tokensIn(in.Text) {
+			if !strings.HasPrefix(in.SessionID, bootPrefix) {
+				o.prompts[k]++
+			}
+			o.order[k.w] = append(o.order[k.w], k.n)
+		}
+	}
+	return o
+}
+
+// tally compares what was observed with what each sent event must produce.
+type tally struct {
+	name                            string
+	sent, recorded, lost, duplicate int
+	missing, dups                   []tok
+}
+
+func count(name string, want []tok, got map[tok]int) tally {
+	t := tally{name: name, sent: len(want)}
+	wanted := map[tok]bool{}
+	for _, k := range want {
+		wanted[k] = true
+		switch n := got[k]; {
+		case n == 0:
+			t.lost++
+			t.missing = append(t.missing, k)
+		case n > 1:
+			t.duplicate += n - 1
+			t.dups = append(t.dups, k)
+			t.recorded++
+		default:
+			t.recorded++
+		}
+	}
+	// Anything carrying a token that must not surface here is a duplicate
+	// too (e.g. a Slack reply echoed back to Slack).
+	for k, n := range got {
+		if !wanted[k] {
+			t.duplicate += n
+			t.dups = append(t.dups, k)
+		}
+	}
+	sort.Slice(t.missing, func(i, j int) bool { return less(t.missing[i], t.missing[j]) })
+	sort.Slice(t.dups, func(i, j int) bool { return less(t.dups[i], t.dups[j]) })
+	return t
+}
+
+func less(a, b tok) bool { return a.w < b.w || a.w == b.w && a.n < b.n }
+
+func (t tally) String() string {
+	s := fmt.Sprintf("%-16s expected %5d  got %5d  lost %4d  duplicated %4d", t.name, t.sent, t.recorded, t.lost, t.duplicate)
+	if len(t.missing) > 0 {
+		s += fmt.Sprintf("\n    lost: %v", head(t.missing, 20))
+	}
+	if len(t.dups) > 0 {
+		s += fmt.Sprintf("\n    duplicated: %v", head(t.dups, 20))
+	}
+	return s
+}
+
+func head(ks []tok, n int) string {
+	var parts []string
+	for i, k := range ks {
+		if i == n {
+			parts = append(parts, fmt.Sprintf("… %d more", len(ks)-n))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("w%d/n%d", k.w, k.n))
+	}
+	return strings.Join(parts, " ")
+}
+
+// outOfOrder lists the work items whose prompts did not arrive in the
+// order their events were sent (n ascending). A repeat is the tally's
+// business (a duplicate), not an order violation, so only first arrivals
+// count here.
+func outOfOrder(order map[int][]int) []string {
+	var out []string
+	for w, ns := range order {
+		seen := map[int]bool{}
+		last := -1
+		for _, n := range ns {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			if n < last {
+				out = append(out, fmt.Sprintf("w%d: %v", w, ns))
+				break
+			}
+			last = n
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// waitUntil polls cond until it holds or d passes; it reports which.
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return true
+}
