@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/the-loop/bus/internal/testkit"
 	"io"
 	"os"
 	"path/filepath"
@@ -20,19 +21,7 @@ import (
 // sender-not-object, on which the original raised (see senderLogin).
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if os.Getenv("UPDATE") == "1" {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (run with UPDATE=1 to create): %v", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s differs (-want +got):\n%s", name, diff)
-	}
+	testkit.Golden(t, name, []byte(got))
 }
 
 // shape maps each object of a JSON text to its keys in document order: "" is

@@ -3,9 +3,8 @@ package ledgerwriter
 import (
 	"context"
 	"fmt"
+	"github.com/the-loop/bus/internal/testkit"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -376,25 +375,10 @@ func notifyEv(id, ref string) *loopv1.Event {
 		Body: &loopv1.Event_Notification{Notification: &loopv1.Notification{Text: "design waits for approval", Url: "https://github.com/octo/repo/issues/1"}}}
 }
 
-// golden compares got with testdata/name; UPDATE=1 rewrites it.
+// golden compares got with testdata/name; UPDATE=1 rewrites the file.
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if os.Getenv("UPDATE") == "1" {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (UPDATE=1 creates it): %v", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs:\n--- want\n%s\n--- got\n%s", name, want, got)
-	}
+	testkit.Golden(t, name, []byte(got))
 }
 
 // gauge and counter read a metric (summed over its labels) from a writer's
