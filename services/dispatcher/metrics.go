@@ -2,7 +2,7 @@ package dispatcher
 
 import (
 	"context"
-	"errors"
+	"github.com/the-loop/bus/services/runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -81,15 +81,7 @@ func (s *Service) observeDepth(ctx context.Context, d *bus.Delivery) {
 	s.m.depth.Set(float64(st.LastSeq - d.StreamSeq))
 }
 
-// adopt registers c; when an identical collector is already registered (a
-// second instance in one process, as in a restart test) it returns that one.
+// adopt is runtime.Adopt.
 func adopt[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(T); ok {
-			return existing, nil
-		}
-	}
-	return c, err
+	return runtime.Adopt(reg, c)
 }

@@ -1,7 +1,7 @@
 package ingressslack
 
 import (
-	"errors"
+	"github.com/the-loop/bus/services/runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -71,16 +71,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// register registers c, or returns the collector already registered under
-// its name (a second service instance on one registry, as in tests).
+// register is runtime.Adopt for collectors whose registration failure is
+// not fatal: the service keeps counting into its own collector.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-	}
+	c, _ = runtime.Adopt(reg, c)
 	return c
 }

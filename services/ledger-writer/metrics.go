@@ -1,7 +1,7 @@
 package ledgerwriter
 
 import (
-	"errors"
+	"github.com/the-loop/bus/services/runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -59,21 +59,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// register registers c, or returns the collector already registered under
-// its name (a second instance on one registry shares the first one's), and
-// keeps the first error in *errp.
+// register is runtime.Adopt that stops at the first error, kept in *errp.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
 	if *errp != nil {
 		return c
 	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		*errp = err
-	}
+	c, *errp = runtime.Adopt(reg, c)
 	return c
 }

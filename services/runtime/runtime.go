@@ -108,3 +108,17 @@ func WaitConnected(ctx context.Context, deps Deps, service string) error {
 	<-ctx.Done()
 	return nil
 }
+
+// Adopt registers c on reg. When an identical collector is already there (a
+// second instance of a service in one process, as under `up` restarts or in
+// tests) it returns that one, so both instances count into the same series.
+func Adopt[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
+}

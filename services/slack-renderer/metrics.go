@@ -1,7 +1,7 @@
 package slackrenderer
 
 import (
-	"errors"
+	"github.com/the-loop/bus/services/runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -62,16 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// adopt registers c; when an identical collector is already registered (a
-// second instance in one process, as in a restart test) it returns that one,
-// so both instances count into the same series.
+// adopt is runtime.Adopt.
 func adopt[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(T); ok {
-			return existing, nil
-		}
-	}
-	return c, err
+	return runtime.Adopt(reg, c)
 }
