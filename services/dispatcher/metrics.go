@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"command", "effect"}),
 		elsewhere: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loop_dispatcher_hosted_elsewhere_total",
-			Help: "Deliveries retried because the session runs on another replica whose lease is fresh.",
+			Help: "Sessions taken over from another replica whose lease was still fresh (the partition moved here).",
 		}),
 		depth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "loop_dispatcher_queue_depth",
