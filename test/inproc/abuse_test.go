@@ -65,13 +65,17 @@ func TestAbuse1UnauthorizedSlackMember(t *testing.T) {
 	if got := len(w.gh.Issues(repo)); got != issues {
 		t.Errorf("issues %d → %d: an unauthorized kickoff created one", issues, got)
 	}
+	// Anything of Mallory's that got through would carry her member id in
+	// its attribution line. Matching "approved" instead would also match the
+	// gate's own state block ("waiting for approved, …"), which a prompt
+	// typed for an earlier event can still be carrying at this point.
 	for _, c := range w.gh.Comments(repo, number)[comments:] {
-		if strings.Contains(c.Body, "approved") || strings.Contains(c.Body, slackmsg.ApproveValue) {
+		if strings.Contains(c.Body, malSlack) {
 			t.Errorf("an unauthorized message was recorded:\n%s", c.Body)
 		}
 	}
 	for _, in := range w.inputs()[inputs:] {
-		if strings.Contains(in, "approved") && !strings.Contains(in, "sentinel") {
+		if strings.Contains(in, malSlack) {
 			t.Errorf("an unauthorized message reached the session:\n%s", in)
 		}
 	}
