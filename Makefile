@@ -49,7 +49,8 @@ proto-breaking:
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
-## bench: benchmarks; figures are reported as ratios to a raw JetStream baseline run in the same process.
+## bench: every benchmark, the multi-process end-to-end one included (needs tmux; BENCHTAGS= skips it,
+## E2E_BENCHTIME=50x sizes it); figures are also printed as ratios to a baseline measured in the same run.
 bench:
 	BENCHTIME=$(BENCHTIME) ./scripts/bench.sh
 

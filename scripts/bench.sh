@@ -1,28 +1,70 @@
 #!/usr/bin/env bash
 # Runs the benchmarks and reports each "<name>/<variant>" against the
-# "<name>/raw" baseline measured in the same run: absolute times on shared
-# machines drift, ratios to a baseline taken alongside do not.
+# baseline of its group measured in the same run: "<name>/raw" (the raw
+# JetStream path of the same hops) or, for a scaling series,
+# "<name>/replicas=1". Absolute figures on shared machines drift; ratios to a
+# baseline taken alongside do not.
+#
+#   BENCHTIME      -benchtime of the in-process benchmarks (default 2s)
+#   BENCHTAGS      build tags (default e2e: also the multi-process end-to-end
+#                  benchmark in test/e2e, which builds the-loop and
+#                  nats-server and needs tmux; empty: in-process only)
+#   E2E_BENCHTIME  -benchtime of test/e2e (default 50x: events per
+#                  sub-benchmark). A count, not a duration: the system's
+#                  latency run waits out Slack's one-post-a-second pacer off
+#                  the clock, and its throughput run is held to that pace,
+#                  so a duration would cost minutes per second asked for.
+#                  Its p99-ms is over that many samples (of 50: the worst).
+#   BENCH          -bench pattern (default: every benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCHTIME="${BENCHTIME:-2s}"
+BENCHTAGS="${BENCHTAGS-e2e}"
+E2E_BENCHTIME="${E2E_BENCHTIME:-50x}"
+BENCH="${BENCH:-.}"
+e2e=./test/e2e
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
-go test -run='^$' -bench=. -benchmem -benchtime="$BENCHTIME" -count=1 ./... | tee "$out"
+mapfile -t pkgs < <(go list -tags="$BENCHTAGS" ./... | grep -v '/test/e2e$')
+go test -run='^$' -bench="$BENCH" -benchmem -benchtime="$BENCHTIME" -count=1 -timeout=30m \
+	-tags="$BENCHTAGS" "${pkgs[@]}" | tee "$out"
+if [[ ",$BENCHTAGS," == *",e2e,"* ]]; then
+	go test -run='^$' -bench="$BENCH" -benchmem -benchtime="$E2E_BENCHTIME" -count=1 -timeout=30m \
+		-tags="$BENCHTAGS" "$e2e" | tee -a "$out"
+fi
 echo
-echo "ratios to the raw JetStream baseline of the same run (lower is faster):"
-awk '
+echo "ratios to the baseline of the same run (variant ÷ baseline; for ns/op and"
+echo "*-ms lower is faster, for */s higher is faster):"
+ratios="$(awk '
 /^Benchmark/ {
 	name = $1; sub(/-[0-9]+$/, "", name)
-	n = split(name, parts, "/")
-	if (n < 2) next
-	base = name; sub(/\/[^\/]+$/, "", base)
-	for (i = 2; i <= NF; i++) if ($(i+1) == "ns/op") { ns[name] = $i; group[name] = base; variant[name] = parts[n] }
+	if (split(name, parts, "/") < 2) next
+	seen[name] = 1
+	group[name] = name; sub(/\/[^\/]+$/, "", group[name])
+	for (i = 3; i < NF; i += 2) {
+		unit = $(i + 1)
+		# Allocation figures of a multi-process run mean nothing; the
+		# ratio metrics some benchmarks report are ratios already.
+		if (unit == "B/op" || unit == "allocs/op" || unit == "x-1-replica" || unit == "max-share") continue
+		val[name, unit] = $i
+		units[name] = units[name] " " unit
+	}
 }
 END {
-	found = 0
-	for (k in ns) {
+	for (k in seen) {
 		b = group[k] "/raw"
-		if (variant[k] != "raw" && (b in ns) && ns[b] > 0) { printf "  %-40s %8.2fx\n", k, ns[k] / ns[b]; found = 1 }
+		if (!(b in seen)) b = group[k] "/replicas=1"
+		if (!(b in seen) || b == k) continue
+		m = split(units[k], us, " ")
+		for (j = 1; j <= m; j++) {
+			u = us[j]
+			if (((b, u) in val) && val[b, u] > 0)
+				printf "  %-40s %-16s %10.4g ÷ %-10.4g = %.3gx\n", k, u, val[k, u], val[b, u], val[k, u] / val[b, u]
+		}
 	}
-	if (!found) print "  (no benchmark with a /raw baseline ran)"
-}' "$out"
+}' "$out" | sort)"
+if [ -n "$ratios" ]; then
+	echo "$ratios"
+else
+	echo "  (no benchmark with a baseline ran)"
+fi

@@ -23,6 +23,7 @@ const usageText = `the-loop — GitHub and Slack to AI coding-agent sessions ove
 
 Usage:
   the-loop up                          run all five services on an embedded JetStream server
+  the-loop demo [--keep-running]       the whole flow against built-in GitHub and Slack stand-ins, no credentials
   the-loop serve <service> [--help]    run one service: ` + "ingress-github, ingress-slack, ledger-writer, slack-renderer, dispatcher" + `
   the-loop events --types              the catalog event types and their flags
   the-loop events --log-types          the event-log record types
@@ -74,6 +75,8 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdUp(ctx, rest, env, stdout, stderr)
 	case "serve":
 		return cmdServe(ctx, rest, env, stdout, stderr)
+	case "demo":
+		return cmdDemo(ctx, rest, env, stdout, stderr)
 	case "events":
 		return cmdEvents(ctx, rest, env, stdout, stderr)
 	case "channels":

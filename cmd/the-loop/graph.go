@@ -3,29 +3,30 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/services/dispatcher"
 	"github.com/the-loop/bus/services/dispatcher/graphstate"
 )
 
-// cmdGraph shows or moves a work item's process graph.
+// cmdGraph shows or moves a work item's process graph by asking the
+// dispatcher on its request/reply endpoint (dispatcher.SubjectGraphStatus,
+// dispatcher.SubjectGraphComplete), which owns the state in KV "graph" and
+// judges it by the graphs of the operator config in force.
 //
-//   - status REF [--json]: the state the dispatcher keeps in KV "graph".
+//   - status REF [--json]: the state, and how the dispatcher reads it.
 //   - complete REF: the agent session says its node's work is done; the
-//     work item leaves the current agent node by done and the entered node's
-//     notifications are published, exactly as the dispatcher publishes them.
-//     A human gate is refused: only an authorized person's comment decides
-//     one.
+//     dispatcher moves the work item on by done and publishes the entered
+//     node's notifications. A human gate is refused: only an authorized
+//     person's comment decides one.
 //
-// Both read and write the state through package graphstate, the dispatcher's
-// own, with the same compare-and-set. A NATS request/reply endpoint on the
-// dispatcher is the intended transport once pkg/bus offers one (see the
-// decision record); the behaviour will not change.
+// With no dispatcher running the verb says so at once.
 func cmdGraph(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
 	const usage = "graph status|complete REF"
 	if len(args) == 0 {
@@ -63,22 +64,56 @@ func cmdGraph(ctx context.Context, args []string, env config.Env, stdout, stderr
 	return fmt.Errorf("%w: %s", errUsage, usage)
 }
 
-func graphStatus(ctx context.Context, env config.Env, stdout io.Writer, ref string, asJSON bool) error {
+// graphTimeout bounds one request: a complete reads the session registry,
+// writes KV and waits for the notifications' acknowledgements.
+const graphTimeout = 30 * time.Second
+
+// askDispatcher connects and asks the dispatcher (requestGraph).
+func askDispatcher(ctx context.Context, env config.Env, subject, ref string, out any) error {
 	conn, err := cliConnect(ctx, env, "the-loop-graph")
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	store, err := graphstate.Open(ctx, conn)
-	if err != nil {
-		return fmt.Errorf("graph state: %w", err)
-	}
-	st, rev, err := store.Get(ctx, ref)
+	return requestGraph(ctx, conn, subject, ref, out)
+}
+
+// requestGraph sends ref to the dispatcher's endpoint on subject and decodes
+// its answer into out, turning the bus's failures into what a person can
+// act on.
+func requestGraph(ctx context.Context, conn *bus.Conn, subject, ref string, out any) error {
+	req, err := json.Marshal(dispatcher.GraphRequest{Ref: ref})
 	if err != nil {
 		return err
 	}
+	rctx, cancel := context.WithTimeout(ctx, graphTimeout)
+	defer cancel()
+	data, err := conn.Request(rctx, subject, req)
+	var refused *bus.ServiceError
+	switch {
+	case errors.Is(err, bus.ErrNoResponders):
+		return fmt.Errorf("no dispatcher answered on %s — is the dispatcher running? ('the-loop up', or 'the-loop serve dispatcher')", subject)
+	case errors.Is(err, bus.ErrRequestTimeout):
+		return fmt.Errorf("the dispatcher did not answer on %s within %s", subject, graphTimeout)
+	case errors.As(err, &refused):
+		return errors.New(refused.Description)
+	case err != nil:
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("the dispatcher's answer on %s is not what this the-loop reads (%v); are both the same version?", subject, err)
+	}
+	return nil
+}
+
+func graphStatus(ctx context.Context, env config.Env, stdout io.Writer, ref string, asJSON bool) error {
+	var ans dispatcher.GraphStatus
+	if err := askDispatcher(ctx, env, dispatcher.SubjectGraphStatus, ref, &ans); err != nil {
+		return err
+	}
+	st := ans.State
 	if st == nil {
-		return fmt.Errorf("%s has no graph state: no session has started its graph", ref)
+		return fmt.Errorf("the dispatcher's answer on %s carries no state", dispatcher.SubjectGraphStatus)
 	}
 	if asJSON {
 		b, err := json.MarshalIndent(st, "", "  ")
@@ -88,21 +123,19 @@ func graphStatus(ctx context.Context, env config.Env, stdout io.Writer, ref stri
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
-	reg := graph.NewRegistry()
-	g, known := reg.Get(st.Graph)
-	fmt.Fprintf(stdout, "work item:  %s (%s)\n", ref, graphstate.WorkItemURL(ref))
-	fmt.Fprintf(stdout, "graph:      %s (revision %d, version %d)\n", st.Graph, rev, st.Version)
+	fmt.Fprintf(stdout, "work item:  %s (%s)\n", ref, ans.URL)
+	graphLine := st.Graph
+	if !ans.Known {
+		graphLine += " (not in the dispatcher's config)"
+	}
+	fmt.Fprintf(stdout, "graph:      %s (revision %d, version %d)\n", graphLine, ans.Revision, st.Version)
 	node := st.Current
-	atGate := false
-	if known {
-		if n := g.Node(st.Current); n != nil && n.Phase != "" {
-			node += " (phase: " + n.Phase + ")"
-		}
-		atGate = st.AtHumanGate(g)
+	if ans.Phase != "" {
+		node += " (phase: " + ans.Phase + ")"
 	}
 	fmt.Fprintf(stdout, "node:       %s\n", node)
 	fmt.Fprintf(stdout, "status:     %s\n", st.Status)
-	fmt.Fprintf(stdout, "human gate: %v\n", atGate)
+	fmt.Fprintf(stdout, "human gate: %v\n", ans.AtHumanGate)
 	if st.Reason != "" {
 		fmt.Fprintf(stdout, "reason:     %s\n", st.Reason)
 	}
@@ -133,29 +166,14 @@ func graphStatus(ctx context.Context, env config.Env, stdout io.Writer, ref stri
 }
 
 func graphComplete(ctx context.Context, env config.Env, stdout io.Writer, ref string) error {
-	s, err := loadSettings(env)
-	if err != nil {
+	var ans dispatcher.GraphCompleted
+	if err := askDispatcher(ctx, env, dispatcher.SubjectGraphComplete, ref, &ans); err != nil {
 		return err
 	}
-	cfg := defaultConfig
-	if s.Common.ConfigPath != "" {
-		if cfg, _, err = config.LoadFile(s.Common.ConfigPath); err != nil {
-			return err
-		}
+	status := ""
+	if ans.State != nil {
+		status = string(ans.State.Status)
 	}
-	conn, err := cliConnect(ctx, env, "the-loop-graph")
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	store, err := graphstate.Open(ctx, conn)
-	if err != nil {
-		return fmt.Errorf("graph state: %w", err)
-	}
-	st, t, err := store.CompleteAndPublish(ctx, conn, graph.NewRegistry(), ref, cfg.Channels.Slack.MaxChars)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%s: %s done; now at %s (%s)\n", ref, t.From, t.To, st.Status)
+	fmt.Fprintf(stdout, "%s: %s done; now at %s (%s)\n", ref, ans.From, ans.To, status)
 	return nil
 }

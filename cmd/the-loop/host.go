@@ -52,6 +52,7 @@ type hostKind struct{ serve bool }
 func newDispatcher(d runtime.Deps, _ hostKind) (runner, error) {
 	return dispatcher.New(d, dispatcher.WithSettings(dispatcher.Settings{
 		Harness:          harness.Claude().WithBinary(d.Dispatcher.HarnessBinary),
+		Runner:           d.Dispatcher.Runner,
 		TmuxBinary:       d.Dispatcher.TmuxBinary,
 		TmuxSocket:       d.Dispatcher.TmuxSocket,
 		Host:             d.Dispatcher.Host,
@@ -79,7 +80,9 @@ var services = []serviceDef{
 	{ledgerwriter.Name, true, func(d runtime.Deps, _ hostKind) (runner, error) {
 		return ledgerwriter.New(d, ledgerwriter.WithPacing(d.GitHub.WritesPerMinute, d.GitHub.WritesPerHour))
 	}},
-	{slackrenderer.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) { return slackrenderer.New(d) }},
+	{slackrenderer.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) {
+		return slackrenderer.New(d, slackrenderer.WithPostInterval(d.Slack.PostInterval))
+	}},
 	{dispatcher.Name, false, newDispatcher},
 	{ingressgithub.Name, true, newIngressGitHub},
 	{ingressslack.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) { return ingressslack.New(d) }},
@@ -141,6 +144,9 @@ type host struct {
 	envelopeKey []byte
 	// serve: one service in its own process.
 	serve bool
+	// started, if set, is called once every service was started, with the
+	// readiness the admin server reports (the demo waits on it).
+	started func(*httpserver.Readiness)
 }
 
 // defaultConfig is the operator config without a file: nobody authorized,
@@ -222,6 +228,9 @@ func (h *host) run(ctx context.Context) error {
 	}
 	g.Go(func() error { return httpserver.Serve(gctx, ln, httpserver.AdminMux(ready, reg), h.log) })
 	fmt.Fprintf(h.stdout, "%s: running %s; Ctrl-C drains and stops\n", h.name, strings.Join(names, ", "))
+	if h.started != nil {
+		h.started(ready)
+	}
 	return g.Wait()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -31,29 +32,13 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	if s.Common.NATSURL != "" {
 		return fmt.Errorf("%w: LOOP_NATS_URL is set; 'up' runs its own embedded server — use 'the-loop serve <service>' against an external one", errUsage)
 	}
-	if err := os.MkdirAll(s.Up.StoreDir, 0o700); err != nil {
-		return fmt.Errorf("store dir: %w", err)
-	}
-	key, err := envelopeKey(s, s.Up.StoreDir)
+	srv, conn, key, err := startEmbedded(ctx, s, log, "the-loop-up")
 	if err != nil {
 		return err
-	}
-	listenHost, port, err := splitListen(s.Up.NATSListen)
-	if err != nil {
-		return err
-	}
-	storeDir := filepath.Join(s.Up.StoreDir, "jetstream")
-	srv, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StoreDir: storeDir, Host: listenHost, Port: port, Logger: log})
-	if err != nil {
-		return fmt.Errorf("embedded JetStream: %w", err)
 	}
 	defer srv.Shutdown()
-	fmt.Fprintf(stdout, "the-loop up: NATS on %s (embedded JetStream, store %s)\n", srv.ClientURL(), storeDir)
+	fmt.Fprintf(stdout, "the-loop up: NATS on %s (embedded JetStream, store %s)\n", srv.ClientURL(), filepath.Join(s.Up.StoreDir, "jetstream"))
 
-	conn, err := srv.Connect(ctx, bus.Options{Name: "the-loop-up", Logger: log})
-	if err != nil {
-		return fmt.Errorf("connect to the embedded server: %w", err)
-	}
 	h := &host{name: "the-loop up", settings: s, log: log, conn: conn, stdout: stdout, defs: services, envelopeKey: key}
 	runErr := h.run(ctx)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -66,4 +51,32 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	}
 	fmt.Fprintln(stdout, "the-loop up: drained and stopped")
 	return nil
+}
+
+// startEmbedded starts the embedded JetStream server of `up` (and `demo`)
+// with its store under LOOP_STORE_DIR, and connects to it. key is the
+// envelope key: LOOP_ENVELOPE_KEY or the one kept in the store.
+func startEmbedded(ctx context.Context, s settings, log *slog.Logger, name string) (*bus.Embedded, *bus.Conn, []byte, error) {
+	if err := os.MkdirAll(s.Up.StoreDir, 0o700); err != nil {
+		return nil, nil, nil, fmt.Errorf("store dir: %w", err)
+	}
+	key, err := envelopeKey(s, s.Up.StoreDir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	listenHost, port, err := splitListen(s.Up.NATSListen)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	storeDir := filepath.Join(s.Up.StoreDir, "jetstream")
+	srv, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StoreDir: storeDir, Host: listenHost, Port: port, Logger: log})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("embedded JetStream: %w", err)
+	}
+	conn, err := srv.Connect(ctx, bus.Options{Name: name, Logger: log})
+	if err != nil {
+		srv.Shutdown()
+		return nil, nil, nil, fmt.Errorf("connect to the embedded server: %w", err)
+	}
+	return srv, conn, key, nil
 }

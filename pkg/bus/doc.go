@@ -14,7 +14,10 @@
 //     partition, one replica working a partition while the others stand by;
 //   - KV, the compare-and-set key/value wrapper the ledger claims with;
 //   - the dead-letter queue (ListDLQ, ReplayDLQ) and the event-log tail
-//     (TailLog).
+//     (TailLog);
+//   - request/reply endpoints (Conn.AddService, Conn.Request) on the NATS
+//     services framework, for the operator verbs that ask a service a
+//     question instead of reading its state behind its back.
 //
 // Package bustest holds the in-process JetStream test server and the
 // conformance suite every consumer of this package relies on.

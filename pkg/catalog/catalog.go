@@ -43,6 +43,20 @@ const (
 // conversation whatever they subscribe to; it is never recorded.
 const RecordFailed Type = "ledger.record_failed"
 
+// GatePaused is a notice too: the dispatcher publishes it to the inbox, as
+// loop.in.<key>.gate.paused (the ledger-writer passes it through unrecorded),
+// when a gate answer relayed from a channel conversation reaches a work item
+// whose session is paused. Such an answer is recorded on the ledger but
+// settled without moving the graph (AMB-25); the notice (notification body,
+// causation_id = the answer's event id, the answer's conversation) tells the
+// person who answered, in their conversation.
+const GatePaused Type = "gate.paused"
+
+// IsNotice reports whether t is one of the notices above: not a catalog
+// type, never recorded, and delivered by a channel to the conversation it
+// names whatever the channel subscribes to.
+func IsNotice(t Type) bool { return t == RecordFailed || t == GatePaused }
+
 // Record says what the ledger does with an event that starts off the ledger.
 type Record int
 

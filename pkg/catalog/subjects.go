@@ -14,6 +14,11 @@ const (
 	EventsPrefix = "loop.ev"
 	LogPrefix    = "loop.log"
 	DLQPrefix    = "loop.dlq"
+	// ServicePrefix is where request/reply endpoints answer:
+	// loop.svc.<service>.<endpoint>. No stream captures it, so a request
+	// is answered by the service or by nobody, never acknowledged by a
+	// stream in its place.
+	ServicePrefix = "loop.svc"
 )
 
 // DefaultPartitions is N, the number of partitions of the inbox and the event
@@ -70,6 +75,12 @@ func EventsSubject(ref string, t Type) string {
 // logType is an event-log type such as "bus.recorded".
 func LogSubject(service, logType string) string {
 	return LogPrefix + "." + SubjectKey(service) + "." + logType
+}
+
+// ServiceSubject is the subject service's endpoint answers on, such as
+// loop.svc.dispatcher.graph.status; endpoint may hold dots.
+func ServiceSubject(service, endpoint string) string {
+	return ServicePrefix + "." + SubjectKey(service) + "." + endpoint
 }
 
 // ParseSubject splits a stored subject, loop.{in,ev}.<p>.<key>.<type>, or a

@@ -15,5 +15,7 @@
 //
 // config reads files and the environment it is handed, but never os.Environ
 // on its own (OSEnv is the one door), so tests run on fake environments. It
-// imports pkg/catalog and pkg/identity and nothing else of this module.
+// imports pkg/catalog, pkg/identity and pkg/graph (graphs.files are
+// validated at load, with the graph package's own checks) and nothing else
+// of this module.
 package config

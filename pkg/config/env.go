@@ -98,6 +98,10 @@ type Slack struct {
 	SigningSecret Secret `envconfig:"SLACK_SIGNING_SECRET" desc:"Slack signing secret; needed by read.mode events"`
 	APIURL        string `envconfig:"SLACK_API_URL" default:"https://slack.com/api/" desc:"Slack Web API base URL (a fake in tests)"`
 	EventsAddr    string `envconfig:"SLACK_EVENTS_ADDR" default:":8788" desc:"listen address of POST /slack/events and /slack/interactions (read.mode events)"`
+	// PostInterval paces the renderer; Slack allows about one message per
+	// second per channel, so a shorter interval only makes sense against
+	// a stand-in (the demo, tests).
+	PostInterval time.Duration `envconfig:"SLACK_POST_INTERVAL" default:"1s" desc:"least time between two posts to one Slack channel (chat.postMessage allows about one per second per channel)"`
 }
 
 // Up is what `the-loop up` reads on top of the services' settings.
@@ -121,6 +125,7 @@ type allSettings struct {
 
 // Dispatcher is what the dispatcher reads: where agent sessions run.
 type Dispatcher struct {
+	Runner        string `envconfig:"DISPATCHER_RUNNER" default:"tmux" desc:"what hosts agent sessions: tmux (sessions survive restarts; attach to watch) or process (child processes of the dispatcher, for hosts without tmux; they end with it)"`
 	TmuxBinary    string `envconfig:"TMUX_BINARY" default:"tmux" desc:"tmux binary the dispatcher runs sessions in"`
 	TmuxSocket    string `envconfig:"TMUX_SOCKET" desc:"private tmux server name (tmux -L); empty: the user's default server"`
 	HarnessBinary string `envconfig:"HARNESS_BINARY" default:"claude" desc:"agent harness binary (Claude Code: spawned with --session-id, resumed with --resume)"`
@@ -131,11 +136,18 @@ type Dispatcher struct {
 
 // Validate checks the values Process cannot check by type.
 func (d Dispatcher) Validate() error {
+	var errs []error
 	switch d.Spawn {
 	case "never", "labeled", "always":
-		return nil
+	default:
+		errs = append(errs, fmt.Errorf("LOOP_DISPATCHER_SPAWN is %q: it must be never, labeled or always", d.Spawn))
 	}
-	return fmt.Errorf("LOOP_DISPATCHER_SPAWN is %q: it must be never, labeled or always", d.Spawn)
+	switch d.Runner {
+	case "tmux", "process":
+	default:
+		errs = append(errs, fmt.Errorf("LOOP_DISPATCHER_RUNNER is %q: it must be tmux or process", d.Runner))
+	}
+	return errors.Join(errs...)
 }
 
 // minEnvelopeKey is the shortest envelope key accepted: HMAC-SHA256 keys
@@ -227,7 +239,15 @@ func (s Slack) Validate() error {
 	return errors.Join(
 		checkURL("LOOP_SLACK_API_URL", s.APIURL, "https", "http"),
 		checkAddr("LOOP_SLACK_EVENTS_ADDR", s.EventsAddr),
+		checkNonNegative("LOOP_SLACK_POST_INTERVAL", s.PostInterval),
 	)
+}
+
+func checkNonNegative(key string, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%s is %s: it must not be negative", key, d)
+	}
+	return nil
 }
 
 // Require fails unless the tokens the given read mode needs are set: the bot

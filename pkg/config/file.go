@@ -2,20 +2,25 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/identity"
 )
 
@@ -28,16 +33,45 @@ const Version = "0.7.0"
 // value to every reader.
 //
 // It models what the channel, ledger and identity requirements read (seed 001
-// R2, R3.1, R5, R7) plus routing.control, which the control grammar needs.
-// The original's other sections (graph, routing's dispatch keys, …) are added
-// here as the services that read them are built; until then they are unknown
-// keys.
+// R2, R3.1, R5, R7), routing.control, which the control grammar needs, and
+// graphs, the operator's process graphs. The original's other sections
+// (routing's dispatch keys, …) are added here as the services that read them
+// are built; until then they are unknown keys.
 type Config struct {
 	// Version is the version the file declares, "" when it declares none.
 	Version  string
 	Routing  Routing
 	Channels Channels
+	Graphs   Graphs
 }
+
+// Graphs is the graphs section: the process graphs work items follow.
+type Graphs struct {
+	// Files are the operator's graph files as read: a relative path in the
+	// file is resolved against the config file's directory.
+	Files []string
+	// WorkItem is the graph a work item follows when its session spawns
+	// (default graph.WorkItemGraph); a do command's session follows
+	// graph.AdhocGraph.
+	WorkItem string
+
+	registry *graph.Registry
+}
+
+// Registry holds the graphs this config knows: the built-ins and those of
+// Files, each validated when the config was loaded. Every service reads it
+// from the config in force, so the dispatcher, ingress-slack and `the-loop
+// graph` judge a work item by the same graph. Read-only.
+func (g Graphs) Registry() *graph.Registry {
+	if g.registry == nil {
+		return builtinGraphs()
+	}
+	return g.registry
+}
+
+// builtinGraphs is the registry of a config that adds no graph, shared:
+// a registry is only read once built.
+var builtinGraphs = sync.OnceValue(graph.NewRegistry)
 
 // Routing is the routing section.
 type Routing struct {
@@ -176,6 +210,7 @@ func Default() *Config {
 				MaxChars:  DefaultMaxChars,
 			},
 		},
+		Graphs: Graphs{WorkItem: graph.WorkItemGraph},
 	}
 }
 
@@ -240,13 +275,14 @@ func LogWarnings(log *slog.Logger, file string, ws []Warning) {
 	}
 }
 
-// LoadFile reads and parses the operator YAML at path.
+// LoadFile reads and parses the operator YAML at path; graph files it names
+// by a relative path are read from path's directory.
 func LoadFile(path string) (*Config, []Warning, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read config: %w", err)
 	}
-	cfg, ws, err := Parse(src)
+	cfg, ws, _, err := parseIn(src, filepath.Dir(path))
 	if err != nil {
 		return nil, ws, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -254,23 +290,35 @@ func LoadFile(path string) (*Config, []Warning, error) {
 }
 
 // Parse reads an operator YAML strictly: an unknown key, a removed key, a
-// value of the wrong type and an unknown channels.ledger are errors, all of
-// them reported at once. What the requirements resolve softly — a malformed
-// grant list, an unknown verbosity or read mode, a bad authorizedUsers entry —
-// comes back as warnings next to a usable config. An empty file is Default().
+// value of the wrong type, an unknown channels.ledger and a graph file that
+// does not load are errors, all of them reported at once. What the
+// requirements resolve softly — a malformed grant list, an unknown verbosity
+// or read mode, a bad authorizedUsers entry — comes back as warnings next to
+// a usable config. An empty file is Default().
+//
+// Graph files named by a relative path are read from the current directory;
+// LoadFile and Watcher read them from the config file's.
 func Parse(src []byte) (*Config, []Warning, error) {
+	cfg, ws, _, err := parseIn(src, "")
+	return cfg, ws, err
+}
+
+// parseIn is Parse with relative graph files read from dir. It also returns
+// the graph files the config names, as read, even when it refuses the
+// config: a Watcher rereads it when one of them changes.
+func parseIn(src []byte, dir string) (*Config, []Warning, []graphFile, error) {
 	root, err := decodeOne(src)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	p := &parser{cfg: Default()}
+	p := &parser{cfg: Default(), dir: dir}
 	if root != nil {
 		p.top(root)
 	}
 	if err := errors.Join(p.errs...); err != nil {
-		return nil, p.warnings, err
+		return nil, p.warnings, p.graphFiles, err
 	}
-	return p.cfg, p.warnings, nil
+	return p.cfg, p.warnings, p.graphFiles, nil
 }
 
 // decodeOne parses exactly one YAML document; nil means an empty file.
@@ -300,6 +348,10 @@ type parser struct {
 	cfg      *Config
 	warnings []Warning
 	errs     []error
+	// dir is where relative graph files are read from ("": the current
+	// directory); graphFiles are the ones read.
+	dir        string
+	graphFiles []graphFile
 }
 
 func (p *parser) fail(n *yaml.Node, path string, kind error, format string, args ...any) {
@@ -483,7 +535,7 @@ func stringList(v *yaml.Node) ([]string, bool) {
 func (p *parser) top(n *yaml.Node) {
 	n = resolve(n)
 	if n.Kind != yaml.MappingNode && !isNull(n) {
-		p.fail(n, "", ErrInvalid, "the config must be a mapping (version, routing, channels)")
+		p.fail(n, "", ErrInvalid, "the config must be a mapping (version, routing, channels, graphs)")
 		return
 	}
 	c := p.cfg
@@ -507,6 +559,7 @@ func (p *parser) top(n *yaml.Node) {
 				"slack":  p.slack,
 			})
 		},
+		"graphs": p.graphs,
 	})
 	if hasKey(n, "version") == nil {
 		p.warn(n, "version", "not set; read as %s (`the-loop migrate-config` writes it)", Version)
@@ -734,6 +787,113 @@ func (p *parser) publish(v *yaml.Node, path string) {
 		out = append(out, t)
 	}
 	p.cfg.Channels.Slack.Publish = out
+}
+
+// graphs reads the graphs section. A graph file that cannot be read, does not
+// validate (an unknown or unreachable node, an edge to nowhere, a human node
+// without a classifier, …) or takes a name already taken refuses the config,
+// naming the file and the problem: a work item must never follow a graph
+// that is half there. graphs.workItem must name a graph the config knows.
+func (p *parser) graphs(v *yaml.Node, path string) {
+	g := &p.cfg.Graphs
+	var workItem *yaml.Node
+	p.mapping(v, path, map[string]field{
+		"files": func(v *yaml.Node, path string) {
+			if v.Kind != yaml.SequenceNode {
+				p.fail(v, path, ErrInvalid, "want a list of graph file paths")
+				return
+			}
+			reg := graph.NewRegistry()
+			for i, it := range v.Content {
+				ip := fmt.Sprintf("%s[%d]", path, i)
+				it = resolve(it)
+				if it == nil || it.Kind != yaml.ScalarNode || it.ShortTag() != "!!str" || strings.TrimSpace(it.Value) == "" {
+					p.fail(v.Content[i], ip, ErrInvalid, "want the path of a graph file")
+					continue
+				}
+				file := it.Value
+				if !filepath.IsAbs(file) && p.dir != "" {
+					file = filepath.Join(p.dir, file)
+				}
+				data, err := readGraphFile(file)
+				p.graphFiles = append(p.graphFiles, graphFile{path: file, sum: sumGraphFile(data, err)})
+				if err != nil {
+					p.fail(it, ip, ErrInvalid, "%s: %s", it.Value, describeReadError(err, it.Value, p.dir))
+					continue
+				}
+				if _, err := reg.AddYAML(it.Value, data); err != nil {
+					p.fail(it, ip, ErrInvalid, "%v", err)
+					continue
+				}
+				g.Files = append(g.Files, file)
+			}
+			g.registry = reg
+		},
+		"workItem": func(v *yaml.Node, path string) {
+			var name string
+			p.str(&name)(v, path)
+			if name = strings.TrimSpace(name); name != "" {
+				g.WorkItem, workItem = name, v
+			}
+		},
+	})
+	if workItem != nil {
+		if _, ok := g.Registry().Get(g.WorkItem); !ok {
+			p.fail(workItem, join(path, "workItem"), ErrInvalid, "%q is not a graph this config knows; known: %s",
+				clip(g.WorkItem), strings.Join(g.Registry().Names(), ", "))
+		}
+	}
+}
+
+// graphFile is a graph file as the parser read it: its path and the digest
+// of its content (or of the read error).
+type graphFile struct {
+	path string
+	sum  [sha256.Size]byte
+}
+
+// readGraphFile reads a graph file, refusing anything but a regular file (a
+// FIFO or a device would block or never end) and reading at most one byte
+// past graph.MaxGraphBytes, which graph.Load refuses with its own message.
+func readGraphFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, graph.MaxGraphBytes+1))
+}
+
+func sumGraphFile(data []byte, err error) [sha256.Size]byte {
+	if err != nil {
+		return sha256.Sum256([]byte("\x00read error\x00" + err.Error()))
+	}
+	return sha256.Sum256(data)
+}
+
+// describeReadError says why a graph file could not be read, without
+// repeating the path the message already names.
+func describeReadError(err error, name, dir string) string {
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !filepath.IsAbs(name) && dir != "":
+		return "no such file (a relative path is read from the config file's directory, " + dir + ")"
+	case errors.Is(err, fs.ErrNotExist):
+		return "no such file"
+	case errors.Is(err, fs.ErrPermission):
+		return "permission denied"
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
 }
 
 // authorizedUsers reads R5.1's entries. An entry that is neither a string nor

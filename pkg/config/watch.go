@@ -24,7 +24,10 @@ import (
 // directory, not the file, survives editors and `kubectl` that replace the
 // file by rename or swap a symlink — plus a slow poll for file systems that
 // send no events (NFS, some container mounts). Both only trigger a re-read;
-// the content hash decides whether anything changed.
+// the content hash decides whether anything changed. The graph files the
+// config names (graphs.files) are part of that hash: editing one reloads the
+// config as editing the config itself does, noticed by the poll when the
+// file lives outside the config's directory.
 type Watcher struct {
 	path     string
 	log      *slog.Logger
@@ -35,6 +38,7 @@ type Watcher struct {
 
 	mu       sync.Mutex // guards the fields below and serialises reloads
 	lastSum  [sha256.Size]byte
+	files    []graphFile // the graph files of the last parse, as it read them
 	err      error
 	warnings []Warning
 	subs     map[chan *Config]struct{}
@@ -66,12 +70,13 @@ func NewWatcher(path string, log *slog.Logger, opts ...WatcherOption) (*Watcher,
 	if err != nil {
 		return nil, err
 	}
-	cfg, ws, err := Parse(src)
+	cfg, ws, files, err := parseIn(src, filepath.Dir(path))
 	if err != nil {
 		return nil, errors.Join(errors.New("config "+path), err)
 	}
 	LogWarnings(log, path, ws)
-	w.lastSum = sha256.Sum256(src)
+	w.files = files
+	w.lastSum = configSum(src, nil, files)
 	w.warnings = ws
 	w.cur.Store(cfg)
 	return w, nil
@@ -127,13 +132,7 @@ func (w *Watcher) reload(force bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	src, err := os.ReadFile(w.path)
-	var sum [sha256.Size]byte
-	if err != nil {
-		// Hash the error so a file that stays missing is reported once.
-		sum = sha256.Sum256([]byte("\x00read error\x00" + err.Error()))
-	} else {
-		sum = sha256.Sum256(src)
-	}
+	sum := configSum(src, err, rereadGraphFiles(w.files))
 	if sum == w.lastSum && !force {
 		return w.err
 	}
@@ -142,7 +141,11 @@ func (w *Watcher) reload(force bool) error {
 		w.refused(err)
 		return err
 	}
-	cfg, ws, err := Parse(src)
+	cfg, ws, files, err := parseIn(src, filepath.Dir(w.path))
+	// The sum of what this parse read, so that a graph file changed while
+	// it ran is noticed by the next look.
+	w.files = files
+	w.lastSum = configSum(src, nil, files)
 	if err != nil {
 		w.refused(err)
 		return err
@@ -160,6 +163,34 @@ func (w *Watcher) reload(force bool) error {
 		ch <- cfg
 	}
 	return nil
+}
+
+// configSum digests the config's bytes (or the error reading them, so a
+// file that stays missing is reported once) and its graph files.
+func configSum(src []byte, readErr error, files []graphFile) [sha256.Size]byte {
+	h := sha256.New()
+	if readErr != nil {
+		h.Write([]byte("\x00read error\x00" + readErr.Error()))
+	} else {
+		h.Write(src)
+	}
+	for _, f := range files {
+		h.Write([]byte("\x00" + f.path + "\x00"))
+		h.Write(f.sum[:])
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// rereadGraphFiles digests files' content as it is now.
+func rereadGraphFiles(files []graphFile) []graphFile {
+	out := make([]graphFile, len(files))
+	for i, f := range files {
+		data, err := readGraphFile(f.path)
+		out[i] = graphFile{path: f.path, sum: sumGraphFile(data, err)}
+	}
+	return out
 }
 
 func (w *Watcher) refused(err error) {

@@ -122,6 +122,14 @@ func fixtures() []fixture {
 	rf.Conversation = &loopv1.Conversation{Channel: "C0LOOP", ThreadTs: "1700000000.000100", MessageTs: "1700000001.000200"}
 	add("ledger.record_failed", rf)
 
+	gp := notification(catalog.GatePaused, &loopv1.Notification{
+		Text: "Your answer is recorded on the work item, but the gate *requirements-approval* did not move: the work item's session is paused. Resume the session (`the-loop resume`), then answer again.",
+		Url:  "https://github.com/octo/repo/issues/15", Node: "requirements-approval",
+		Detail: map[string]string{"reason": "session-paused"}})
+	gp.Id, gp.Source, gp.CausationId = "loop:gate-paused:1", "loop", "gh:issue-comment:3003"
+	gp.Conversation = &loopv1.Conversation{Channel: "C0LOOP", ThreadTs: "1700000000.000100"}
+	add("gate.paused", gp)
+
 	add("custom.notify-event", notification("custom.notify-event", &loopv1.Notification{Text: "A custom graph fired this."}))
 
 	// Hostile text in every untrusted field.

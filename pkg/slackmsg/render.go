@@ -355,6 +355,7 @@ var labels = map[catalog.Type]string{
 	catalog.WorkItemActivity:       "Activity",
 	catalog.LedgerRecord:           "Ledger record",
 	catalog.RecordFailed:           "Not recorded on the ledger",
+	catalog.GatePaused:             "Gate not moved: session paused",
 }
 
 // Label is the header's name for an event type; a custom type is its name.
@@ -435,7 +436,7 @@ func describe(ev *loopv1.Event, o Options) content {
 			c.detail["artifact"] = n.GetArtifact()
 		}
 		maps.Copy(c.detail, n.GetDetail())
-		if t == catalog.RecordFailed {
+		if catalog.IsNotice(t) {
 			c.urlText = "Open the work item"
 		}
 	case *loopv1.Event_Comment:

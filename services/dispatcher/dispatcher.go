@@ -46,16 +46,16 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/services/dispatcher/harness"
+	"github.com/the-loop/bus/services/dispatcher/internal/proc"
 	"github.com/the-loop/bus/services/dispatcher/internal/prompt"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 	"github.com/the-loop/bus/services/dispatcher/registry"
@@ -80,6 +80,8 @@ const (
 type Settings struct {
 	// Harness is the agent harness (default harness.Claude()).
 	Harness harness.Harness
+	// Runner hosts the sessions: RunnerTmux (default) or RunnerProcess.
+	Runner string
 	// TmuxBinary (default "tmux") and TmuxSocket (-L; default: tmux's
 	// default server) choose the tmux server sessions run in.
 	TmuxBinary, TmuxSocket string
@@ -110,17 +112,14 @@ type Settings struct {
 	RecheckEvery time.Duration
 	// NewSessionID makes harness session ids (default random UUIDv4).
 	NewSessionID func() string
-	// Graphs are the process graphs the dispatcher knows (default the
-	// built-ins, graph.NewRegistry()); Graph is the one a spawned session's
-	// work item follows (default graph.WorkItemGraph). A session spawned by
-	// the do command follows graph.AdhocGraph.
-	Graphs *graph.Registry
-	Graph  string
 }
 
 func (c *Settings) setDefaults() {
 	if c.Harness == nil {
 		c.Harness = harness.Claude()
+	}
+	if c.Runner == "" {
+		c.Runner = RunnerTmux
 	}
 	if c.Host == "" {
 		c.Host, _ = os.Hostname()
@@ -152,12 +151,6 @@ func (c *Settings) setDefaults() {
 	if c.NewSessionID == nil {
 		c.NewSessionID = uuid4
 	}
-	if c.Graphs == nil {
-		c.Graphs = graph.NewRegistry()
-	}
-	if c.Graph == "" {
-		c.Graph = graph.WorkItemGraph
-	}
 }
 
 // Option configures New.
@@ -170,7 +163,7 @@ func WithSettings(s Settings) Option { return func(c *Settings) { *c = s } }
 type Service struct {
 	deps   runtime.Deps
 	set    Settings
-	tmux   *tmux.Server
+	tmux   terminal
 	tmpl   prompt.Templates
 	m      *metrics
 	store  atomic.Pointer[registry.Store]
@@ -204,14 +197,38 @@ func New(deps runtime.Deps, opts ...Option) (*Service, error) {
 	for _, w := range warnings {
 		deps.Log.Warn("dispatcher: prompt template unreadable", "detail", w)
 	}
-	if _, ok := set.Graphs.Get(set.Graph); !ok {
-		return nil, fmt.Errorf("%s: graph %q is not registered (known: %s)", Name, set.Graph, strings.Join(set.Graphs.Names(), ", "))
-	}
-	s := &Service{
-		deps: deps, set: set, m: m, tmpl: tmpl, graphs: graphs{reg: set.Graphs},
-		tmux: &tmux.Server{Binary: set.TmuxBinary, Socket: set.TmuxSocket, RemainOnExit: true},
+	s := &Service{deps: deps, set: set, m: m, tmpl: tmpl}
+	switch set.Runner {
+	case RunnerTmux:
+		s.tmux = &tmux.Server{Binary: set.TmuxBinary, Socket: set.TmuxSocket, RemainOnExit: true}
+	case RunnerProcess:
+		s.tmux = &proc.Server{}
+	default:
+		return nil, fmt.Errorf("%s: session runner %q: want %s or %s", Name, set.Runner, RunnerTmux, RunnerProcess)
 	}
 	return s, nil
+}
+
+// Session runners (LOOP_DISPATCHER_RUNNER).
+const (
+	// RunnerTmux runs each session in a tmux session: it survives the
+	// dispatcher's restarts and a person can attach to it.
+	RunnerTmux = "tmux"
+	// RunnerProcess runs each session as a child process of the
+	// dispatcher, for hosts without tmux; sessions end with the process.
+	RunnerProcess = "process"
+)
+
+// terminal is what hosts sessions: a tmux server or, with RunnerProcess,
+// the dispatcher's child processes (package proc). The field keeps the name
+// tmux: every call site means the same operation either way.
+type terminal interface {
+	Available() error
+	Probe(ctx context.Context, target string) tmux.State
+	Spawn(ctx context.Context, target, cwd string, env map[string]string, argv []string) error
+	Deliver(ctx context.Context, target, prompt string) error
+	Kill(ctx context.Context, target string) error
+	Sessions(ctx context.Context) ([]string, error)
 }
 
 // check reports why sessions cannot run on this host, or nil.
@@ -225,6 +242,15 @@ func (s *Service) check() error {
 // Run consumes the event stream until ctx is done, then drains. It returns
 // an error only when the bus itself fails under it.
 func (s *Service) Run(ctx context.Context) error {
+	// Child-process sessions (RunnerProcess) must not outlive the service;
+	// tmux sessions do, by design.
+	if c, ok := s.tmux.(io.Closer); ok {
+		defer func() {
+			if err := c.Close(); err != nil {
+				s.deps.Log.Warn("dispatcher: ending session processes", "err", err)
+			}
+		}()
+	}
 	// Registered under the service's own name so /readyz lists the
 	// dispatcher (with the reason) while it waits; the consumer's check
 	// replaces it once consuming starts.
@@ -236,6 +262,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	defer s.serveEndpoint()() // `the-loop graph` asks here, with or without sessions
 	if !s.waitAvailable(ctx) {
 		return nil
 	}

@@ -8,8 +8,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/control"
+	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/graphstate"
 	"github.com/the-loop/bus/services/dispatcher/registry"
 )
@@ -17,10 +20,11 @@ import (
 // The graph wiring (issue 8): the dispatcher owns each work item's graph
 // state in KV "graph" (package graphstate).
 //
-//   - A session's spawn starts its work item's graph: Settings.Graph
-//     (work-item by default), or the ad-hoc graph when the do command spawned
-//     it. A work item that already has a graph that has not ended keeps it (a
-//     respawn, a stop and a new start); one whose graph ended starts again.
+//   - A session's spawn starts its work item's graph: graphs.workItem of the
+//     operator config (work-item by default), or the ad-hoc graph when the do
+//     command spawned it. A work item that already has a graph that has not
+//     ended keeps it (a respawn, a stop and a new start); one whose graph
+//     ended starts again.
 //   - An authorized comment (comment.human by an authorized login, or a
 //     relayed gate-feedback or execute record re-attributed to an authorized
 //     person) reaching a live session while the work item is at a human gate
@@ -32,17 +36,24 @@ import (
 //     (graphstate.Event): the work item's URL, the artifact's excerpt (R4.4),
 //     and work-item-complete on reaching complete (R6.4).
 //
+// The graphs are the operator config's in force (config.Graphs: the
+// built-ins and graphs.files), read per event like the rest of the config,
+// so the dispatcher, ingress-slack and `the-loop graph` agree on them.
+//
 // As in the original, nothing reaches a gate while the work item has no live
 // session or its session is paused (AMB-25): the event is settled without
-// advancing the graph.
+// advancing the graph. A gate answer relayed from a channel conversation that
+// is settled so is answered there (catalog.GatePaused): the person learns
+// that the gate did not move and why, instead of waiting for it.
 
 // graphStart starts in's work item on its graph when its session spawns.
 func (s *Service) graphStart(ctx context.Context, in *input, cmd control.Command) error {
-	name := s.set.Graph
+	cfg := s.deps.Config()
+	name := cfg.Graphs.WorkItem
 	if cmd == control.Do {
 		name = graph.AdhocGraph
 	}
-	g, ok := s.set.Graphs.Get(name)
+	g, ok := cfg.Graphs.Registry().Get(name)
 	if !ok {
 		s.deps.Log.Warn("dispatcher: graph not registered; the work item has no process graph", "work_item", in.ref, "graph", name)
 		return nil
@@ -103,7 +114,7 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Ses
 			return nil, graphstate.ErrNoChange
 		}
 		var ok bool
-		if g, ok = s.set.Graphs.Get(cur.Graph); !ok || !cur.AtHumanGate(g) {
+		if g, ok = cfg.Graphs.Registry().Get(cur.Graph); !ok || !cur.AtHumanGate(g) {
 			return nil, graphstate.ErrNoChange
 		}
 		if applied(cur, in) {
@@ -157,6 +168,61 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Ses
 		}
 	}
 	return t.Outcome, s.notify(ctx, in.ref, st, t.Notifications, sess.Cwd)
+}
+
+// gatePaused tells the person whose relayed answer reached a work item at a
+// human gate while its session is paused that the gate did not move
+// (AMB-25), with a catalog.GatePaused notice to their conversation. An
+// answer typed on GitHub names no conversation and gets none. The notice's
+// id derives from the answer's, so a redelivery publishes it once.
+func (s *Service) gatePaused(ctx context.Context, in *input) error {
+	conv := in.ev.GetConversation()
+	if !in.gate || conv.GetChannel() == "" {
+		return nil
+	}
+	store, err := s.graphs.open(ctx, s.deps.Conn)
+	if err != nil {
+		return fmt.Errorf("graph state: %w", err)
+	}
+	st, _, err := store.Get(ctx, in.ref)
+	if err != nil || st == nil {
+		// No readable state, no gate to speak of.
+		return nil
+	}
+	cfg := s.deps.Config()
+	g, ok := cfg.Graphs.Registry().Get(st.Graph)
+	if !ok || !st.AtHumanGate(g) {
+		return nil
+	}
+	resume := "Once the session is resumed, answer again."
+	if grammar, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords); err == nil && grammar.Enabled() {
+		if kw := grammar.Keyword(control.Resume); kw != "" {
+			resume = "Once the session is resumed (`" + kw + "`), answer again."
+		}
+	}
+	ev := &loopv1.Event{
+		Id:           envelope.LoopID("gate-paused", in.ev.GetId()),
+		Source:       "loop",
+		Type:         string(catalog.GatePaused),
+		Subject:      in.ref,
+		Time:         envelope.NewTime(time.Now()),
+		Actor:        in.ev.GetActor(),
+		Conversation: conv,
+		CausationId:  in.ev.GetId(),
+		Body: &loopv1.Event_Notification{Notification: &loopv1.Notification{
+			Text: "Your answer is recorded on the work item, but the gate `" + st.Current + "` did not move: " +
+				"the work item's session is paused, and a paused session's events are settled without moving its graph. " + resume,
+			Url:    graphstate.WorkItemURL(in.ref),
+			Node:   st.Current,
+			Detail: map[string]string{"graph": st.Graph, "reason": DropSessionPaused},
+		}},
+	}
+	if _, err := graphstate.Publish(ctx, s.deps.Conn, ev); err != nil {
+		return fmt.Errorf("publish %s of %s: %w", catalog.GatePaused, in.ref, err)
+	}
+	s.deps.Log.Info("dispatcher: gate answer settled while the session is paused; the conversation is told",
+		"work_item", in.ref, "event_id", in.ev.GetId(), "node", st.Current, "notice_id", ev.GetId())
+	return nil
 }
 
 // applied reports whether st already holds a decision or an approval taken
@@ -231,7 +297,7 @@ func (s *Service) renotify(ctx context.Context, ref string) {
 	if err != nil || st == nil || len(st.History) == 0 || time.Since(st.History[len(st.History)-1].EnteredAt) > renotifyWithin {
 		return
 	}
-	g, ok := s.set.Graphs.Get(st.Graph)
+	g, ok := s.deps.Config().Graphs.Registry().Get(st.Graph)
 	if !ok {
 		return
 	}

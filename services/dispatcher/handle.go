@@ -428,7 +428,7 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 		return s.unmatched(ctx, store, in, rec, "")
 	case sess.Status == registry.Paused:
 		s.drop(ctx, in, DropSessionPaused)
-		return nil
+		return s.gatePaused(ctx, in)
 	case slices.Contains(sess.Delivered, id):
 		s.drop(ctx, in, DropAlreadyProcessed)
 		return nil
@@ -455,7 +455,7 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 	if err != nil {
 		return err
 	}
-	p := s.render(in, false, s.graphs.context(ctx, s.deps.Conn, in.ref, verdict))
+	p := s.render(in, false, s.graphs.context(ctx, s.deps.Conn, s.deps.Config().Graphs.Registry(), in.ref, verdict))
 	paused := false
 	if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
 		if !r.Session.Live() || r.Session.Status == registry.Paused {
@@ -487,7 +487,7 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 	}
 	s.m.deliveries.WithLabelValues("delivered").Inc()
 	s.deps.Events.Emit(ctx, "dispatch.succeeded", append(eventAttrs(in),
-		slog.String("harness", sess.Harness), slog.String("via", "tmux"), slog.String("tmux_target", target))...)
+		slog.String("harness", sess.Harness), slog.String("via", s.set.Runner), slog.String("tmux_target", target))...)
 	return nil
 }
 
@@ -525,7 +525,7 @@ func (s *Service) failed(ctx context.Context, store *registry.Store, in *input, 
 	})
 	s.m.deliveries.WithLabelValues("failed").Inc()
 	s.deps.Events.Emit(ctx, "dispatch.failed", append(eventAttrs(in),
-		slog.String("harness", sess.Harness), slog.String("via", "tmux"), slog.String("tmux_target", sess.TmuxTarget),
+		slog.String("harness", sess.Harness), slog.String("via", s.set.Runner), slog.String("tmux_target", sess.TmuxTarget),
 		slog.String("error", cause.Error()), slog.Bool("will_retry", !in.last))...)
 	return cause
 }

@@ -23,11 +23,10 @@ func promptData(in *input, ex, graphContext string) prompt.Data {
 }
 
 // graphs is the dispatcher's access to the work items' graph states (KV
-// "graph", package graphstate), opened on first use, and the graphs it knows.
+// "graph", package graphstate), opened on first use.
 type graphs struct {
 	mu    sync.Mutex
 	store *graphstate.Store
-	reg   *graph.Registry
 }
 
 // open returns the state store, opening it on first use.
@@ -45,10 +44,10 @@ func (g *graphs) open(ctx context.Context, c *bus.Conn) (*graphstate.Store, erro
 }
 
 // context is the graph context block of ref ($graph_context): "" when there
-// is no state, it cannot be read, or its graph is unknown here. verdict is
-// the gate's verdict when a human gate classified this event first. Best
-// effort: a prompt is never lost to it.
-func (g *graphs) context(ctx context.Context, c *bus.Conn, ref string, verdict graph.Outcome) string {
+// is no state, it cannot be read, or its graph is not in reg. verdict is the
+// gate's verdict when a human gate classified this event first. Best effort:
+// a prompt is never lost to it.
+func (g *graphs) context(ctx context.Context, c *bus.Conn, reg *graph.Registry, ref string, verdict graph.Outcome) string {
 	store, err := g.open(ctx, c)
 	if err != nil {
 		return ""
@@ -57,7 +56,7 @@ func (g *graphs) context(ctx context.Context, c *bus.Conn, ref string, verdict g
 	if err != nil || st == nil {
 		return ""
 	}
-	gr, ok := g.reg.Get(st.Graph)
+	gr, ok := reg.Get(st.Graph)
 	if !ok {
 		return ""
 	}

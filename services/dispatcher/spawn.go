@@ -65,7 +65,7 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 	if err := s.graphStart(ctx, in, cmd); err != nil {
 		return err
 	}
-	p := s.render(in, true, s.graphs.context(ctx, s.deps.Conn, in.ref, ""))
+	p := s.render(in, true, s.graphs.context(ctx, s.deps.Conn, s.deps.Config().Graphs.Registry(), in.ref, ""))
 	argv := append([]string{h.Command()}, h.SpawnArgv(p, id)...)
 	err = s.tmux.Spawn(ctx, target, s.set.Workdir, h.Env(), argv)
 	if err != nil && recovering && errors.Is(err, tmux.ErrOccupied) {
@@ -107,7 +107,7 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 	s.m.spawns.WithLabelValues("spawn").Inc()
 	s.m.deliveries.WithLabelValues("spawned").Inc()
 	s.deps.Events.Emit(ctx, "session.spawned", append(s.sessionAttrs(in, rec.Session),
-		slog.String("runner", "tmux"), slog.String("interaction", string(s.tmpl.Mode)))...)
+		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.tmpl.Mode)))...)
 	return nil
 }
 
@@ -162,7 +162,7 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 	s.m.deliveries.WithLabelValues("respawned").Inc()
 	rec, _, _ := store.Get(ctx, in.ref)
 	s.deps.Events.Emit(ctx, "session.spawned", append(s.sessionAttrs(in, rec.Session),
-		slog.String("runner", "tmux"), slog.String("interaction", string(s.tmpl.Mode)),
+		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.tmpl.Mode)),
 		slog.Bool("respawned", true), slog.Bool("resumed", resumed))...)
 	return nil
 }
@@ -193,7 +193,7 @@ func (s *Service) averted(ctx context.Context, store *registry.Store, in *input,
 	}
 	s.m.deliveries.WithLabelValues("delivered").Inc()
 	s.deps.Events.Emit(ctx, "dispatch.succeeded", append(eventAttrs(in),
-		slog.String("harness", sess.Harness), slog.String("via", "tmux"), slog.String("tmux_target", target),
+		slog.String("harness", sess.Harness), slog.String("via", s.set.Runner), slog.String("tmux_target", target),
 		slog.Bool("respawn_averted", true))...)
 	return nil
 }

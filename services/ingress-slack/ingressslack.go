@@ -52,7 +52,6 @@ import (
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/threads"
 	"github.com/the-loop/bus/services/runtime"
 )
@@ -132,10 +131,9 @@ func (o *Options) setDefaults() {
 
 // Service is ingress-slack.
 type Service struct {
-	deps   runtime.Deps
-	opts   Options
-	m      *metrics
-	graphs *graph.Registry
+	deps runtime.Deps
+	opts Options
+	m    *metrics
 
 	// kv is set by Run once the KV buckets are open; nil before.
 	kv atomic.Pointer[stores]
@@ -159,7 +157,7 @@ func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
 	opts.setDefaults()
 	s := &Service{
 		deps: deps, opts: opts, m: newMetrics(deps.Registry),
-		graphs: graph.NewRegistry(), listening: make(chan struct{}),
+		listening: make(chan struct{}),
 	}
 	s.setStatus("starting")
 	// Registered here, not in Run, so that /readyz is never ready before

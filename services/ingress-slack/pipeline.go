@@ -301,9 +301,11 @@ func (s *Service) publish(ctx context.Context, ev *loopv1.Event) (dup bool, err 
 // atHumanGate reads the work item's graph state from KV "graph", stored by
 // the dispatcher under catalog.SubjectKey(ref). No state means no gate. The
 // gate is the current node being a human, non-terminal node of its graph
-// (AMB-2); for a graph this process does not know (an operator's own), the
-// state's status, which the graph package sets to waiting exactly on entering
-// such a node, stands in.
+// (AMB-2), the graph taken from the operator config in force (the built-ins
+// and graphs.files, as the dispatcher reads them); for a graph the config
+// does not know (an operator graph whose file left it), the state's status,
+// which the graph package sets to waiting exactly on entering such a node,
+// stands in.
 func (s *Service) atHumanGate(ctx context.Context, kvGraph *bus.KV, ref string) (bool, error) {
 	e, err := kvGraph.Get(ctx, catalog.SubjectKey(ref))
 	if errors.Is(err, bus.ErrNotFound) {
@@ -322,7 +324,7 @@ func (s *Service) atHumanGate(ctx context.Context, kvGraph *bus.KV, ref string) 
 		// Two refs share a subject key; this state is another item's.
 		return false, nil
 	}
-	if g, ok := s.graphs.Get(st.Graph); ok {
+	if g, ok := s.deps.Config().Graphs.Registry().Get(st.Graph); ok {
 		return st.AtHumanGate(g), nil
 	}
 	return st.Status == graph.StatusWaiting, nil

@@ -31,8 +31,8 @@ type plan struct {
 	thread string
 	// bindRef is the work-item ref the thread is bound to after posting.
 	bindRef string
-	// answer marks the replies to a person's own action (kickoff,
-	// record failed), delivered whatever the subscriptions.
+	// answer marks the replies to a person's own action (kickoff, the
+	// notices), delivered whatever the subscriptions.
 	answer bool
 }
 
@@ -40,8 +40,10 @@ type plan struct {
 // a skip reason when it does not. The order matters and is the rule:
 //
 //  1. a channel that is off or has no id gets nothing;
-//  2. the ledger's record-failed notice for a conversation of this channel
-//     is answered in that conversation, whatever the subscriptions (AMB-26);
+//  2. a notice for a conversation of this channel — the ledger's record
+//     failed (AMB-26), the dispatcher's gate not moved because the session is
+//     paused (AMB-25) — is answered in that conversation, whatever the
+//     subscriptions;
 //  3. the kickoff — this channel's own work-item.create, fanned out once the
 //     ledger created the issue (it carries the issue's URL) — is answered
 //     in the originating thread with the new issue's link (R6.5);
@@ -67,7 +69,7 @@ func route(cfg config.SlackChannel, ev *loopv1.Event) (plan, string) {
 	}
 	fromHere := ev.GetSource() == SourceSlack && (conv.GetChannel() == "" || conv.GetChannel() == cfg.Channel)
 
-	if t == catalog.RecordFailed {
+	if catalog.IsNotice(t) {
 		if conv.GetChannel() != cfg.Channel {
 			return plan{}, skipOtherConv
 		}

@@ -73,8 +73,9 @@ func TestPublishDefaultsAndGateButtons(t *testing.T) {
 
 // TestOriginRule: an event never returns to the channel it came from, and a
 // ledger read-back of this channel's message is never echoed; the kickoff
-// answer and the record-failed notice are the two answers that do go back,
-// into the originating thread (R1.4, R6.5, abuse case 10, AMB-26).
+// answer and the notices (record failed, gate paused) are the answers that do
+// go back, into the originating thread (R1.4, R6.5, abuse case 10, AMB-26,
+// AMB-25).
 func TestOriginRule(t *testing.T) {
 	cfg := enabledDefault(t)
 	cfg.Subscribe = catalog.Types() // everything a channel may hear
@@ -105,6 +106,9 @@ func TestOriginRule(t *testing.T) {
 		{"kickoff from another conversation", ev(catalog.WorkItemCreate, "slack", other, issue), "", "", workItem},
 		{"record failed for this channel", ev(catalog.RecordFailed, "slack", here, nil), "", here.ThreadTs, ""},
 		{"record failed for another conversation", ev(catalog.RecordFailed, "slack", other, nil), skipOtherConv, "", ""},
+		{"gate paused for this channel", ev(catalog.GatePaused, "loop", here, nil), "", here.ThreadTs, ""},
+		{"gate paused for another conversation", ev(catalog.GatePaused, "loop", other, nil), skipOtherConv, "", ""},
+		{"gate paused without a conversation", ev(catalog.GatePaused, "loop", nil, nil), skipOtherConv, "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, skip := route(cfg, c.ev)
@@ -121,6 +125,9 @@ func TestOriginRule(t *testing.T) {
 	}
 	if _, skip := route(cfg, ev(catalog.RecordFailed, "loop", here, nil)); skip != "" {
 		t.Errorf("record-failed notice skipped without a subscription: %s", skip)
+	}
+	if _, skip := route(cfg, ev(catalog.GatePaused, "loop", here, nil)); skip != "" {
+		t.Errorf("gate-paused notice skipped without a subscription: %s", skip)
 	}
 
 	off := cfg

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/pkg/harness/standin"
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 )
 
@@ -66,7 +67,7 @@ func markBoot(dir string, args []string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, tmuxtest.InputsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, standin.InputsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}

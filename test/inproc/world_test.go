@@ -3,9 +3,6 @@ package inproc
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -357,11 +354,7 @@ func (w *world) waitLog(name string, match map[string]any) eventlog.Record {
 
 // ---- GitHub: the fake's state, delivered as signed webhooks ----
 
-func sign(secret string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
-}
+func sign(secret string, body []byte) string { return ghfake.SignWebhook(secret, body) }
 
 // post delivers one webhook with the given signature header value and
 // returns the status.
@@ -406,45 +399,12 @@ func (w *world) webhook(event string, body []byte) int {
 	return st
 }
 
-func repoJSON() map[string]any {
-	owner, name, _ := strings.Cut(repo, "/")
-	return map[string]any{"id": 1, "name": name, "full_name": repo, "html_url": "https://github.com/" + repo,
-		"owner": map[string]any{"login": owner}}
-}
-
-func issueJSON(is ghfake.Issue) map[string]any {
-	labels := []any{}
-	for _, l := range is.Labels {
-		labels = append(labels, map[string]any{"name": l})
-	}
-	return map[string]any{"id": is.ID, "number": is.Number, "title": is.Title, "body": is.Body, "state": is.State,
-		"html_url": is.HTMLURL, "user": map[string]any{"login": is.Login}, "labels": labels}
-}
-
 // commentHook is the issue_comment "created" delivery GitHub sends for c.
-func (w *world) commentHook(c ghfake.Comment) []byte {
-	is, _ := w.gh.Issue(c.Repo, c.IssueNumber)
-	b, _ := json.Marshal(map[string]any{
-		"action": "created",
-		"issue":  issueJSON(is),
-		"comment": map[string]any{"id": c.ID, "node_id": c.NodeID, "html_url": c.HTMLURL, "body": c.Body,
-			"user": map[string]any{"login": c.Login}, "author_association": c.AuthorAssociation,
-			"created_at": c.CreatedAt.UTC().Format(time.RFC3339), "updated_at": c.UpdatedAt.UTC().Format(time.RFC3339)},
-		"repository": repoJSON(),
-		"sender":     map[string]any{"login": c.Login},
-	})
-	return b
-}
+func (w *world) commentHook(c ghfake.Comment) []byte { return w.gh.CommentWebhook(c) }
 
 // issueHook is an issues delivery for is (opened or labeled).
 func (w *world) issueHook(action string, is ghfake.Issue, sender, label string) []byte {
-	p := map[string]any{"action": action, "issue": issueJSON(is), "repository": repoJSON(),
-		"sender": map[string]any{"login": sender}}
-	if label != "" {
-		p["label"] = map[string]any{"name": label}
-	}
-	b, _ := json.Marshal(p)
-	return b
+	return w.gh.IssueWebhook(action, is, sender, label)
 }
 
 // relay is the GitHub side of the world: every comment or issue the
@@ -574,15 +534,17 @@ func (w *world) readArtifact(name string) string {
 	return string(b)
 }
 
-// complete is the agent's `the-loop graph complete REF` (the CLI verb runs
-// exactly this).
+// complete is the agent's `the-loop graph complete REF`: the CLI verb's
+// request to the dispatcher's endpoint.
 func (w *world) complete(r string) {
 	w.t.Helper()
-	store, err := graphstate.Open(context.Background(), w.conn)
+	req, err := json.Marshal(dispatcher.GraphRequest{Ref: r})
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	if _, _, err := store.CompleteAndPublish(context.Background(), w.conn, graph.NewRegistry(), r, w.cfg.Load().Channels.Slack.MaxChars); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := w.conn.Request(ctx, dispatcher.SubjectGraphComplete, req); err != nil {
 		w.t.Fatalf("graph complete %s: %v", r, err)
 	}
 }

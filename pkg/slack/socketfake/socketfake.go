@@ -105,6 +105,13 @@ type conn struct {
 // New starts a fake that is stopped when t ends.
 func New(t testing.TB, opts ...Option) *Server {
 	t.Helper()
+	s := Start(opts...)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Start starts a fake outside a test (the demo's Slack); Close stops it.
+func Start(opts ...Option) *Server {
 	s := &Server{token: AppToken, ping: 500 * time.Millisecond, changed: make(chan struct{}), sent: map[string]*Envelope{}}
 	for _, o := range opts {
 		o(s)
@@ -120,16 +127,18 @@ func New(t testing.TB, opts ...Option) *Server {
 		s.upstream.ServeHTTP(w, r)
 	})
 	s.hs = httptest.NewServer(mux)
-	t.Cleanup(func() {
-		s.mu.Lock()
-		for _, c := range s.conns {
-			_ = c.ws.Close()
-		}
-		s.mu.Unlock()
-		s.hs.CloseClientConnections()
-		s.hs.Close()
-	})
 	return s
+}
+
+// Close closes every connection and stops the server.
+func (s *Server) Close() {
+	s.mu.Lock()
+	for _, c := range s.conns {
+		_ = c.ws.Close()
+	}
+	s.mu.Unlock()
+	s.hs.CloseClientConnections()
+	s.hs.Close()
 }
 
 // URL is the Web API base URL, ending in "/".
@@ -161,9 +170,8 @@ func (s *Server) notifyLocked() {
 	s.changed = make(chan struct{})
 }
 
-// wait polls cond, re-checking on every change, until it holds or timeout.
-func (s *Server) wait(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
+// await polls cond, re-checking on every change, until it holds or timeout.
+func (s *Server) await(timeout time.Duration, what string, cond func() bool) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
@@ -172,13 +180,13 @@ func (s *Server) wait(t testing.TB, timeout time.Duration, what string, cond fun
 		ok := cond()
 		s.mu.Unlock()
 		if ok {
-			return
+			return nil
 		}
 		select {
 		case <-ch:
 		case <-time.After(100 * time.Millisecond):
 		case <-deadline.C:
-			t.Fatalf("socketfake: timed out after %s waiting for %s", timeout, what)
+			return fmt.Errorf("socketfake: timed out after %s waiting for %s", timeout, what)
 		}
 	}
 }
@@ -187,7 +195,14 @@ func (s *Server) wait(t testing.TB, timeout time.Duration, what string, cond fun
 // live.
 func (s *Server) WaitConnected(t testing.TB, n int, timeout time.Duration) {
 	t.Helper()
-	s.wait(t, timeout, fmt.Sprintf("connection #%d", n), func() bool { return len(s.conns) >= n && s.live != nil })
+	if err := s.AwaitConnected(n, timeout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// AwaitConnected is WaitConnected outside a test.
+func (s *Server) AwaitConnected(n int, timeout time.Duration) error {
+	return s.await(timeout, fmt.Sprintf("connection #%d", n), func() bool { return len(s.conns) >= n && s.live != nil })
 }
 
 func (s *Server) open(w http.ResponseWriter, r *http.Request) {
@@ -316,6 +331,15 @@ func WithEnvelopeID(id string) SendOption { return func(m map[string]any) { m["e
 // 10 s for one, and returns its envelope id.
 func (s *Server) Send(t testing.TB, typ string, payload json.RawMessage, opts ...SendOption) string {
 	t.Helper()
+	id, err := s.SendEnvelope(typ, payload, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// SendEnvelope is Send outside a test.
+func (s *Server) SendEnvelope(typ string, payload json.RawMessage, opts ...SendOption) (string, error) {
 	s.mu.Lock()
 	s.seq++
 	id := fmt.Sprintf("socketfake-%08d-%d", s.seq, time.Now().UnixNano()%1e6)
@@ -330,10 +354,9 @@ func (s *Server) Send(t testing.TB, typ string, payload json.RawMessage, opts ..
 	id, _ = m["envelope_id"].(string)
 	frame, err := json.Marshal(m)
 	if err != nil {
-		t.Fatalf("socketfake: encode envelope: %v", err)
+		return "", fmt.Errorf("socketfake: encode envelope: %w", err)
 	}
-	s.send(t, frame, id, typ)
-	return id
+	return id, s.send(frame, id, typ)
 }
 
 // SendFrame sends a raw frame on the live connection: a recorded envelope,
@@ -346,13 +369,16 @@ func (s *Server) SendFrame(t testing.TB, frame []byte) {
 		Type       string `json:"type"`
 	}
 	_ = json.Unmarshal(frame, &head)
-	s.send(t, frame, head.EnvelopeID, head.Type)
+	if err := s.send(frame, head.EnvelopeID, head.Type); err != nil {
+		t.Fatal(err)
+	}
 }
 
-func (s *Server) send(t testing.TB, frame []byte, id, typ string) {
-	t.Helper()
+func (s *Server) send(frame []byte, id, typ string) error {
 	var c *conn
-	s.wait(t, 10*time.Second, "a live connection to send on", func() bool { c = s.live; return c != nil })
+	if err := s.await(10*time.Second, "a live connection to send on", func() bool { c = s.live; return c != nil }); err != nil {
+		return err
+	}
 	if id != "" {
 		s.mu.Lock()
 		if _, ok := s.sent[id]; !ok {
@@ -364,8 +390,9 @@ func (s *Server) send(t testing.TB, frame []byte, id, typ string) {
 		s.mu.Unlock()
 	}
 	if err := c.write(frame); err != nil {
-		t.Fatalf("socketfake: send: %v", err)
+		return fmt.Errorf("socketfake: send: %w", err)
 	}
+	return nil
 }
 
 // Envelope returns what became of the envelope id.
@@ -382,9 +409,20 @@ func (s *Server) Envelope(id string) (Envelope, bool) {
 // WaitAck waits up to timeout for the envelope's ack and returns it.
 func (s *Server) WaitAck(t testing.TB, id string, timeout time.Duration) Envelope {
 	t.Helper()
-	s.wait(t, timeout, "the ack of "+id, func() bool { e := s.sent[id]; return e != nil && e.Acked })
-	e, _ := s.Envelope(id)
+	e, err := s.AwaitAck(id, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return e
+}
+
+// AwaitAck is WaitAck outside a test.
+func (s *Server) AwaitAck(id string, timeout time.Duration) (Envelope, error) {
+	if err := s.await(timeout, "the ack of "+id, func() bool { e := s.sent[id]; return e != nil && e.Acked }); err != nil {
+		return Envelope{}, err
+	}
+	e, _ := s.Envelope(id)
+	return e, nil
 }
 
 // Disconnect sends a disconnect frame with reason (Slack's "warning",

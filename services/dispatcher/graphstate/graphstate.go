@@ -3,12 +3,11 @@
 // notifications a transition yields into catalog events on the inbox (seed 001
 // R4.4, R6.3, R6.4).
 //
-// The dispatcher owns the state: it starts a graph when a session spawns and
-// moves it when an authorized comment answers a human gate. `the-loop graph
-// status` reads it and `the-loop graph complete` moves an agent node on through
-// this package too, with the same compare-and-set, until the dispatcher serves
-// a request/reply endpoint (pkg/bus has none yet). ingress-slack reads the
-// same value to tell whether the work item is at a human gate; it requires
+// The dispatcher owns the state: it starts a graph when a session spawns,
+// moves it when an authorized comment answers a human gate, and answers
+// `the-loop graph status|complete` on its request/reply endpoint, moving an
+// agent node on with the same compare-and-set. ingress-slack reads the same
+// value to tell whether the work item is at a human gate; it requires
 // State.Ref to be the ref, so every state written here carries it.
 //
 // Notifications are published to the inbox (loop.in) with source "loop" and a
@@ -17,8 +16,8 @@
 // same entry's notification again (a redelivery) is dropped by the stream's
 // duplicate window.
 //
-// Like package registry it is importable, not internal, so the CLI reads and
-// writes exactly what the dispatcher does.
+// Like package registry it is importable, not internal, so tests read
+// exactly what the dispatcher writes.
 package graphstate
 
 import (
@@ -48,6 +47,18 @@ var ErrNoChange = errors.New("graphstate: no change")
 // ErrOtherRef: the key holds the state of another work item whose ref maps
 // to the same subject key; it is never read as, nor overwritten by, this one.
 var ErrOtherRef = errors.New("graphstate: the key holds another work item's state")
+
+// Why Complete refuses, for errors.Is.
+var (
+	// ErrNoState: no session has started the work item's graph.
+	ErrNoState = errors.New("no graph state")
+	// ErrUnknownGraph: the state names a graph the registry does not hold
+	// (an operator graph whose file left the config).
+	ErrUnknownGraph = errors.New("a graph this process does not know")
+	// ErrHumanGate: the work item waits at a human gate, which only an
+	// authorized person's comment decides.
+	ErrHumanGate = errors.New("at the human gate")
+)
 
 // Store is the work items' graph states in KV "graph".
 type Store struct{ kv *bus.KV }
@@ -129,17 +140,17 @@ func (s *Store) Complete(ctx context.Context, reg *graph.Registry, ref string, a
 	var t graph.Transition
 	st, err := s.Mutate(ctx, ref, func(cur *graph.State) (*graph.State, error) {
 		if cur == nil {
-			return nil, fmt.Errorf("%s has no graph state: no session has started its graph", ref)
+			return nil, fmt.Errorf("%s has %w: no session has started its graph", ref, ErrNoState)
 		}
 		g, ok := reg.Get(cur.Graph)
 		if !ok {
-			return nil, fmt.Errorf("%s follows graph %q, which this process does not know", ref, cur.Graph)
+			return nil, fmt.Errorf("%s follows graph %q, %w", ref, cur.Graph, ErrUnknownGraph)
 		}
 		if cur.Terminal() {
 			return nil, fmt.Errorf("%s: %w (%s)", ref, graph.ErrTerminal, cur.Current)
 		}
 		if n := g.Node(cur.Current); n != nil && n.IsGate() {
-			return nil, fmt.Errorf("%s is at the human gate %s: only an authorized person's comment decides it", ref, cur.Current)
+			return nil, fmt.Errorf("%s is %w %s: only an authorized person's comment decides it", ref, ErrHumanGate, cur.Current)
 		}
 		var err error
 		t, err = cur.Advance(g, graph.OutcomeDone, at)
@@ -153,7 +164,8 @@ func (s *Store) Complete(ctx context.Context, reg *graph.Registry, ref string, a
 
 // CompleteAndPublish is Complete followed by the publication of the entered
 // node's notifications, with the artifact read from the work item's session
-// workspace (its registry record's cwd): what `the-loop graph complete` does.
+// workspace (its registry record's cwd): what the dispatcher does when
+// `the-loop graph complete` asks.
 func (s *Store) CompleteAndPublish(ctx context.Context, c *bus.Conn, reg *graph.Registry, ref string, maxChars int) (*graph.State, graph.Transition, error) {
 	st, t, err := s.Complete(ctx, reg, ref, time.Now().UTC())
 	if err != nil {

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/the-loop/bus/internal/demo"
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/harness/standin"
+	"github.com/the-loop/bus/pkg/httpserver"
+	"github.com/the-loop/bus/services/dispatcher"
+)
+
+// cmdDemo plays the-loop's story on this machine with no credentials: the
+// five services of `up`, on an embedded JetStream server, against built-in
+// GitHub and Slack stand-ins (package demo). `demo agent` is the stand-in
+// agent harness the demo's dispatcher runs.
+func cmdDemo(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "agent" {
+		return cmdDemoAgent(args[1:], stdout, stderr)
+	}
+	fs := newFlags("demo", stderr)
+	keep := fs.Bool("keep-running", false, "leave the services and stand-ins up after the story, until Ctrl-C")
+	dir := fs.String("dir", "", "directory for the demo's store, workspace and logs (default: a temporary one, removed at the end)")
+	runner := fs.String("runner", "", "session runner: tmux or process (default: tmux when installed)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: demo [--keep-running] [--dir DIR] [--runner tmux|process]", errUsage)
+	}
+	switch *runner {
+	case "", demo.RunnerTmux, demo.RunnerProcess:
+	default:
+		return fmt.Errorf("%w: --runner %q: want tmux or process", errUsage, *runner)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("demo: find the-loop's binary: %w", err)
+	}
+	if *dir == "" {
+		tmp, err := os.MkdirTemp("", "the-loop-demo-")
+		if err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		if !*keep {
+			defer os.RemoveAll(tmp)
+		}
+		*dir = tmp
+	}
+	start := time.Now()
+	stage, err := demo.NewStage(demo.Options{Dir: *dir, Exe: exe, Runner: *runner})
+	if err != nil {
+		return err
+	}
+	defer stage.Close()
+
+	s, err := loadSettings(config.Env(stage.Env()))
+	if err != nil {
+		return fmt.Errorf("demo settings: %w", err)
+	}
+	// The services' own logs go to a file: the transcript is the demo's
+	// output.
+	logPath := filepath.Join(*dir, "services.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer logFile.Close()
+	log := newLogger(logFile, s.Common.LogLevel)
+	srv, conn, key, err := startEmbedded(ctx, s, log, "the-loop-demo")
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+
+	readyc := make(chan *httpserver.Readiness, 1)
+	h := &host{name: "the-loop demo", settings: s, log: log, conn: conn, stdout: io.Discard, defs: services,
+		envelopeKey: key, started: func(r *httpserver.Readiness) { readyc <- r }}
+	hctx, stopServices := context.WithCancel(ctx)
+	hostDone := make(chan error, 1)
+	go func() { hostDone <- h.run(hctx) }()
+	shutdown := func() error {
+		stage.StopDeliveries()
+		stopServices()
+		err := <-hostDone
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if derr := conn.Drain(dctx); derr != nil {
+			log.Warn("drain NATS connection", "err", derr)
+		}
+		return err
+	}
+
+	fmt.Fprintf(stdout, "the-loop demo: five services on an embedded JetStream server (%s), GitHub and Slack stand-ins, a stand-in agent (%s runner)\n",
+		srv.ClientURL(), stage.Runner())
+	if err := awaitServices(ctx, readyc, hostDone); err != nil {
+		_ = shutdown()
+		return err
+	}
+	sum, playErr := stage.Play(ctx, conn, demoAgent{conn: conn}, stdout)
+	if playErr != nil {
+		_ = shutdown()
+		return fmt.Errorf("demo: %w (service logs: %s)", playErr, logPath)
+	}
+	fmt.Fprintf(stdout, "\nAll seven steps in %.1fs; %d prompts reached the session.\n", time.Since(start).Seconds(), sum.Prompts)
+	if *keep {
+		printKeepRunning(stdout, stage, srv, *dir, logPath)
+		<-ctx.Done()
+	} else {
+		fmt.Fprintf(stdout, "\nWhere to look next: run it with --keep-running, then\n")
+		fmt.Fprintf(stdout, "  LOOP_NATS_URL=<its NATS URL> the-loop events --follow --last 50   every record that crossed the bus\n")
+		fmt.Fprintf(stdout, "  LOOP_CONFIG=<its dir>/the-loop.yaml the-loop channels status     the Slack channel's grants\n")
+		fmt.Fprintf(stdout, "and for the real thing, README.md \"Quick start\".\n")
+	}
+	if err := shutdown(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// awaitServices waits until every service reports ready.
+func awaitServices(ctx context.Context, readyc <-chan *httpserver.Readiness, hostDone <-chan error) error {
+	var ready *httpserver.Readiness
+	deadline := time.After(60 * time.Second)
+	select {
+	case ready = <-readyc:
+	case err := <-hostDone:
+		return fmt.Errorf("demo: the services stopped: %w", err)
+	case <-deadline:
+		return errors.New("demo: the services did not start")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for {
+		problems := ready.Check()
+		if len(problems) == 0 {
+			return nil
+		}
+		select {
+		case err := <-hostDone:
+			return fmt.Errorf("demo: the services stopped: %w", err)
+		case <-deadline:
+			return fmt.Errorf("demo: services not ready: %v", problems)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+func printKeepRunning(w io.Writer, stage *demo.Stage, srv *bus.Embedded, dir, logPath string) {
+	fmt.Fprintf(w, "\nStill running; Ctrl-C stops. Look around:\n")
+	fmt.Fprintf(w, "  LOOP_NATS_URL=%s the-loop events --follow --last 50\n", srv.ClientURL())
+	fmt.Fprintf(w, "  LOOP_CONFIG=%s the-loop channels status\n", filepath.Join(dir, "the-loop.yaml"))
+	fmt.Fprintf(w, "  curl -H 'Authorization: Bearer %s' %srepos/%s/issues/1/comments   the stand-in GitHub\n", demo.GitHubToken, stage.GitHub.URL(), demo.Repo)
+	fmt.Fprintf(w, "  curl -d token=%s -d channel=%s %sconversations.history   the stand-in Slack\n", demo.SlackToken, demo.Channel, stage.Slack.URL())
+	fmt.Fprintf(w, "  webhook: POST %s, signed (X-Hub-Signature-256) with this run's throwaway secret %s\n", stage.WebhookURL(), stage.WebhookSecret())
+	if stage.Runner() == demo.RunnerTmux {
+		fmt.Fprintf(w, "  tmux -L %s attach   the session (the stand-in agent echoes what it is told)\n", stage.TmuxSocket())
+	}
+	fmt.Fprintf(w, "  files: %s; service logs: %s\n", dir, logPath)
+}
+
+// demoAgent is what the stand-in agent runs: `the-loop graph complete`,
+// the same request to the dispatcher as the CLI verb.
+type demoAgent struct{ conn *bus.Conn }
+
+func (a demoAgent) Complete(ctx context.Context, ref string) error {
+	return requestGraph(ctx, a.conn, dispatcher.SubjectGraphComplete, ref, &dispatcher.GraphCompleted{})
+}
+
+// cmdDemoAgent is the stand-in agent harness: `the-loop demo agent --dir D
+// <Claude Code's argv>`. It records its boot prompt and everything typed into
+// it in D, and echoes each to its terminal.
+func cmdDemoAgent(args []string, stdout, stderr io.Writer) error {
+	// Not a FlagSet: everything after --dir D is the harness's argv, which
+	// the stand-in reads as Claude Code's.
+	if len(args) < 2 || args[0] != "--dir" || args[1] == "" {
+		return fmt.Errorf("%w: demo agent --dir DIR [--session-id ID|--resume ID] PROMPT", errUsage)
+	}
+	return standin.Run(args[1], args[2:], os.Stdin, stdout)
+}

@@ -1,0 +1,594 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/eventlog"
+	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/harness/standin"
+	"github.com/the-loop/bus/pkg/slack/slackfake"
+	"github.com/the-loop/bus/pkg/slackmsg"
+	"github.com/the-loop/bus/pkg/threads"
+	"github.com/the-loop/bus/services/dispatcher/ask"
+	"github.com/the-loop/bus/services/dispatcher/graphstate"
+)
+
+// StepTimeout bounds each step: on 2 cores every step takes well under a
+// second; a step that waits this long has found a fault, not a slow machine.
+const StepTimeout = 30 * time.Second
+
+// Summary is what the demo counted at the end. Every figure is read from
+// where the effect landed: the bus's event log, the stand-ins, the agent's
+// records.
+type Summary struct {
+	// Events is the distinct catalog events accepted by the bus.
+	Events int
+	// Records is the events the ledger-writer recorded on GitHub.
+	Records int
+	// Comments and Issues are what GitHub holds (the person's and the-loop's).
+	Comments, Issues int
+	// SlackMessages is what the-loop posted to Slack.
+	SlackMessages int
+	// Boots and Prompts are the sessions started and the prompts typed into
+	// them.
+	Boots, Prompts int
+	// ApprovedBy is the approvals the work item's gates recorded: login,
+	// gate and the channel the approval was given on.
+	ApprovedBy []string
+}
+
+// Agent is what the stand-in agent runs: `the-loop graph complete` (the
+// host wires it to the same code as the CLI verb).
+type Agent interface {
+	Complete(ctx context.Context, ref string) error
+}
+
+// player plays one demo.
+type player struct {
+	st    *Stage
+	conn  *bus.Conn
+	agent Agent
+	out   io.Writer
+	log   *records
+
+	// marks of the step being played, for "what is new".
+	markLog, markSlack, markBoots, markInputs int
+	markComments                              map[int]int
+	markIssues                                int
+}
+
+// Play runs the seven steps against services already running on conn and
+// prints the transcript to out.
+func (s *Stage) Play(ctx context.Context, conn *bus.Conn, agent Agent, out io.Writer) (Summary, error) {
+	p := &player{st: s, conn: conn, agent: agent, out: out, log: &records{}}
+	tctx, stop := context.WithCancel(ctx)
+	tailDone := make(chan error, 1)
+	go func() {
+		// From the first record: nothing is missed between start and tail.
+		tailDone <- conn.TailLog(tctx, bus.TailOptions{Last: 1 << 30}, p.log.add)
+	}()
+	defer func() {
+		stop()
+		<-tailDone
+	}()
+	if err := s.waitConnected(ctx); err != nil {
+		return Summary{}, fmt.Errorf("ingress-slack's Socket Mode connection: %w", err)
+	}
+
+	var number int
+	var r, root, sessionID string
+	steps := []struct {
+		title string
+		play  func(ctx context.Context) error
+	}{
+		{"An issue is labelled and a `the-loop start` comment arrives", func(ctx context.Context) error {
+			is, err := s.openIssue("Rate-limit the public API", "Clients can hammer /v1/search. Add a per-token rate limit.")
+			if err != nil {
+				return err
+			}
+			number, r = is.Number, fmt.Sprintf("github:%s#%d", Repo, is.Number)
+			p.say("person", "alice opens %s#%d %q with the label %q (signed webhook)", Repo, number, is.Title, Label)
+			if err := p.waitLog(ctx, "the dispatcher to wait for the start command", "dispatch.dropped", "work_item", r); err != nil {
+				return err
+			}
+			if err := s.comment(number, "the-loop start"); err != nil {
+				return err
+			}
+			p.say("person", "alice comments %q on GitHub (signed webhook)", "the-loop start")
+			if err := p.wait(ctx, "the session to start", func() (bool, error) {
+				b, err := standin.ReadBoots(s.agentDir)
+				if len(b) > 0 {
+					sessionID = b[0].SessionID
+				}
+				return len(b) > 0, err
+			}); err != nil {
+				return err
+			}
+			if _, err := p.waitNode(ctx, r, "phase-selection"); err != nil {
+				return err
+			}
+			root, err = p.thread(ctx, r)
+			if err != nil {
+				return err
+			}
+			// Phase selection is a human gate: alice's execute keyword.
+			if err := s.comment(number, "the-loop execute"); err != nil {
+				return err
+			}
+			p.say("person", "alice comments %q: the phase-selection gate opens", "the-loop execute")
+			_, err = p.waitNode(ctx, r, "requirements")
+			return err
+		}},
+		{"The agent asks a question (`the-loop ask`)", func(ctx context.Context) error {
+			q := "Should the limit be per token or per IP? I would pick per token: it is what the billing plans count."
+			p.say("agent", "the-loop ask --work-item %s --question %q", r, q)
+			_, url, err := ask.Ask(ctx, p.conn, r, q, sessionID)
+			if err != nil {
+				return err
+			}
+			p.say("agent", "the ledger recorded the question: %s", url)
+			_, err = p.waitSlack(ctx, root, "per token or per IP")
+			return err
+		}},
+		{"A person replies in Slack", func(ctx context.Context) error {
+			reply := "Per token, 100 requests a minute. Keep anonymous calls at 10."
+			if _, err := s.say(root, reply); err != nil {
+				return err
+			}
+			p.say("person", "alice replies in the Slack thread: %q", reply)
+			return p.waitInput(ctx, "100 requests a minute")
+		}},
+		{"The work reaches an approval gate", func(ctx context.Context) error {
+			doc := "# Requirements\n\n- Limit each API token to 100 requests a minute.\n- Anonymous calls: 10 a minute.\n- Answer 429 with Retry-After.\n"
+			if err := os.WriteFile(filepath.Join(s.workdir, "requirements.md"), []byte(doc), 0o644); err != nil {
+				return err
+			}
+			p.say("agent", "writes requirements.md, then: the-loop graph complete %s", r)
+			if err := p.agent.Complete(ctx, r); err != nil {
+				return err
+			}
+			if _, err := p.waitNode(ctx, r, "requirements-approval"); err != nil {
+				return err
+			}
+			_, err := p.waitSlack(ctx, root, string(catalog.PhaseApprovalPending), "100 requests a minute", fmt.Sprintf("https://github.com/%s/issues/%d", Repo, number))
+			return err
+		}},
+		{"The person presses Approve in Slack", func(ctx context.Context) error {
+			ping, err := p.waitSlack(ctx, root, string(catalog.PhaseApprovalPending))
+			if err != nil {
+				return err
+			}
+			if err := s.press(ping, root, slackmsg.ApproveActionID, slackmsg.ApproveValue); err != nil {
+				return err
+			}
+			p.say("person", "alice presses Approve on the approval message")
+			st, err := p.waitNode(ctx, r, "design")
+			if err != nil {
+				return err
+			}
+			for _, a := range st.ApprovedBy {
+				p.say("loop", "approvedBy: %s (via %s member %s, record %s)", a.Login, a.Provenance.Channel, a.Provenance.Member, a.Provenance.RecordURL)
+			}
+			return nil
+		}},
+		{"The work completes", func(ctx context.Context) error {
+			if err := os.WriteFile(filepath.Join(s.workdir, "design.md"), []byte("# Design\n\nA token bucket per API token in Redis.\n"), 0o644); err != nil {
+				return err
+			}
+			p.say("agent", "writes design.md, then: the-loop graph complete %s", r)
+			if err := p.agent.Complete(ctx, r); err != nil {
+				return err
+			}
+			if _, err := p.waitNode(ctx, r, "design-approval"); err != nil {
+				return err
+			}
+			if _, err := s.say(root, "approved"); err != nil {
+				return err
+			}
+			p.say("person", "alice answers the design approval in Slack: %q", "approved")
+			if _, err := p.waitNode(ctx, r, "implementation"); err != nil {
+				return err
+			}
+			p.say("agent", "implements and opens a pull request, then: the-loop graph complete %s", r)
+			if err := p.agent.Complete(ctx, r); err != nil {
+				return err
+			}
+			if _, err := p.waitNode(ctx, r, "review"); err != nil {
+				return err
+			}
+			if err := s.comment(number, "Reviewed the pull request: ship it"); err != nil {
+				return err
+			}
+			p.say("person", "alice reviews on GitHub: %q", "Reviewed the pull request: ship it")
+			if _, err := p.waitNode(ctx, r, "complete"); err != nil {
+				return err
+			}
+			_, err := p.waitSlack(ctx, root, string(catalog.WorkItemComplete))
+			return err
+		}},
+		{"A top-level Slack message creates a new issue", func(ctx context.Context) error {
+			text := "Add a health endpoint to the admin server\n\nOperators need it for their load balancer."
+			before := len(s.GitHub.Issues(Repo))
+			ts, err := s.say("", text)
+			if err != nil {
+				return err
+			}
+			p.say("person", "alice posts at the top of the channel: %q", strings.SplitN(text, "\n", 2)[0])
+			var url string
+			if err := p.wait(ctx, "the new issue", func() (bool, error) {
+				all := s.GitHub.Issues(Repo)
+				if len(all) > before {
+					url = all[len(all)-1].HTMLURL
+					return true, nil
+				}
+				return false, nil
+			}); err != nil {
+				return err
+			}
+			_, err = p.waitSlack(ctx, ts, url)
+			return err
+		}},
+	}
+
+	p.mark()
+	for i, step := range steps {
+		fmt.Fprintf(out, "\n── %d. %s ──\n", i+1, step.title)
+		sctx, cancel := context.WithTimeout(ctx, StepTimeout)
+		err := step.play(sctx)
+		cancel()
+		if err != nil {
+			return Summary{}, fmt.Errorf("step %d (%s): %w", i+1, step.title, err)
+		}
+		p.settle(ctx)
+		p.report()
+		p.mark()
+	}
+	if err := s.deliveryErrors(); err != nil {
+		return Summary{}, err
+	}
+	sum, err := p.summary(ctx, r)
+	if err != nil {
+		return Summary{}, err
+	}
+	p.printSummary(sum)
+	return sum, nil
+}
+
+// ---- waiting ----
+
+func (p *player) wait(ctx context.Context, what string, cond func() (bool, error)) error {
+	for {
+		ok, err := cond()
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("timed out waiting for %s", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (p *player) waitLog(ctx context.Context, what, event, key, value string) error {
+	return p.wait(ctx, what, func() (bool, error) { return len(p.log.find(event, key, value)) > 0, nil })
+}
+
+func (p *player) state(ctx context.Context, r string) (*graph.State, error) {
+	store, err := graphstate.Open(ctx, p.conn)
+	if err != nil {
+		return nil, err
+	}
+	st, _, err := store.Get(ctx, r)
+	return st, err
+}
+
+func (p *player) waitNode(ctx context.Context, r, node string) (*graph.State, error) {
+	var st *graph.State
+	err := p.wait(ctx, r+" to reach "+node, func() (bool, error) {
+		var err error
+		st, err = p.state(ctx, r)
+		return err == nil && st != nil && st.Current == node, nil
+	})
+	if err == nil {
+		p.say("loop", "%s is at %s (%s)", r, node, st.Status)
+	}
+	return st, err
+}
+
+func (p *player) thread(ctx context.Context, r string) (string, error) {
+	kv, err := p.conn.KV(ctx, bus.BucketThreads)
+	if err != nil {
+		return "", err
+	}
+	store := threads.New(kv)
+	var ts string
+	err = p.wait(ctx, "the Slack thread of "+r, func() (bool, error) {
+		var ok bool
+		ts, ok, err = store.ThreadFor(ctx, Channel, r)
+		return err == nil && ok, nil
+	})
+	return ts, err
+}
+
+func messageText(m slackfake.Message) string { return m.Text + "\n" + string(m.Blocks) }
+
+func (p *player) waitSlack(ctx context.Context, root string, parts ...string) (slackfake.Message, error) {
+	var found slackfake.Message
+	err := p.wait(ctx, fmt.Sprintf("a Slack message with %q", parts), func() (bool, error) {
+		for _, m := range p.st.Slack.Thread(Channel, root) {
+			text := messageText(m)
+			if !slices.ContainsFunc(parts, func(s string) bool { return !strings.Contains(text, s) }) {
+				found = m
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return found, err
+}
+
+func (p *player) waitInput(ctx context.Context, text string) error {
+	return p.wait(ctx, "the session to be told "+text, func() (bool, error) {
+		in, err := standin.ReadInputs(p.st.agentDir)
+		return slices.ContainsFunc(in, func(i standin.Input) bool { return strings.Contains(i.Text, text) }), err
+	})
+}
+
+// settle waits until the event log is quiet for a moment, so a step's
+// report shows its effects rather than half of them. Correctness never
+// depends on it: every step waited for its own end already.
+func (p *player) settle(ctx context.Context) {
+	last, quiet := p.log.len(), 0
+	for quiet < 8 && ctx.Err() == nil {
+		time.Sleep(25 * time.Millisecond)
+		if n := p.log.len(); n != last {
+			last, quiet = n, 0
+			continue
+		}
+		quiet++
+	}
+}
+
+// ---- the transcript ----
+
+func (p *player) say(who, format string, args ...any) {
+	fmt.Fprintf(p.out, "  %-8s %s\n", who, fmt.Sprintf(format, args...))
+}
+
+func (p *player) mark() {
+	p.markLog = p.log.len()
+	p.markSlack = len(p.posts())
+	b, _ := standin.ReadBoots(p.st.agentDir)
+	in, _ := standin.ReadInputs(p.st.agentDir)
+	p.markBoots, p.markInputs = len(b), len(in)
+	p.markIssues = len(p.st.GitHub.Issues(Repo))
+	p.markComments = map[int]int{}
+	for _, is := range p.st.GitHub.Issues(Repo) {
+		p.markComments[is.Number] = len(p.st.GitHub.Comments(Repo, is.Number))
+	}
+}
+
+// posts are the messages the-loop posted (the stand-in keeps only those).
+func (p *player) posts() []slackfake.Message {
+	var out []slackfake.Message
+	for _, m := range p.st.Slack.Messages(Channel) {
+		if m.BotID != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// report prints what crossed the bus, what GitHub and Slack received and
+// what the session was told since the step began.
+func (p *player) report() {
+	// One line per event: its type, id, work item and the services that
+	// published it (an off-ledger event: its ingress, then the ledger-writer
+	// after recording it).
+	type hop struct {
+		typ, id, ref string
+		by           []string
+	}
+	var hops []*hop
+	byID := map[string]*hop{}
+	for _, r := range p.log.since(p.markLog) {
+		if r.Event != "bus.published" || r.Fields["duplicate"] == true {
+			continue
+		}
+		id := fmt.Sprint(r.Fields["event_id"])
+		h := byID[id]
+		if h == nil {
+			h = &hop{typ: fmt.Sprint(r.Fields["event_type"]), id: id}
+			byID[id] = h
+			hops = append(hops, h)
+		}
+		h.ref = fmt.Sprint(r.Fields["work_item"]) // the ledger-writer's names the created issue
+		h.by = append(h.by, r.Source)
+	}
+	for _, h := range hops {
+		p.say("bus", "%s %s on %s (by %s)", h.typ, h.id, h.ref, strings.Join(h.by, " → "))
+	}
+	for _, is := range p.st.GitHub.Issues(Repo)[p.markIssues:] {
+		if is.Login == LedgerLogin {
+			p.say("GitHub", "issue #%d opened by %s: %q labels %v", is.Number, is.Login, is.Title, is.Labels)
+		}
+	}
+	for _, is := range p.st.GitHub.Issues(Repo) {
+		for _, c := range p.st.GitHub.Comments(Repo, is.Number)[p.markComments[is.Number]:] {
+			if c.Login == Person {
+				continue // said above, as the person's action
+			}
+			p.say("GitHub", "comment on #%d by %s: %s", is.Number, c.Login, firstLine(c.Body))
+		}
+	}
+	for _, m := range p.posts()[p.markSlack:] {
+		where := "top level"
+		if m.ThreadTS != "" {
+			where = "thread " + m.ThreadTS
+		}
+		p.say("Slack", "%s: %s", where, firstLine(m.Text))
+	}
+	boots, _ := standin.ReadBoots(p.st.agentDir)
+	for _, b := range boots[min(p.markBoots, len(boots)):] {
+		p.say("session", "%s %s, first turn: %s", b.Mode, b.SessionID, firstLine(b.Prompt))
+	}
+	in, _ := standin.ReadInputs(p.st.agentDir)
+	for _, i := range in[min(p.markInputs, len(in)):] {
+		p.say("session", "typed: %s", gist(i.Text))
+	}
+}
+
+// gist is what a typed prompt is about: its event line and the comment it
+// carries, when it carries one.
+func gist(prompt string) string {
+	var event, body string
+	for _, line := range strings.Split(prompt, "\n") {
+		t := strings.TrimSpace(line)
+		switch {
+		case event == "" && strings.HasPrefix(t, "- event:"):
+			event = strings.TrimSpace(strings.TrimPrefix(t, "- event:"))
+		case body == "" && strings.HasPrefix(t, `"body":`):
+			body = strings.TrimSuffix(strings.TrimSpace(strings.TrimPrefix(t, `"body":`)), ",")
+		}
+	}
+	switch {
+	case event == "":
+		return firstLine(prompt)
+	case body == "":
+		return event
+	}
+	return firstLine(event + ": " + body)
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " …"
+	}
+	if r := []rune(s); len(r) > 110 {
+		s = string(r[:110]) + "…"
+	}
+	return s
+}
+
+func (p *player) summary(ctx context.Context, r string) (Summary, error) {
+	var sum Summary
+	ids := map[string]bool{}
+	for _, x := range p.log.since(0) {
+		switch x.Event {
+		case "bus.published":
+			if id, _ := x.Fields["event_id"].(string); id != "" {
+				ids[id] = true
+			}
+		case "bus.recorded":
+			sum.Records++
+		}
+	}
+	sum.Events = len(ids)
+	issues := p.st.GitHub.Issues(Repo)
+	sum.Issues = len(issues)
+	for _, is := range issues {
+		sum.Comments += len(p.st.GitHub.Comments(Repo, is.Number))
+	}
+	sum.SlackMessages = len(p.posts())
+	boots, err := standin.ReadBoots(p.st.agentDir)
+	if err != nil {
+		return sum, err
+	}
+	in, err := standin.ReadInputs(p.st.agentDir)
+	if err != nil {
+		return sum, err
+	}
+	sum.Boots, sum.Prompts = len(boots), len(in)
+	st, err := p.state(ctx, r)
+	if err != nil {
+		return sum, err
+	}
+	if st == nil {
+		return sum, errors.New("the work item has no graph state")
+	}
+	for _, a := range st.ApprovedBy {
+		sum.ApprovedBy = append(sum.ApprovedBy, fmt.Sprintf("%s at %s (on %s)", a.Login, a.Node, a.Provenance.Channel))
+	}
+	return sum, nil
+}
+
+func (p *player) printSummary(s Summary) {
+	fmt.Fprintln(p.out, "\n── Summary ──")
+	tw := tabwriter.NewWriter(p.out, 0, 0, 2, ' ', 0)
+	rows := []struct {
+		name string
+		n    int
+		what string
+	}{
+		{"events", s.Events, "catalog events the bus accepted"},
+		{"ledger records", s.Records, "of them written to GitHub by the ledger-writer before anyone saw them"},
+		{"GitHub comments", s.Comments, "on the issues, alice's and the-loop's"},
+		{"GitHub issues", s.Issues, "one opened by alice, one by her Slack kickoff"},
+		{"Slack messages", s.SlackMessages, "posted by the-loop"},
+		{"sessions", s.Boots, "agent sessions spawned"},
+		{"prompts", s.Prompts, "events typed into the session"},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "  %s\t%d\t%s\n", r.name, r.n, r.what)
+	}
+	fmt.Fprintf(tw, "  approvedBy\t\t%s\n", strings.Join(s.ApprovedBy, "; "))
+	_ = tw.Flush()
+}
+
+// ---- the event log, as it crossed the bus ----
+
+type records struct {
+	mu   sync.Mutex
+	recs []eventlog.Record
+}
+
+func (r *records) add(m bus.LogRecord) error {
+	var rec eventlog.Record
+	if json.Unmarshal(m.Data, &rec) != nil {
+		return nil
+	}
+	r.mu.Lock()
+	r.recs = append(r.recs, rec)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *records) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.recs)
+}
+
+func (r *records) since(i int) []eventlog.Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.recs[min(i, len(r.recs)):])
+}
+
+func (r *records) find(event, key, value string) []eventlog.Record {
+	var out []eventlog.Record
+	for _, x := range r.since(0) {
+		if x.Event == event && fmt.Sprint(x.Fields[key]) == value {
+			out = append(out, x)
+		}
+	}
+	return out
+}

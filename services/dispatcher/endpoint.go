@@ -1,0 +1,183 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/services/dispatcher/graphstate"
+)
+
+// The dispatcher's request/reply endpoint (issue 8): `the-loop graph status`
+// and `the-loop graph complete` ask the dispatcher instead of reading and
+// writing KV "graph" behind its back, so the graphs a work item is judged by
+// are the dispatcher's own (the operator config in force), and a move is
+// logged and notified by the service that owns the state.
+//
+// Every replica serves it in one queue group and any replica may answer: the
+// state is in KV and every write is a compare-and-set, so two replicas
+// answering two requests for one work item cannot both move it. It is served
+// whether or not this host can run agent sessions — the graph does not need
+// tmux.
+
+// Endpoint identity. The service name is also the queue group.
+const (
+	EndpointService = "the-loop-dispatcher"
+	// EndpointVersion is the SemVer of the request and answer shapes below.
+	EndpointVersion = "1.0.0"
+)
+
+// The endpoint subjects, under catalog.ServicePrefix, which no stream
+// captures.
+var (
+	SubjectGraphStatus   = catalog.ServiceSubject(Name, "graph.status")
+	SubjectGraphComplete = catalog.ServiceSubject(Name, "graph.complete")
+)
+
+// GraphRequest names the work item a graph.status or graph.complete request
+// is about.
+type GraphRequest struct {
+	Ref string `json:"ref"`
+}
+
+// GraphStatus answers graph.status.
+type GraphStatus struct {
+	Ref string `json:"ref"`
+	// URL is the work item's browser URL.
+	URL string `json:"url"`
+	// Revision is the state's revision in KV "graph".
+	Revision uint64 `json:"revision"`
+	// Known: the dispatcher has the state's graph (it may not, when an
+	// operator graph's file left the config).
+	Known bool `json:"known"`
+	// Phase is the current node's phase label ("" when unknown).
+	Phase string `json:"phase,omitempty"`
+	// AtHumanGate is what ingress-slack decides from the same state and
+	// graphs (AMB-2): a human, non-terminal current node; for an unknown
+	// graph, a waiting status.
+	AtHumanGate bool         `json:"atHumanGate"`
+	State       *graph.State `json:"state"`
+}
+
+// GraphCompleted answers graph.complete: the agent node left by done and
+// the node entered, whose notifications are published.
+type GraphCompleted struct {
+	Ref   string       `json:"ref"`
+	From  string       `json:"from"`
+	To    string       `json:"to"`
+	State *graph.State `json:"state"`
+}
+
+// serveEndpoint starts answering the endpoint and returns what stops it,
+// which waits for a request in hand. A failure to start is logged, not
+// fatal: sessions and gates work without it, and `the-loop graph` then says
+// that no dispatcher answered.
+func (s *Service) serveEndpoint() (stop func()) {
+	svc, err := s.deps.Conn.AddService(bus.ServiceSpec{
+		Name:        EndpointService,
+		Version:     EndpointVersion,
+		Description: "the-loop dispatcher: work items' process graphs (the-loop graph status|complete)",
+		Logger:      s.deps.Log,
+		Endpoints: []bus.Endpoint{
+			{Name: "graph-status", Subject: SubjectGraphStatus, Handler: s.graphStatus},
+			{Name: "graph-complete", Subject: SubjectGraphComplete, Handler: s.graphComplete},
+		},
+	})
+	if err != nil {
+		s.deps.Log.Error("dispatcher: graph endpoint not started; `the-loop graph` will find no dispatcher here", "err", err)
+		return func() {}
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := svc.Stop(ctx); err != nil {
+			s.deps.Log.Warn("dispatcher: graph endpoint stop", "err", err)
+		}
+	}
+}
+
+// readGraphRequest decodes a request and checks its ref.
+func readGraphRequest(data []byte) (string, error) {
+	var req GraphRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return "", bus.Fail(bus.CodeBadRequest, "bad request: want JSON {\"ref\": \"github:owner/repo#N\"}: %v", err)
+	}
+	if graphstate.WorkItemURL(req.Ref) == "" {
+		return "", bus.Fail(bus.CodeBadRequest, "bad request: %q is not a work-item ref like github:owner/repo#15", req.Ref)
+	}
+	return req.Ref, nil
+}
+
+// graphStatus answers graph.status: the work item's state and how the
+// dispatcher reads it.
+func (s *Service) graphStatus(ctx context.Context, data []byte) ([]byte, error) {
+	ref, err := readGraphRequest(data)
+	if err != nil {
+		return nil, err
+	}
+	store, err := s.graphs.open(ctx, s.deps.Conn)
+	if err != nil {
+		return nil, bus.Fail(bus.CodeUnavailable, "graph state unavailable: %v", err)
+	}
+	st, rev, err := store.Get(ctx, ref)
+	switch {
+	case errors.Is(err, graphstate.ErrOtherRef):
+		return nil, bus.Fail(bus.CodeConflict, "%v", err)
+	case err != nil:
+		return nil, err
+	case st == nil:
+		return nil, bus.Fail(bus.CodeNotFound, "%s has no graph state: no session has started its graph", ref)
+	}
+	ans := GraphStatus{Ref: ref, URL: graphstate.WorkItemURL(ref), Revision: rev, State: st,
+		AtHumanGate: st.Status == graph.StatusWaiting}
+	if g, ok := s.deps.Config().Graphs.Registry().Get(st.Graph); ok {
+		ans.Known, ans.AtHumanGate = true, st.AtHumanGate(g)
+		if n := g.Node(st.Current); n != nil {
+			ans.Phase = n.Phase
+		}
+	}
+	return json.Marshal(ans)
+}
+
+// graphComplete answers graph.complete: the work item's agent node is done,
+// so it moves on by done and the entered node's notifications are published
+// (the artifact read from the session's workspace). A human gate is refused:
+// only an authorized person's comment decides one.
+func (s *Service) graphComplete(ctx context.Context, data []byte) ([]byte, error) {
+	ref, err := readGraphRequest(data)
+	if err != nil {
+		return nil, err
+	}
+	store, err := s.graphs.open(ctx, s.deps.Conn)
+	if err != nil {
+		return nil, bus.Fail(bus.CodeUnavailable, "graph state unavailable: %v", err)
+	}
+	cfg := s.deps.Config()
+	st, t, err := store.CompleteAndPublish(ctx, s.deps.Conn, cfg.Graphs.Registry(), ref, cfg.Channels.Slack.MaxChars)
+	switch {
+	case errors.Is(err, graphstate.ErrNoState):
+		return nil, bus.Fail(bus.CodeNotFound, "%v", err)
+	case errors.Is(err, graphstate.ErrHumanGate), errors.Is(err, graph.ErrTerminal),
+		errors.Is(err, graphstate.ErrUnknownGraph), errors.Is(err, graphstate.ErrOtherRef):
+		return nil, bus.Fail(bus.CodeConflict, "%v", err)
+	case err != nil && (st == nil || t.To == ""):
+		return nil, err
+	}
+	// Moved (the notifications may have failed: err says so, after the log).
+	attrs := []slog.Attr{slog.String("work_item", ref), slog.String("graph", st.Graph), slog.String("from", t.From),
+		slog.String("to", t.To), slog.String("outcome", string(t.Outcome)), slog.String("source", "cli")}
+	s.deps.Events.Emit(ctx, "graph.advanced", attrs...)
+	if st.Terminal() {
+		s.deps.Events.Emit(ctx, "graph.completed", slog.String("work_item", ref), slog.String("graph", st.Graph),
+			slog.String("node", st.Current), slog.String("status", string(st.Status)))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(GraphCompleted{Ref: ref, From: t.From, To: t.To, State: st})
+}

@@ -1,0 +1,115 @@
+package proc
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/the-loop/bus/pkg/harness/standin"
+	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
+)
+
+func TestMain(m *testing.M) {
+	tmuxtest.MaybeRunStandIn()
+	os.Exit(m.Run())
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The runner's contract is tmux's: spawn refuses a live name, delivery is a
+// bracketed paste then a carriage return (the stand-in records exactly the
+// text), an exited harness is dead until cleared, kill makes it absent.
+func TestSessionLifecycle(t *testing.T) {
+	ctx := context.Background()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := &Server{}
+	t.Cleanup(func() { _ = s.Close() })
+	env := map[string]string{tmuxtest.EnvDir: dir}
+	const target = "loop-github-octo-repo-1"
+
+	if st := s.Probe(ctx, target); st != tmux.Absent {
+		t.Fatalf("before spawn: %s", st)
+	}
+	if err := s.Deliver(ctx, target, "x"); !errors.Is(err, tmux.ErrMissing) {
+		t.Fatalf("deliver to absent: %v", err)
+	}
+	if err := s.Spawn(ctx, target, t.TempDir(), env, []string{exe, "--session-id", "S1", "boot prompt"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Probe(ctx, target); st != tmux.Live {
+		t.Fatalf("after spawn: %s", st)
+	}
+	if err := s.Spawn(ctx, target, "", env, []string{exe, "--session-id", "S2", "again"}); !errors.Is(err, tmux.ErrOccupied) {
+		t.Fatalf("spawn over a live session: %v", err)
+	}
+	waitFor(t, "the boot record", func() bool { b, _ := standin.ReadBoots(dir); return len(b) == 1 })
+	for _, p := range []string{"first line\nsecond line", "third; with a semicolon;"} {
+		if err := s.Deliver(ctx, target, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "two inputs", func() bool { in, _ := standin.ReadInputs(dir); return len(in) == 2 })
+	in, _ := standin.ReadInputs(dir)
+	if in[0].Text != "first line\nsecond line" || in[1].Text != "third; with a semicolon;" || in[0].SessionID != "S1" {
+		t.Errorf("inputs = %+v", in)
+	}
+	boots, _ := standin.ReadBoots(dir)
+	if boots[0] != (standin.Boot{Mode: "spawn", SessionID: "S1", Prompt: "boot prompt"}) {
+		t.Errorf("boot = %+v", boots[0])
+	}
+	if names, _ := s.Sessions(ctx); len(names) != 1 || names[0] != target {
+		t.Errorf("sessions = %v", names)
+	}
+	if err := s.Kill(ctx, target); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Probe(ctx, target); st != tmux.Absent {
+		t.Fatalf("after kill: %s", st)
+	}
+	if err := s.Kill(ctx, target); err != nil {
+		t.Errorf("killing an absent session: %v", err)
+	}
+}
+
+// A harness that exits leaves a dead session (tmux's remain-on-exit), which
+// a spawn clears.
+func TestExitedHarnessIsDead(t *testing.T) {
+	ctx := context.Background()
+	s := &Server{}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Spawn(ctx, "t", "", nil, []string{"true"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the harness to exit", func() bool { return s.Probe(ctx, "t") == tmux.Dead })
+	if err := s.Deliver(ctx, "t", "x"); !errors.Is(err, tmux.ErrMissing) {
+		t.Errorf("deliver to dead: %v", err)
+	}
+	if err := s.Spawn(ctx, "t", "", nil, []string{"sleep", "30"}); err != nil {
+		t.Fatalf("spawn over a dead session: %v", err)
+	}
+	if st := s.Probe(ctx, "t"); st != tmux.Live {
+		t.Errorf("respawned: %s", st)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := s.Sessions(ctx); len(names) != 0 {
+		t.Errorf("after Close: %v", names)
+	}
+}
