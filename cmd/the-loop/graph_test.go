@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testkit"
 	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/graph"
@@ -38,29 +39,7 @@ func TestGraphVerbWithoutDispatcher(t *testing.T) {
 
 // releaseGraph is an operator graph the config names; the dispatcher judges
 // the work item by it.
-const releaseGraph = `name: release
-description: The agent builds; a person signs the release off.
-start: build
-nodes:
-  build:
-    actor: agent
-    phase: build
-    on:
-      done: sign-off
-  sign-off:
-    actor: human
-    phase: sign-off
-    notify: security-sign-off-pending
-    gate: feedback
-    on:
-      approved: complete
-      approved-with-comments: complete
-      changes-requested: build
-  complete:
-    actor: agent
-    phase: done
-    terminal: true
-`
+var releaseGraph = testkit.ReadRepoFile("docs/examples/release-graph.yaml")
 
 // TestGraphVerbAsksTheDispatcher runs `serve dispatcher` (without tmux: the
 // endpoint answers whether or not sessions can run) with an operator graph

@@ -14,7 +14,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -336,13 +335,7 @@ func (s *Stage) comment(number int, body string) error {
 // the envelope was acknowledged.
 func (s *Stage) say(root, text string) (string, error) {
 	ts := s.Slack.AddMessage(Channel, root, PersonSlack, text)
-	ev := map[string]any{"type": "message", "channel": Channel, "channel_type": "channel", "user": PersonSlack, "text": text, "ts": ts}
-	if root != "" {
-		ev["thread_ts"] = root
-	}
-	body, _ := json.Marshal(map[string]any{"token": "ignored", "team_id": "T0DEMO", "api_app_id": "A0DEMO",
-		"type": "event_callback", "event_id": "Ev" + strings.ReplaceAll(ts, ".", ""), "event_time": time.Now().Unix(), "event": ev})
-	id, err := s.Socket.SendEnvelope("events_api", body)
+	id, err := s.Socket.SendEnvelope("events_api", socketfake.MessageEvent(Channel, PersonSlack, text, ts, root))
 	if err != nil {
 		return "", err
 	}
@@ -353,19 +346,9 @@ func (s *Stage) say(root, text string) (string, error) {
 // press is the person pressing a button (actionID, value) on message msg of
 // thread root.
 func (s *Stage) press(msg slackfake.Message, root, actionID, value string) error {
-	m := map[string]any{"type": "message", "ts": msg.TS, "user": msg.User, "bot_id": msg.BotID}
-	container := map[string]any{"type": "message", "message_ts": msg.TS, "channel_id": Channel}
-	if root != "" && root != msg.TS {
-		m["thread_ts"], container["thread_ts"] = root, root
-	}
-	body, _ := json.Marshal(map[string]any{
-		"type": "block_actions", "user": map[string]any{"id": PersonSlack}, "channel": map[string]any{"id": Channel},
-		"container": container, "message": m, "trigger_id": "1.2.3", "api_app_id": "A0DEMO",
-		"actions": []map[string]any{{"type": "button", "action_id": actionID, "block_id": "the-loop.actions",
-			"value": value, "text": map[string]any{"type": "plain_text", "text": "Approve"},
-			"action_ts": fmt.Sprintf("%d.000000", time.Now().Unix())}},
-	})
-	id, err := s.Socket.SendEnvelope("interactive", body)
+	p := socketfake.Press{Channel: Channel, User: PersonSlack, MessageTS: msg.TS, MessageUser: msg.User, MessageBotID: msg.BotID,
+		Root: root, ActionID: actionID, Value: value}
+	id, err := s.Socket.SendEnvelope("interactive", p.Payload())
 	if err != nil {
 		return err
 	}

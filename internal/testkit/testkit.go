@@ -38,6 +38,21 @@ func Golden(t testing.TB, name string, got []byte) {
 
 // RepoRoot is the module's root directory.
 func RepoRoot() string {
+	return repoRoot()
+}
+
+// ReadRepoFile returns the file at rel (slash-separated, from the
+// repository root) as a string, panicking if it cannot be read: for
+// package-level fixtures shared with the docs.
+func ReadRepoFile(rel string) string {
+	b, err := os.ReadFile(filepath.Join(repoRoot(), filepath.FromSlash(rel)))
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }

@@ -9,33 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testkit"
 	"github.com/the-loop/bus/pkg/graph"
 )
 
 // releaseGraph is an operator graph: the agent builds, a person signs off.
-const releaseGraph = `name: release
-description: The agent builds; a person signs the release off.
-start: build
-nodes:
-  build:
-    actor: agent
-    phase: build
-    on:
-      done: sign-off
-  sign-off:
-    actor: human
-    phase: sign-off
-    notify: security-sign-off-pending
-    gate: feedback
-    on:
-      approved: complete
-      approved-with-comments: complete
-      changes-requested: build
-  complete:
-    actor: agent
-    phase: done
-    terminal: true
-`
+var releaseGraph = testkit.ReadRepoFile("docs/examples/release-graph.yaml")
 
 // graphDir writes the config and its graph files into a fresh directory
 // and returns the config's path.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
@@ -93,30 +94,7 @@ func TestGraphEndpoint(t *testing.T) {
 }
 
 // releaseGraph is an operator's graph, loaded from a file the config names.
-const releaseGraph = `name: release
-description: The agent builds; a person signs the release off.
-start: build
-nodes:
-  build:
-    actor: agent
-    phase: build
-    on:
-      done: sign-off
-  sign-off:
-    actor: human
-    phase: sign-off
-    notify: security-sign-off-pending
-    gate: feedback
-    on:
-      approved: complete
-      approved-with-comments: complete
-      changes-requested: build
-  complete:
-    actor: agent
-    phase: done
-    notify: work-item-complete
-    terminal: true
-`
+var releaseGraph = testkit.ReadRepoFile("docs/examples/release-graph.yaml")
 
 // TestOperatorGraphFromConfig: a graph file named by graphs.files, chosen by
 // graphs.workItem, is what a spawned session's work item follows; the

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -63,19 +62,7 @@ func markBoot(dir string, args []string) error {
 	if len(args) > 0 {
 		prompt = args[len(args)-1]
 	}
-	b, err := json.Marshal(tmuxtest.Input{SessionID: bootPrefix + id, Text: prompt})
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, standin.InputsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return standin.RecordInput(dir, standin.Input{SessionID: bootPrefix + id, Text: prompt})
 }
 
 type buffer struct {

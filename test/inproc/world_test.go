@@ -635,13 +635,7 @@ func (w *world) nextTS() string {
 func (w *world) say(user, root, text string) string {
 	w.t.Helper()
 	ts := w.nextTS()
-	ev := map[string]any{"type": "message", "channel": channel, "channel_type": "channel", "user": user, "text": text, "ts": ts}
-	if root != "" {
-		ev["thread_ts"] = root
-	}
-	body, _ := json.Marshal(map[string]any{"token": "ignored", "team_id": "T0LOOP", "api_app_id": "A0LOOP",
-		"type": "event_callback", "event_id": "Ev" + strings.ReplaceAll(ts, ".", ""), "event_time": time.Now().Unix(), "event": ev})
-	id := w.sock.Send(w.t, "events_api", json.RawMessage(body))
+	id := w.sock.Send(w.t, "events_api", socketfake.MessageEvent(channel, user, text, ts, root))
 	w.sock.WaitAck(w.t, id, wait)
 	return ts
 }
@@ -650,18 +644,8 @@ func (w *world) say(user, root, text string) string {
 // msg of thread root.
 func (w *world) press(user string, msg slackfake.Message, root, actionID, value string) {
 	w.t.Helper()
-	m := map[string]any{"type": "message", "ts": msg.TS, "user": msg.User, "bot_id": msg.BotID}
-	container := map[string]any{"type": "message", "message_ts": msg.TS, "channel_id": channel}
-	if root != "" && root != msg.TS {
-		m["thread_ts"], container["thread_ts"] = root, root
-	}
-	body, _ := json.Marshal(map[string]any{
-		"type": "block_actions", "user": map[string]any{"id": user}, "channel": map[string]any{"id": channel},
-		"container": container, "message": m, "trigger_id": "1.2.3", "api_app_id": "A0LOOP",
-		"actions": []map[string]any{{"type": "button", "action_id": actionID, "block_id": "the-loop.actions",
-			"value": value, "text": map[string]any{"type": "plain_text", "text": "label"},
-			"action_ts": w.nextTS()}},
-	})
-	id := w.sock.Send(w.t, "interactive", json.RawMessage(body))
+	p := socketfake.Press{Channel: channel, User: user, MessageTS: msg.TS, MessageUser: msg.User, MessageBotID: msg.BotID,
+		Root: root, ActionID: actionID, Value: value, ActionTS: w.nextTS()}
+	id := w.sock.Send(w.t, "interactive", p.Payload())
 	w.sock.WaitAck(w.t, id, wait)
 }
