@@ -1,4 +1,4 @@
-# the-loop bus. `make test` is the README's test command and what CI runs.
+# the-loop bus. `make test e2e` is the README's test command and what CI runs.
 GO        ?= go
 PKGS      := ./...
 FUZZTIME  ?= 10s
@@ -54,9 +54,9 @@ fuzz:
 bench:
 	BENCHTIME=$(BENCHTIME) ./scripts/bench.sh
 
-## e2e: multi-process end-to-end suite (built binary, real nats-server process).
+## e2e: multi-process end-to-end suite (built binary, real nats-server process); -v so the chaos counts print.
 e2e:
-	$(GO) test -count=1 -timeout=30m -tags=e2e ./test/e2e/...
+	$(GO) test -count=1 -v -timeout=30m -tags=e2e ./test/e2e/...
 
 tidy:
 	$(GO) mod tidy

@@ -209,8 +209,10 @@ func TestRespawnWithResume(t *testing.T) {
 }
 
 // TestRedeliveryTypesOnce: a delivered event redelivered is dropped as
-// already-processed, and one whose paste may have happened before a crash
-// (Pending set) is dropped as delivery-uncertain; neither is typed again.
+// already-processed. One whose paste may have happened before a crash
+// (Pending set) is judged by the session's pane: shown there, it is recorded
+// and not typed again; absent from a live pane, it is typed now; when the
+// pane is gone and cannot tell, it is dropped as delivery-uncertain.
 func TestRedeliveryTypesOnce(t *testing.T) {
 	e := newEnv(t, nil)
 	const ref = "github:octo/repo#13"
@@ -223,24 +225,54 @@ func TestRedeliveryTypesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitRecord("dispatch.dropped", map[string]any{"event_id": ev.GetId(), "reason": DropAlreadyProcessed})
+	pending := func(id string) {
+		t.Helper()
+		if _, err := e.store.Mutate(ctx, ref, func(r *registry.Record) error {
+			r.Session.Pending = id
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
-	crashed := comment(ref, 5002, alice, "typed before a crash")
-	if _, err := e.store.Mutate(ctx, ref, func(r *registry.Record) error {
-		r.Session.Pending = crashed.GetId()
-		return nil
-	}); err != nil {
+	// Pasted, then the crash: the stand-in shows what it received.
+	pasted := comment(ref, 5002, alice, "typed before a crash")
+	if err := e.svc.tmux.Deliver(ctx, sess.TmuxTarget, e.expected(pasted, false)); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.svc.handle(ctx, crashed, &bus.Delivery{}); err != nil {
+	waitFor(t, "the pasted input", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 2 })
+	waitFor(t, "the paste on screen", func() bool {
+		ok, err := e.svc.tmux.Shows(ctx, sess.TmuxTarget, deliveryMarker(&input{deliveryID: pasted.GetId()}))
+		return err == nil && ok
+	})
+	pending(pasted.GetId())
+	if err := e.svc.handle(ctx, pasted, &bus.Delivery{}); err != nil {
 		t.Fatal(err)
 	}
-	e.waitRecord("dispatch.dropped", map[string]any{"event_id": crashed.GetId(), "reason": DropDeliveryUncertain})
-	after := comment(ref, 5003, alice, "next")
-	e.publish(after)
-	waitFor(t, "two inputs", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) >= 2 })
-	if got := e.inputsOf(sess.HarnessSessionID); len(got) != 2 || got[1] != e.expected(after, false) {
-		t.Errorf("inputs = %d, want the first and the next only", len(got))
+	e.waitRecord("dispatch.dropped", map[string]any{"event_id": pasted.GetId(), "reason": DropAlreadyProcessed})
+
+	// The crash came before the paste: the pane lacks it, so it is typed.
+	lost := comment(ref, 5003, alice, "claimed, then a crash")
+	pending(lost.GetId())
+	if err := e.svc.handle(ctx, lost, &bus.Delivery{}); err != nil {
+		t.Fatal(err)
 	}
+	waitFor(t, "the claimed input", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) >= 3 })
+	got := e.inputsOf(sess.HarnessSessionID)
+	if len(got) != 3 || got[1] != e.expected(pasted, false) || got[2] != e.expected(lost, false) {
+		t.Errorf("inputs = %d, want once, the pasted one and the claimed one, each once", len(got))
+	}
+
+	// The pane is gone: nothing can tell, and the event is not typed twice.
+	gone := comment(ref, 5004, alice, "the pane died with it")
+	if err := e.svc.tmux.Kill(ctx, sess.TmuxTarget); err != nil {
+		t.Fatal(err)
+	}
+	pending(gone.GetId())
+	if err := e.svc.handle(ctx, gone, &bus.Delivery{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitRecord("dispatch.dropped", map[string]any{"event_id": gone.GetId(), "reason": DropDeliveryUncertain})
 }
 
 // TestHostedElsewhere: an event reaches this replica only when its partition

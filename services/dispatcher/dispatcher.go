@@ -33,8 +33,12 @@
 // (Pending) before the paste and moves it to Delivered after; a redelivery of
 // a delivered event is dropped as already-processed. Typing into a terminal is
 // not transactional: a crash after the paste and before that second write
-// leaves Pending set, and the redelivery is then dropped as
-// delivery-uncertain rather than typed twice (at most once in that window).
+// leaves Pending set. The redelivery then reads the session's pane: the
+// prompt's "- delivery: <id>" line there means the harness got it (recorded
+// as delivered); a live pane without it means it never did (typed now). Only
+// when the pane cannot tell — another host holds the session now, the pane is
+// gone, or a custom template has no $delivery_id — is the event dropped as
+// delivery-uncertain rather than typed twice.
 //
 // Without tmux or the harness binary the service keeps running, consumes
 // nothing (events wait in the stream), reports why on /readyz and in its log,
@@ -229,6 +233,9 @@ type terminal interface {
 	Deliver(ctx context.Context, target, prompt string) error
 	Kill(ctx context.Context, target string) error
 	Sessions(ctx context.Context) ([]string, error)
+	// Shows reports whether text stands in what target shows (tmux: the
+	// pane and its scrollback), ending a line or followed by a space.
+	Shows(ctx context.Context, target, text string) (bool, error)
 }
 
 // check reports why sessions cannot run on this host, or nil.

@@ -414,6 +414,28 @@ func (s *Service) hostHere(ctx context.Context, store *registry.Store, in *input
 	return nil
 }
 
+// deliveryMarker is the prompt line that names the event's delivery.
+func deliveryMarker(in *input) string { return "- delivery: " + in.deliveryID }
+
+// pasteShown reads the session's pane for the delivery line of in's prompt,
+// after a crash left in's paste unrecorded. known is false when the pane
+// cannot tell: the session is hosted elsewhere or its pane is not live here,
+// tmux did not answer, or the event template does not print the delivery.
+func (s *Service) pasteShown(ctx context.Context, in *input, sess *registry.Session) (shown, known bool) {
+	if sess.Host != s.set.Host || in.deliveryID == "" || !strings.Contains(s.tmpl.Event, "$delivery_id") {
+		return false, false
+	}
+	if s.tmux.Probe(ctx, sess.TmuxTarget) != tmux.Live {
+		return false, false
+	}
+	shown, err := s.tmux.Shows(ctx, sess.TmuxTarget, deliveryMarker(in))
+	if err != nil {
+		s.deps.Log.Warn("dispatcher: cannot read the session's pane", "work_item", in.ref, "err", err)
+		return false, false
+	}
+	return shown, true
+}
+
 // deliver renders the event prompt and types it into the live session,
 // respawning the session when its terminal is gone (§5.2, §5.4).
 func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input) error {
@@ -433,6 +455,13 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 		s.drop(ctx, in, DropAlreadyProcessed)
 		return nil
 	case sess.Pending == id:
+		shown, known := s.pasteShown(ctx, in, sess)
+		if known && !shown {
+			// The paste never reached the harness: type it now, below.
+			s.deps.Log.Info("dispatcher: an interrupted paste is not in the session's pane; typing it",
+				"work_item", in.ref, "event_id", id, "tmux_target", sess.TmuxTarget)
+			break
+		}
 		if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
 			if r.Session == nil || r.Session.Pending != id {
 				return registry.ErrNoChange
@@ -441,6 +470,10 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 			return nil
 		}); err != nil {
 			return fmt.Errorf("registry: %w", err)
+		}
+		if shown {
+			s.drop(ctx, in, DropAlreadyProcessed, slog.String("detail", "found in the session's pane"))
+			return nil
 		}
 		s.drop(ctx, in, DropDeliveryUncertain)
 		return nil

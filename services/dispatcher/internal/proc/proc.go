@@ -41,9 +41,14 @@ type session struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	done  chan struct{}
-	// wmu orders writes: two deliveries to one session never interleave.
-	wmu sync.Mutex
+	// wmu orders writes: two deliveries to one session never interleave;
+	// typed keeps the last prompts written, for Shows.
+	wmu   sync.Mutex
+	typed []string
 }
+
+// keepTyped bounds what a session remembers of its prompts.
+const keepTyped = 64
 
 func (s *session) exited() bool {
 	select {
@@ -146,7 +151,28 @@ func (s *Server) Deliver(_ context.Context, target, prompt string) error {
 		}
 		return fmt.Errorf("proc: deliver to %s: %w", target, err)
 	}
+	sess.typed = append(sess.typed, prompt)
+	if len(sess.typed) > keepTyped {
+		sess.typed = sess.typed[len(sess.typed)-keepTyped:]
+	}
 	return nil
+}
+
+// Shows reports whether text stands in a prompt written to target, as
+// tmux.Contains reads a pane (the runner's counterpart of reading one).
+func (s *Server) Shows(_ context.Context, target, text string) (bool, error) {
+	sess := s.get(target)
+	if sess == nil {
+		return false, fmt.Errorf("%w: %s", tmux.ErrMissing, target)
+	}
+	sess.wmu.Lock()
+	defer sess.wmu.Unlock()
+	for _, p := range sess.typed {
+		if tmux.Contains(p, text) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Kill ends target's process group and forgets the session. Killing an

@@ -73,6 +73,12 @@ func TestSessionLifecycle(t *testing.T) {
 	if boots[0] != (standin.Boot{Mode: "spawn", SessionID: "S1", Prompt: "boot prompt"}) {
 		t.Errorf("boot = %+v", boots[0])
 	}
+	if ok, err := s.Shows(ctx, target, "second line"); !ok || err != nil {
+		t.Errorf("Shows(a typed line) = %v, %v", ok, err)
+	}
+	if ok, _ := s.Shows(ctx, target, "second lin"); ok {
+		t.Error("Shows matched part of a line's word")
+	}
 	if names, _ := s.Sessions(ctx); len(names) != 1 || names[0] != target {
 		t.Errorf("sessions = %v", names)
 	}

@@ -236,6 +236,36 @@ func (s *Server) Deliver(ctx context.Context, target, prompt string) error {
 	return nil
 }
 
+// Shows reports whether text stands in target's pane, its scrollback
+// included (lines tmux wrapped are joined), ending a line or followed by a
+// space: "id-1" is not found in "id-10". After a crash between a paste and
+// its record, the dispatcher asks this to tell a prompt the harness received
+// (and shows) from one it never got.
+func (s *Server) Shows(ctx context.Context, target, text string) (bool, error) {
+	out, _, err := s.run(ctx, nil, "capture-pane", "-p", "-J", "-S", "-", "-t", window(target))
+	if err != nil {
+		return false, fmt.Errorf("tmux: read %s: %w", target, err)
+	}
+	return Contains(out, text), nil
+}
+
+// Contains reports whether text occurs in screen followed by the end of a
+// line, a space, or the end of screen.
+func Contains(screen, text string) bool {
+	for i := 0; text != ""; {
+		j := strings.Index(screen[i:], text)
+		if j < 0 {
+			return false
+		}
+		end := i + j + len(text)
+		if end == len(screen) || strings.ContainsRune(" \t\r\n", rune(screen[end])) {
+			return true
+		}
+		i = i + j + 1
+	}
+	return false
+}
+
 // Kill ends target's session. Killing an absent session is not an error.
 func (s *Server) Kill(ctx context.Context, target string) error {
 	_, answered, err := s.run(ctx, nil, "kill-session", "-t", exact(target))

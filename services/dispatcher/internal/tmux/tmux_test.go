@@ -96,3 +96,23 @@ func TestArgumentsEndingInSemicolon(t *testing.T) {
 		t.Errorf("argv arrived as %q", got)
 	}
 }
+
+func TestContains(t *testing.T) {
+	const screen = "── typed ──\n- delivery: gh:abc-10\nmore   \n- delivery: slack:C1:1.2 \nend"
+	for _, tt := range []struct {
+		text string
+		want bool
+	}{
+		{"- delivery: gh:abc-10", true},
+		{"- delivery: gh:abc-1", false}, // a prefix of another id
+		{"- delivery: slack:C1:1.2", true},
+		{"end", true},
+		{"more", true},
+		{"- delivery: gh:abc", false},
+		{"", false},
+	} {
+		if got := Contains(screen, tt.text); got != tt.want {
+			t.Errorf("Contains(%q) = %v, want %v", tt.text, got, tt.want)
+		}
+	}
+}
