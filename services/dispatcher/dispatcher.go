@@ -33,12 +33,15 @@
 // (Pending) before the paste and moves it to Delivered after; a redelivery of
 // a delivered event is dropped as already-processed. Typing into a terminal is
 // not transactional: a crash after the paste and before that second write
-// leaves Pending set. The redelivery then reads the session's pane: the
-// prompt's "- delivery: <id>" line there means the harness got it (recorded
-// as delivered); a live pane without it means it never did (typed now). Only
-// when the pane cannot tell — another host holds the session now, the pane is
-// gone, or a custom template has no $delivery_id — is the event dropped as
-// delivery-uncertain rather than typed twice.
+// leaves Pending set, with the prompt's "- delivery: <id>" line as its
+// marker. The pane settles it: the line there means the harness got it
+// (recorded as delivered), a live pane without it means it never did (typed).
+// The host that began the paste reads its pane, on the redelivery or at its
+// next start (settlePending); another replica that gets the redelivery waits
+// for that host while its lease is fresh. Only when nothing can tell — the
+// pane is gone, the host does not come back, a custom template has no
+// $delivery_id — is the event dropped as delivery-uncertain rather than typed
+// twice (decision 024).
 //
 // Without tmux or the harness binary the service keeps running, consumes
 // nothing (events wait in the stream), reports why on /readyz and in its log,
@@ -278,6 +281,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil
 	}
 	s.store.Store(store)
+	s.settlePending(ctx, store)
 	s.reconcile(ctx, store)
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -351,6 +355,51 @@ func (s *Service) heartbeat(ctx context.Context, store *registry.Store) {
 			return
 		case <-time.After(every):
 		}
+	}
+}
+
+// settlePending judges, before this host consumes anything, the pastes it
+// left unrecorded when it last stopped (a crash between a paste and its
+// record): the prompt's marker in the live pane means received (recorded as
+// delivered), a live pane without it means never typed (Pending cleared, so
+// the redelivery types it, here or on the host that has the partition now).
+// A pane that cannot tell clears the marker: whoever gets the redelivery
+// drops it as delivery-uncertain instead of waiting for this host.
+func (s *Service) settlePending(ctx context.Context, store *registry.Store) {
+	recs, err := store.List(ctx)
+	if err != nil {
+		s.deps.Log.Warn("dispatcher: unrecorded pastes: registry unreadable", "err", err)
+		return
+	}
+	for _, r := range recs {
+		sess := r.Session
+		if !sess.Live() || sess.Host != s.set.Host || sess.Pending == "" {
+			continue
+		}
+		id, verdict := sess.Pending, "uncertain"
+		if sess.PendingMarker != "" && s.tmux.Probe(ctx, sess.TmuxTarget) == tmux.Live {
+			if shown, err := s.tmux.Shows(ctx, sess.TmuxTarget, sess.PendingMarker); err == nil {
+				verdict = map[bool]string{true: "received", false: "not-typed"}[shown]
+			}
+		}
+		if _, err := store.Mutate(ctx, r.Ref, func(rec *registry.Record) error {
+			if rec.Session == nil || rec.Session.Pending != id {
+				return registry.ErrNoChange
+			}
+			switch verdict {
+			case "received":
+				rec.Session.Remember(id, time.Now().UTC())
+			case "not-typed":
+				rec.Session.Pending, rec.Session.PendingMarker = "", ""
+			default:
+				rec.Session.PendingMarker = ""
+			}
+			return nil
+		}); err != nil {
+			s.deps.Log.Warn("dispatcher: unrecorded paste: registry", "work_item", r.Ref, "err", err)
+			continue
+		}
+		s.deps.Log.Info("dispatcher: settled an unrecorded paste", "work_item", r.Ref, "event_id", id, "verdict", verdict)
 	}
 }
 

@@ -356,7 +356,7 @@ func (s *Service) closeSession(ctx context.Context, store *registry.Store, in *i
 			r.Control = nil
 		}
 		if r.Session != nil {
-			r.Session.Status, r.Session.Pending = registry.Closed, ""
+			r.Session.Status, r.Session.Pending, r.Session.PendingMarker = registry.Closed, "", ""
 		}
 		return nil
 	})
@@ -417,12 +417,42 @@ func (s *Service) hostHere(ctx context.Context, store *registry.Store, in *input
 // deliveryMarker is the prompt line that names the event's delivery.
 func deliveryMarker(in *input) string { return "- delivery: " + in.deliveryID }
 
+// marker is the pane line that shows in's prompt was received, or "" when
+// the event template prints no delivery line.
+func (s *Service) marker(in *input) string {
+	if in.deliveryID == "" || !strings.Contains(s.tmpl.Event, "$delivery_id") {
+		return ""
+	}
+	return deliveryMarker(in)
+}
+
+// awaitPasteHost says whether to wait for another host to settle in's
+// unrecorded paste: only the host that began it can read its pane, and it
+// does so when it starts again (settlePending). Waiting lasts while that
+// host's lease is fresh and the bus has deliveries left; then the event is
+// judged here, as delivery-uncertain.
+func (s *Service) awaitPasteHost(ctx context.Context, store *registry.Store, in *input, sess *registry.Session) (bool, error) {
+	if sess.Host == s.set.Host || sess.PendingMarker == "" || in.last {
+		return false, nil
+	}
+	at, ok, err := store.Lease(ctx, sess.Host)
+	if err != nil {
+		return false, fmt.Errorf("registry: lease of %s: %w", sess.Host, err)
+	}
+	if !ok || time.Since(at) >= s.set.Lease {
+		return false, nil
+	}
+	s.deps.Log.Info("dispatcher: waiting for the host of an interrupted paste to settle it",
+		"work_item", in.ref, "event_id", in.ev.GetId(), "paste_host", sess.Host)
+	return true, nil
+}
+
 // pasteShown reads the session's pane for the delivery line of in's prompt,
 // after a crash left in's paste unrecorded. known is false when the pane
 // cannot tell: the session is hosted elsewhere or its pane is not live here,
 // tmux did not answer, or the event template does not print the delivery.
 func (s *Service) pasteShown(ctx context.Context, in *input, sess *registry.Session) (shown, known bool) {
-	if sess.Host != s.set.Host || in.deliveryID == "" || !strings.Contains(s.tmpl.Event, "$delivery_id") {
+	if sess.Host != s.set.Host || s.marker(in) == "" {
 		return false, false
 	}
 	if s.tmux.Probe(ctx, sess.TmuxTarget) != tmux.Live {
@@ -462,6 +492,12 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 				"work_item", in.ref, "event_id", id, "tmux_target", sess.TmuxTarget)
 			break
 		}
+		if wait, err := s.awaitPasteHost(ctx, store, in, sess); err != nil || wait {
+			if err != nil {
+				return err
+			}
+			return bus.Retry(fmt.Errorf("the paste of %s is unsettled on %s", id, sess.Host), s.set.ElsewhereRetry)
+		}
 		if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
 			if r.Session == nil || r.Session.Pending != id {
 				return registry.ErrNoChange
@@ -495,7 +531,7 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 			paused = true
 			return registry.ErrNoChange
 		}
-		r.Session.Pending = id
+		r.Session.Pending, r.Session.PendingMarker = id, s.marker(in)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("registry: %w", err)
@@ -553,7 +589,7 @@ func (s *Service) failed(ctx context.Context, store *registry.Store, in *input, 
 		if r.Session == nil || r.Session.Pending != in.ev.GetId() {
 			return registry.ErrNoChange
 		}
-		r.Session.Pending = ""
+		r.Session.Pending, r.Session.PendingMarker = "", ""
 		return nil
 	})
 	s.m.deliveries.WithLabelValues("failed").Inc()

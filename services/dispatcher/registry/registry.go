@@ -87,6 +87,10 @@ type Session struct {
 	// Pending is the id of the event being typed right now: set before the
 	// paste, cleared with the id moved to Delivered after it.
 	Pending string `json:"pending,omitempty"`
+	// PendingMarker is the line of Pending's prompt that shows in the
+	// session's pane once the harness received it ("" when nothing can
+	// tell): what a crash between paste and record is settled by.
+	PendingMarker string `json:"pendingMarker,omitempty"`
 }
 
 // Live reports whether the session exists and is not closed.
@@ -100,7 +104,7 @@ func (s *Session) Remember(id string, at time.Time) {
 	if n := len(s.Delivered); n > RecentCap {
 		s.Delivered = slices.Clone(s.Delivered[n-RecentCap:])
 	}
-	s.Pending = ""
+	s.Pending, s.PendingMarker = "", ""
 	s.LastEventAt = at
 }
 
