@@ -53,22 +53,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg == nil {
 		return m
 	}
-	m.received = register(reg, m.received)
-	m.rejected = register(reg, m.rejected)
-	m.published = register(reg, m.published)
-	m.dropped = register(reg, m.dropped)
-	m.latency = register(reg, m.latency)
-	m.poll = register(reg, m.poll)
-	m.cycles = register(reg, m.cycles)
-	m.unsigned = register(reg, m.unsigned)
+	m.received = runtime.AdoptOrKeep(reg, m.received)
+	m.rejected = runtime.AdoptOrKeep(reg, m.rejected)
+	m.published = runtime.AdoptOrKeep(reg, m.published)
+	m.dropped = runtime.AdoptOrKeep(reg, m.dropped)
+	m.latency = runtime.AdoptOrKeep(reg, m.latency)
+	m.poll = runtime.AdoptOrKeep(reg, m.poll)
+	m.cycles = runtime.AdoptOrKeep(reg, m.cycles)
+	m.unsigned = runtime.AdoptOrKeep(reg, m.unsigned)
 	return m
-}
-
-// register is runtime.Adopt for collectors whose registration failure is
-// not fatal: the service keeps counting into its own collector.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	c, _ = runtime.Adopt(reg, c)
-	return c
 }
 
 // eventLabel bounds the label's values: an unsigned (insecure) request

@@ -58,22 +58,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg == nil {
 		return m
 	}
-	m.received = register(reg, m.received)
-	m.published = register(reg, m.published)
-	m.dropped = register(reg, m.dropped)
-	m.duplicates = register(reg, m.duplicates)
-	m.rejected = register(reg, m.rejected)
-	m.retried = register(reg, m.retried)
-	m.acks = register(reg, m.acks)
-	m.latency = register(reg, m.latency)
-	m.slackCalls = register(reg, m.slackCalls)
-	m.ratelimit = register(reg, m.ratelimit)
+	m.received = runtime.AdoptOrKeep(reg, m.received)
+	m.published = runtime.AdoptOrKeep(reg, m.published)
+	m.dropped = runtime.AdoptOrKeep(reg, m.dropped)
+	m.duplicates = runtime.AdoptOrKeep(reg, m.duplicates)
+	m.rejected = runtime.AdoptOrKeep(reg, m.rejected)
+	m.retried = runtime.AdoptOrKeep(reg, m.retried)
+	m.acks = runtime.AdoptOrKeep(reg, m.acks)
+	m.latency = runtime.AdoptOrKeep(reg, m.latency)
+	m.slackCalls = runtime.AdoptOrKeep(reg, m.slackCalls)
+	m.ratelimit = runtime.AdoptOrKeep(reg, m.ratelimit)
 	return m
-}
-
-// register is runtime.Adopt for collectors whose registration failure is
-// not fatal: the service keeps counting into its own collector.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	c, _ = runtime.Adopt(reg, c)
-	return c
 }

@@ -122,3 +122,11 @@ func Adopt[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
 	}
 	return c, err
 }
+
+// AdoptOrKeep is Adopt for collectors whose registration failure is not
+// fatal: on any other error the service keeps counting into c, which is
+// simply not exported.
+func AdoptOrKeep[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	c, _ = Adopt(reg, c)
+	return c
+}
