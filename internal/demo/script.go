@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -62,7 +60,7 @@ type player struct {
 	conn  *bus.Conn
 	agent Agent
 	out   io.Writer
-	log   *records
+	log   *eventlog.Recorder
 
 	// marks of the step being played, for "what is new".
 	markLog, markSlack, markBoots, markInputs int
@@ -73,12 +71,15 @@ type player struct {
 // Play runs the seven steps against services already running on conn and
 // prints the transcript to out.
 func (s *Stage) Play(ctx context.Context, conn *bus.Conn, agent Agent, out io.Writer) (Summary, error) {
-	p := &player{st: s, conn: conn, agent: agent, out: out, log: &records{}}
+	p := &player{st: s, conn: conn, agent: agent, out: out, log: &eventlog.Recorder{}}
 	tctx, stop := context.WithCancel(ctx)
 	tailDone := make(chan error, 1)
 	go func() {
 		// From the first record: nothing is missed between start and tail.
-		tailDone <- conn.TailLog(tctx, bus.TailOptions{Last: 1 << 30}, p.log.add)
+		tailDone <- conn.TailLog(tctx, bus.TailOptions{Last: 1 << 30}, func(m bus.LogRecord) error {
+			_ = p.log.PublishLog(tctx, m.Subject, m.Data) // a record that does not decode is not narrated
+			return nil
+		})
 	}()
 	defer func() {
 		stop()
@@ -287,7 +288,7 @@ func (p *player) wait(ctx context.Context, what string, cond func() (bool, error
 }
 
 func (p *player) waitLog(ctx context.Context, what, event, key, value string) error {
-	return p.wait(ctx, what, func() (bool, error) { return len(p.log.find(event, key, value)) > 0, nil })
+	return p.wait(ctx, what, func() (bool, error) { return len(p.log.Find(event, map[string]any{key: value})) > 0, nil })
 }
 
 func (p *player) state(ctx context.Context, r string) (*graph.State, error) {
@@ -355,10 +356,10 @@ func (p *player) waitInput(ctx context.Context, text string) error {
 // report shows its effects rather than half of them. Correctness never
 // depends on it: every step waited for its own end already.
 func (p *player) settle(ctx context.Context) {
-	last, quiet := p.log.len(), 0
+	last, quiet := p.log.Len(), 0
 	for quiet < 8 && ctx.Err() == nil {
 		time.Sleep(25 * time.Millisecond)
-		if n := p.log.len(); n != last {
+		if n := p.log.Len(); n != last {
 			last, quiet = n, 0
 			continue
 		}
@@ -373,7 +374,7 @@ func (p *player) say(who, format string, args ...any) {
 }
 
 func (p *player) mark() {
-	p.markLog = p.log.len()
+	p.markLog = p.log.Len()
 	p.markSlack = len(p.posts())
 	b, _ := standin.ReadBoots(p.st.agentDir)
 	in, _ := standin.ReadInputs(p.st.agentDir)
@@ -408,7 +409,7 @@ func (p *player) report() {
 	}
 	var hops []*hop
 	byID := map[string]*hop{}
-	for _, r := range p.log.since(p.markLog) {
+	for _, r := range p.log.Since(p.markLog) {
 		if r.Event != "bus.published" || r.Fields["duplicate"] == true {
 			continue
 		}
@@ -491,7 +492,7 @@ func firstLine(s string) string {
 func (p *player) summary(ctx context.Context, r string) (Summary, error) {
 	var sum Summary
 	ids := map[string]bool{}
-	for _, x := range p.log.since(0) {
+	for _, x := range p.log.Since(0) {
 		switch x.Event {
 		case "bus.published":
 			if id, _ := x.Fields["event_id"].(string); id != "" {
@@ -551,44 +552,4 @@ func (p *player) printSummary(s Summary) {
 	}
 	fmt.Fprintf(tw, "  approvedBy\t\t%s\n", strings.Join(s.ApprovedBy, "; "))
 	_ = tw.Flush()
-}
-
-// ---- the event log, as it crossed the bus ----
-
-type records struct {
-	mu   sync.Mutex
-	recs []eventlog.Record
-}
-
-func (r *records) add(m bus.LogRecord) error {
-	var rec eventlog.Record
-	if json.Unmarshal(m.Data, &rec) != nil {
-		return nil
-	}
-	r.mu.Lock()
-	r.recs = append(r.recs, rec)
-	r.mu.Unlock()
-	return nil
-}
-
-func (r *records) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.recs)
-}
-
-func (r *records) since(i int) []eventlog.Record {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.recs[min(i, len(r.recs)):])
-}
-
-func (r *records) find(event, key, value string) []eventlog.Record {
-	var out []eventlog.Record
-	for _, x := range r.since(0) {
-		if x.Event == event && fmt.Sprint(x.Fields[key]) == value {
-			out = append(out, x)
-		}
-	}
-	return out
 }

@@ -90,6 +90,13 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
+// Bytes returns a copy of what was written so far.
+func (s *SyncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
+}
+
 // WaitFor polls cond every 20 ms until it holds, failing the test after d.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()

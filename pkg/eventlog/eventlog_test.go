@@ -70,3 +70,29 @@ func TestUnregisteredTypeIsLoud(t *testing.T) {
 		t.Error("an unregistered type was emitted silently")
 	}
 }
+
+func TestRecorder(t *testing.T) {
+	var next Recorder
+	r := &Recorder{Next: &next}
+	for _, line := range []string{
+		`{"event":"bus.published","fields":{"event_id":"a","stream_seq":7}}`,
+		`{"event":"bus.published","fields":{"event_id":"b"}}`,
+		`{"event":"channel.posted","fields":{"event_id":"a"}}`,
+	} {
+		if err := r.PublishLog(context.Background(), "loop.log.x", []byte(line)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.PublishLog(context.Background(), "loop.log.x", []byte("not json")); err == nil {
+		t.Error("a malformed record was accepted silently")
+	}
+	if got := r.Find("bus.published", map[string]any{"stream_seq": 7}); len(got) != 1 || got[0].Fields["event_id"] != "a" {
+		t.Errorf("Find by a number = %+v", got)
+	}
+	if got := r.Find("bus.published", nil); len(got) != 2 {
+		t.Errorf("Find without match = %d records", len(got))
+	}
+	if r.Len() != 3 || len(r.Since(2)) != 1 || len(r.Since(9)) != 0 || next.Len() != 3 {
+		t.Errorf("Len %d, Since(2) %d, forwarded %d", r.Len(), len(r.Since(2)), next.Len())
+	}
+}

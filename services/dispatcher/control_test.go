@@ -333,7 +333,7 @@ func TestUnavailableKeepsRunning(t *testing.T) {
 	// Nothing is consumed: the event waits in the stream for a replica
 	// that can run sessions (checked after the service has had its turn).
 	time.Sleep(200 * time.Millisecond)
-	if n := len(e.recs.find("control.command", nil)); n != 0 {
+	if n := len(e.recs.Find("control.command", nil)); n != 0 {
 		t.Errorf("an unavailable dispatcher consumed %d events", n)
 	}
 }

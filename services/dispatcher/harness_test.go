@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/the-loop/bus/internal/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
@@ -53,68 +53,13 @@ type env struct {
 	srv    *bustest.Server
 	pub    *bus.Conn
 	cfg    atomic.Pointer[config.Config]
-	recs   *records
-	logs   *syncBuffer
+	recs   *eventlog.Recorder
+	logs   *testkit.SyncBuffer
 	dir    string
 	socket string
 	svc    *Service
 	store  *registry.Store
 	ready  *httpserver.Readiness
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// records collects the event-log records the service publishes.
-type records struct {
-	mu   sync.Mutex
-	recs []eventlog.Record
-}
-
-func (r *records) PublishLog(_ context.Context, _ string, data []byte) error {
-	var rec eventlog.Record
-	if err := json.Unmarshal(data, &rec); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.recs = append(r.recs, rec)
-	return nil
-}
-
-// find returns the records called name whose fields include every pair of
-// match.
-func (r *records) find(name string, match map[string]any) []eventlog.Record {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []eventlog.Record
-next:
-	for _, x := range r.recs {
-		if x.Event != name {
-			continue
-		}
-		for k, v := range match {
-			if fmt.Sprint(x.Fields[k]) != fmt.Sprint(v) {
-				continue next
-			}
-		}
-		out = append(out, x)
-	}
-	return out
 }
 
 // standIn is the stand-in harness: this test binary, run as Claude Code
@@ -135,7 +80,7 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 	if testing.Short() {
 		t.Skip("needs JetStream and tmux")
 	}
-	e := &env{t: t, srv: bustest.NewServer(t), recs: &records{}, logs: &syncBuffer{}, dir: t.TempDir(), ready: httpserver.NewReadiness()}
+	e := &env{t: t, srv: bustest.NewServer(t), recs: &eventlog.Recorder{}, logs: &testkit.SyncBuffer{}, dir: t.TempDir(), ready: httpserver.NewReadiness()}
 	e.socket = tmuxtest.Socket(t)
 	e.srv.Provision(t, bustest.FastTopology(partitions))
 	e.pub = e.srv.Connect(t, "dispatcher-test-publisher")
@@ -231,7 +176,7 @@ func (e *env) waitRecord(name string, match map[string]any) eventlog.Record {
 	e.t.Helper()
 	var got []eventlog.Record
 	waitFor(e.t, fmt.Sprintf("%s %v", name, match), func() bool {
-		got = e.recs.find(name, match)
+		got = e.recs.Find(name, match)
 		return len(got) > 0
 	})
 	return got[0]

@@ -59,7 +59,7 @@ func TestTmuxDeliversThreeEventsInOrder(t *testing.T) {
 	if len(boots) != 1 || boots[0].Mode != "spawn" || boots[0].Prompt != e.expected(start, true) {
 		t.Errorf("boot = %+v, want one spawn with the rendered spawn prompt", boots)
 	}
-	if n := len(e.recs.find("control.command", map[string]any{"command": "start"})); n != 0 {
+	if n := len(e.recs.Find("control.command", map[string]any{"command": "start"})); n != 0 {
 		t.Errorf("a spawning start emitted %d control.command records; the original emits none", n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/the-loop/bus/internal/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
@@ -43,57 +44,11 @@ type env struct {
 	pub  *bus.Conn
 	cfg  atomic.Pointer[config.Config]
 	reg  *prometheus.Registry
-	logs *syncBuffer
-	recs *records
+	logs *testkit.SyncBuffer
+	recs *eventlog.Recorder
 	n    atomic.Int64
 	// m is the services' metrics (instances share one set of collectors).
 	m *metrics
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.b.Bytes())
-}
-
-// records collects the event-log records the services publish.
-type records struct {
-	mu   sync.Mutex
-	recs []eventlog.Record
-}
-
-func (r *records) PublishLog(_ context.Context, _ string, data []byte) error {
-	var rec eventlog.Record
-	if err := json.Unmarshal(data, &rec); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.recs = append(r.recs, rec)
-	return nil
-}
-
-func (r *records) named(name string) []eventlog.Record {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []eventlog.Record
-	for _, x := range r.recs {
-		if x.Event == name {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 func newEnv(t *testing.T, fakeOpts ...slackfake.Option) *env {
@@ -102,7 +57,7 @@ func newEnv(t *testing.T, fakeOpts ...slackfake.Option) *env {
 		t.Skip("needs JetStream and the Slack fake")
 	}
 	e := &env{t: t, srv: bustest.NewServer(t), fake: slackfake.New(t, fakeOpts...),
-		reg: prometheus.NewRegistry(), logs: &syncBuffer{}, recs: &records{}}
+		reg: prometheus.NewRegistry(), logs: &testkit.SyncBuffer{}, recs: &eventlog.Recorder{}}
 	e.srv.Provision(t, bustest.FastTopology(partitions))
 	e.pub = e.srv.Connect(t, "slack-renderer-test-publisher")
 	cfg := config.Default()
@@ -114,8 +69,8 @@ func newEnv(t *testing.T, fakeOpts ...slackfake.Option) *env {
 		if bytes.Contains(e.logs.Bytes(), []byte(slackfake.Token)) {
 			t.Error("the bot token appears in the service's logs")
 		}
-		raw, _ := json.Marshal(e.recs.named("channel.posted"))
-		raw2, _ := json.Marshal(e.recs.named("channel.post_failed"))
+		raw, _ := json.Marshal(e.recs.Find("channel.posted", nil))
+		raw2, _ := json.Marshal(e.recs.Find("channel.post_failed", nil))
 		if bytes.Contains(raw, []byte(slackfake.Token)) || bytes.Contains(raw2, []byte(slackfake.Token)) {
 			t.Error("the bot token appears in event-log records")
 		}

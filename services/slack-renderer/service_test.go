@@ -115,7 +115,7 @@ func TestRetryAfterIsWaitedOut(t *testing.T) {
 	if got := ids(e.fake.Messages(testChannel)); !slices.Equal(got, []string{"loop:ask-0", "loop:ask-1", "loop:ask-2"}) {
 		t.Errorf("order after the 429: %v", got)
 	}
-	if len(e.recs.named("channel.post_failed")) == 0 {
+	if len(e.recs.Find("channel.post_failed", nil)) == 0 {
 		t.Error("the 429 left no channel.post_failed record")
 	}
 }
@@ -154,7 +154,7 @@ func TestKilledAfterPostBeforeRecordPostsOnce(t *testing.T) {
 	if e.fake.Count("conversations.replies", http.StatusOK) == 0 {
 		t.Error("the restarted renderer did not search the thread")
 	}
-	if !slices.ContainsFunc(e.recs.named("channel.posted"), func(r eventlog.Record) bool { return r.Fields["op"] == "recovered" }) {
+	if !slices.ContainsFunc(e.recs.Find("channel.posted", nil), func(r eventlog.Record) bool { return r.Fields["op"] == "recovered" }) {
 		t.Error("no channel.posted record with op=recovered")
 	}
 }
@@ -300,8 +300,8 @@ func TestOffOrTokenlessChannelAcksAndMovesOn(t *testing.T) {
 	for i := range 3 {
 		e.publish(ask(fmt.Sprintf("loop:notoken-%d", i), workItem, "q"))
 	}
-	waitFor(t, "3 post_failed records without a token", func() bool { return len(e.recs.named("channel.post_failed")) == 3 })
-	for _, r := range e.recs.named("channel.post_failed") {
+	waitFor(t, "3 post_failed records without a token", func() bool { return len(e.recs.Find("channel.post_failed", nil)) == 3 })
+	for _, r := range e.recs.Find("channel.post_failed", nil) {
 		if r.Fields["error"] != "no-bot-token" {
 			t.Errorf("post_failed error = %v, want no-bot-token", r.Fields["error"])
 		}
@@ -358,7 +358,7 @@ func TestPermanentSlackErrorGoesToTheDLQ(t *testing.T) {
 		st, err := e.pub.StreamStats(t.Context(), bus.StreamDLQ)
 		return err == nil && st.Msgs == 1
 	})
-	failed := e.recs.named("channel.post_failed")
+	failed := e.recs.Find("channel.post_failed", nil)
 	if len(failed) != 1 || failed[0].Fields["error"] != "channel_not_found" || failed[0].Fields["retry"] != false {
 		t.Errorf("post_failed records = %+v", failed)
 	}
@@ -375,7 +375,7 @@ func TestServerErrorIsRetried(t *testing.T) {
 	if n := e.fake.Count("conversations.history", http.StatusOK); n != 1 {
 		t.Errorf("searched %d times after an uncertain failure, want 1", n)
 	}
-	if got := e.recs.named("channel.post_failed"); len(got) != 1 || got[0].Fields["error"] != "http-503" {
+	if got := e.recs.Find("channel.post_failed", nil); len(got) != 1 || got[0].Fields["error"] != "http-503" {
 		t.Errorf("post_failed = %+v", got)
 	}
 }

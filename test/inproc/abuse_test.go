@@ -34,7 +34,7 @@ func (w *world) session(r string) *registry.Session {
 func (w *world) dropped(id, reason string) {
 	w.t.Helper()
 	w.waitLog("channel.dropped", map[string]any{"event_id": id, "reason": reason})
-	if n := len(w.logs.find("bus.published", map[string]any{"event_id": id})); n != 0 {
+	if n := len(w.logs.Find("bus.published", map[string]any{"event_id": id})); n != 0 {
 		w.t.Errorf("dropped message %s was published %d times", id, n)
 	}
 }
@@ -158,11 +158,11 @@ func TestAbuse4StrangerWithEnvelope(t *testing.T) {
 	c, delivery := w.commentID(number, mallory, body)
 	w.waitLog("routing.dropped", map[string]any{"delivery_id": delivery, "reason": "unauthorized-actor"})
 	for _, id := range []string{"gh:issue-comment:" + itoa(c.ID)} {
-		if n := len(w.logs.find("bus.published", map[string]any{"event_id": id})); n != 0 {
+		if n := len(w.logs.Find("bus.published", map[string]any{"event_id": id})); n != 0 {
 			t.Errorf("the stranger's comment was published as %s", id)
 		}
 	}
-	if len(w.logs.find("routing.dropped", map[string]any{"delivery_id": delivery, "reason": "forged-envelope"})) != 0 {
+	if len(w.logs.Find("routing.dropped", map[string]any{"delivery_id": delivery, "reason": "forged-envelope"})) != 0 {
 		t.Error("the stranger's envelope was read (judged forged) before the drop")
 	}
 	w.comment(number, alice, "sentinel comment from alice")
@@ -186,13 +186,13 @@ func TestAbuse5RelayedControlSeam(t *testing.T) {
 	ts := w.say(bobSlack, root, "the-loop stop")
 	id := messageID(ts)
 	w.eventually("bob's stop refused", func() bool {
-		return len(w.logs.find("channel.dropped", map[string]any{"event_id": id})) > 0 ||
-			len(w.logs.find("bus.record_failed", map[string]any{"event_id": id})) > 0 ||
-			len(w.logs.find("control.rejected", map[string]any{"command": "stop"})) > 0
+		return len(w.logs.Find("channel.dropped", map[string]any{"event_id": id})) > 0 ||
+			len(w.logs.Find("bus.record_failed", map[string]any{"event_id": id})) > 0 ||
+			len(w.logs.Find("control.rejected", map[string]any{"command": "stop"})) > 0
 	})
 	w.say(aliceSlack, root, "the-loop pause")
 	w.waitLog("control.command", map[string]any{"work_item": r, "command": "pause", "effect": "paused", "relayed": true, "actor": alice})
-	if n := len(w.logs.find("control.command", map[string]any{"work_item": r, "command": "stop"})); n != 0 {
+	if n := len(w.logs.Find("control.command", map[string]any{"work_item": r, "command": "stop"})); n != 0 {
 		t.Errorf("bob's relayed stop executed")
 	}
 	if s := w.session(r); s.Status != registry.Paused {
@@ -227,7 +227,7 @@ func TestAbuse7KickoffLabels(t *testing.T) {
 	// GitHub's opened webhook came back; the message's label did not arm it.
 	w.eventually("the opened webhook judged", func() bool {
 		m := map[string]any{"gh_event": "issues", "action": "opened"}
-		return len(w.logs.find("routing.routed", m))+len(w.logs.find("routing.dropped", m)) > 0
+		return len(w.logs.Find("routing.routed", m))+len(w.logs.Find("routing.dropped", m)) > 0
 	})
 	if rec := w.session(ref(is.Number)); rec != nil {
 		t.Errorf("the kickoff issue spawned a session: %+v", rec)
@@ -346,7 +346,7 @@ func TestAbuse10NoEcho(t *testing.T) {
 			t.Errorf("Slack echoed a channel's own message back:\n%s", messageText(m))
 		}
 	}
-	for _, rec := range w.logs.find("bus.published", map[string]any{"work_item": r, "event_type": string(catalog.CommentHuman)}) {
+	for _, rec := range w.logs.Find("bus.published", map[string]any{"work_item": r, "event_type": string(catalog.CommentHuman)}) {
 		if rec.Source == "ingress-github" {
 			if id, _ := rec.Fields["event_id"].(string); id != "" {
 				for _, c := range w.gh.Comments(repo, number) {

@@ -50,7 +50,7 @@ func TestAskRecordsOneComment(t *testing.T) {
 	if n != 1 {
 		t.Errorf("the question shows %d times in Slack", n)
 	}
-	if len(w.logs.find("bus.published", map[string]any{"event_type": string(catalog.CommentAgent), "work_item": r})) != 0 {
+	if len(w.logs.Find("bus.published", map[string]any{"event_type": string(catalog.CommentAgent), "work_item": r})) != 0 {
 		t.Error("the question comment was echoed as comment.agent")
 	}
 	// The record stays where the ledger put it.

@@ -153,7 +153,7 @@ func TestGap4CompletePublished(t *testing.T) {
 	if n != 1 {
 		t.Errorf("work-item-complete shown %d times", n)
 	}
-	if id := graphstate.NotificationID(r, "complete", 1, catalog.WorkItemComplete); len(w.logs.find("bus.published", map[string]any{"event_id": id})) == 0 {
+	if id := graphstate.NotificationID(r, "complete", 1, catalog.WorkItemComplete); len(w.logs.Find("bus.published", map[string]any{"event_id": id})) == 0 {
 		t.Errorf("no bus.published for %s", id)
 	}
 }

@@ -87,7 +87,7 @@ type world struct {
 	slack  *slackfake.Server
 	sock   *socketfake.Server
 	cfg    atomic.Pointer[config.Config]
-	logs   *records
+	logs   *eventlog.Recorder
 	work   string // the sessions' workspace
 	agent  string // the stand-in's record directory
 	hookAt string // ingress-github's webhook URL
@@ -98,49 +98,18 @@ type world struct {
 	closing atomic.Bool
 }
 
-// records is the event log: every record the services emit, kept for the
-// assertions and forwarded to loop.log as the host does.
-type records struct {
-	conn *bus.Conn
-	mu   sync.Mutex
-	recs []eventlog.Record
+// corePublisher forwards event-log records to loop.log as the host does:
+// the world keeps them (eventlog.Recorder) and sends them on.
+type corePublisher struct{ conn *bus.Conn }
+
+func (p corePublisher) PublishLog(_ context.Context, subject string, data []byte) error {
+	return p.conn.PublishCore(bus.Message{Subject: subject, Data: data})
 }
 
-func (r *records) PublishLog(_ context.Context, subject string, data []byte) error {
-	var rec eventlog.Record
-	if err := json.Unmarshal(data, &rec); err == nil {
-		r.mu.Lock()
-		r.recs = append(r.recs, rec)
-		r.mu.Unlock()
-	}
-	return r.conn.PublishCore(bus.Message{Subject: subject, Data: data})
-}
-
-// find returns the records called name whose fields hold every pair of match.
-func (r *records) find(name string, match map[string]any) []eventlog.Record {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []eventlog.Record
-next:
-	for _, x := range r.recs {
-		if x.Event != name {
-			continue
-		}
-		for k, v := range match {
-			if fmt.Sprint(x.Fields[k]) != fmt.Sprint(v) {
-				continue next
-			}
-		}
-		out = append(out, x)
-	}
-	return out
-}
-
-func (r *records) all() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// logDump is the event log as JSON lines, for a failed test's output.
+func logDump(r *eventlog.Recorder) string {
 	var b strings.Builder
-	for _, x := range r.recs {
+	for _, x := range r.Since(0) {
 		j, _ := json.Marshal(x)
 		b.Write(j)
 		b.WriteByte('\n')
@@ -185,7 +154,7 @@ func newWorld(t *testing.T, edit ...func(*config.Config)) *world {
 	w.srv = bustest.StartServer(t, bustest.Options{InProcessOnly: true})
 	w.srv.Provision(t, bustest.FastTopology(partitions))
 	w.conn = w.srv.Connect(t, "inproc-test")
-	w.logs = &records{conn: w.conn}
+	w.logs = &eventlog.Recorder{Next: corePublisher{w.conn}}
 	cfg := baseConfig(t)
 	for _, f := range edit {
 		f(cfg)
@@ -306,7 +275,7 @@ func newWorld(t *testing.T, edit ...func(*config.Config)) *world {
 			t.Errorf("Run: %v", err)
 		}
 		if t.Failed() {
-			t.Logf("event log:\n%s", w.logs.all())
+			t.Logf("event log:\n%s", logDump(w.logs))
 		}
 	})
 	actx, acancel := context.WithTimeout(ctx, wait)
@@ -346,7 +315,7 @@ func (w *world) waitLog(name string, match map[string]any) eventlog.Record {
 	w.t.Helper()
 	var got []eventlog.Record
 	w.eventually(fmt.Sprintf("%s %v", name, match), func() bool {
-		got = w.logs.find(name, match)
+		got = w.logs.Find(name, match)
 		return len(got) > 0
 	})
 	return got[0]
