@@ -377,10 +377,11 @@ func (s *Service) settlePending(ctx context.Context, store *registry.Store) {
 			continue
 		}
 		id, verdict := sess.Pending, "uncertain"
-		if sess.PendingMarker != "" && s.tmux.Probe(ctx, sess.TmuxTarget) == tmux.Live {
-			if shown, err := s.tmux.Shows(ctx, sess.TmuxTarget, sess.PendingMarker); err == nil {
-				verdict = map[bool]string{true: "received", false: "not-typed"}[shown]
-			}
+		switch shown, known := s.paneShows(ctx, sess.TmuxTarget, sess.PendingMarker); {
+		case known && shown:
+			verdict = "received"
+		case known:
+			verdict = "not-typed"
 		}
 		if _, err := store.Mutate(ctx, r.Ref, func(rec *registry.Record) error {
 			if rec.Session == nil || rec.Session.Pending != id {

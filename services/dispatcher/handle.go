@@ -391,11 +391,11 @@ func (s *Service) hostHere(ctx context.Context, store *registry.Store, in *input
 	// for it would stall the partition until the event dead-letters, so the
 	// session follows the partition: take it over and resume it here. The
 	// old host's reconcile loop kills its idle copy within a lease period.
-	at, ok, err := store.Lease(ctx, sess.Host)
+	fresh, err := s.leaseFresh(ctx, store, sess.Host)
 	if err != nil {
-		return fmt.Errorf("registry: lease of %s: %w", sess.Host, err)
+		return err
 	}
-	if ok && time.Since(at) < s.set.Lease {
+	if fresh {
 		s.m.elsewhere.Inc()
 	}
 	old := sess.Host
@@ -435,32 +435,44 @@ func (s *Service) awaitPasteHost(ctx context.Context, store *registry.Store, in 
 	if sess.Host == s.set.Host || sess.PendingMarker == "" || in.last {
 		return false, nil
 	}
-	at, ok, err := store.Lease(ctx, sess.Host)
-	if err != nil {
-		return false, fmt.Errorf("registry: lease of %s: %w", sess.Host, err)
-	}
-	if !ok || time.Since(at) >= s.set.Lease {
-		return false, nil
+	if fresh, err := s.leaseFresh(ctx, store, sess.Host); err != nil || !fresh {
+		return false, err
 	}
 	s.deps.Log.Info("dispatcher: waiting for the host of an interrupted paste to settle it",
 		"work_item", in.ref, "event_id", in.ev.GetId(), "paste_host", sess.Host)
 	return true, nil
 }
 
+// leaseFresh reports whether host renewed its lease within the last lease
+// period: it is running, or died less than a lease ago.
+func (s *Service) leaseFresh(ctx context.Context, store *registry.Store, host string) (bool, error) {
+	at, ok, err := store.Lease(ctx, host)
+	if err != nil {
+		return false, fmt.Errorf("registry: lease of %s: %w", host, err)
+	}
+	return ok && time.Since(at) < s.set.Lease, nil
+}
+
 // pasteShown reads the session's pane for the delivery line of in's prompt,
 // after a crash left in's paste unrecorded. known is false when the pane
-// cannot tell: the session is hosted elsewhere or its pane is not live here,
-// tmux did not answer, or the event template does not print the delivery.
+// cannot tell (see paneShows) or the session is hosted elsewhere.
 func (s *Service) pasteShown(ctx context.Context, in *input, sess *registry.Session) (shown, known bool) {
-	if sess.Host != s.set.Host || s.marker(in) == "" {
+	if sess.Host != s.set.Host {
 		return false, false
 	}
-	if s.tmux.Probe(ctx, sess.TmuxTarget) != tmux.Live {
+	return s.paneShows(ctx, sess.TmuxTarget, s.marker(in))
+}
+
+// paneShows reports whether line stands in target's live pane. known is
+// false when the pane cannot tell: no line to look for (the template prints
+// no delivery), the pane is not live here, or tmux did not answer.
+func (s *Service) paneShows(ctx context.Context, target, line string) (shown, known bool) {
+	if line == "" || s.tmux.Probe(ctx, target) != tmux.Live {
 		return false, false
 	}
-	shown, err := s.tmux.Shows(ctx, sess.TmuxTarget, deliveryMarker(in))
+	shown, err := s.tmux.Shows(ctx, target, line)
 	if err != nil {
-		s.deps.Log.Warn("dispatcher: cannot read the session's pane", "work_item", in.ref, "err", err)
+		s.deps.Log.Warn("dispatcher: cannot read the session's pane", "tmux_target", target, "err", err)
 		return false, false
 	}
 	return shown, true
