@@ -61,6 +61,8 @@ type player struct {
 	agent Agent
 	out   io.Writer
 	log   *eventlog.Recorder
+	// graphs is KV "graph", opened once: every wait for a node polls it.
+	graphs *graphstate.Store
 
 	// marks of the step being played, for "what is new".
 	markLog, markSlack, markBoots, markInputs int
@@ -292,11 +294,14 @@ func (p *player) waitLog(ctx context.Context, what, event, key, value string) er
 }
 
 func (p *player) state(ctx context.Context, r string) (*graph.State, error) {
-	store, err := graphstate.Open(ctx, p.conn)
-	if err != nil {
-		return nil, err
+	if p.graphs == nil {
+		store, err := graphstate.Open(ctx, p.conn)
+		if err != nil {
+			return nil, err
+		}
+		p.graphs = store
 	}
-	st, _, err := store.Get(ctx, r)
+	st, _, err := p.graphs.Get(ctx, r)
 	return st, err
 }
 
