@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/the-loop/bus/pkg/bus/rawbench"
 )
 
 // BenchmarkPublishConsume measures one event's round trip, publish (with
@@ -72,49 +74,8 @@ func BenchmarkPublishConsume(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name: "RAW", Subjects: []string{"raw.in.*.>"}, Retention: jetstream.WorkQueuePolicy,
-			Storage: jetstream.FileStorage, Discard: jetstream.DiscardNew, Duplicates: 2 * time.Hour,
-			SubjectTransform: partitionTransform("raw.in", 16),
-		}); err != nil {
-			b.Fatal(err)
-		}
-		cons, err := js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{
-			Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1,
-			FilterSubject: "raw.in.>", AckWait: time.Minute,
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		done := make(chan struct{}, 1)
-		rctx, cancel := context.WithCancel(ctx)
-		stopped := make(chan struct{})
-		go func() {
-			defer close(stopped)
-			for rctx.Err() == nil {
-				batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
-				if err != nil {
-					continue
-				}
-				for m := range batch.Messages() {
-					if err := m.DoubleAck(ctx); err == nil {
-						done <- struct{}{}
-					}
-				}
-			}
-		}()
-		defer func() { cancel(); <-stopped }()
-		id := "r" + nonce()
-		b.ResetTimer()
-		for i := 0; b.Loop(); i++ {
-			if _, err := js.Publish(ctx, "raw.in.key.bench", data, jetstream.WithMsgID(fmt.Sprint(id, i))); err != nil {
-				b.Fatal(err)
-			}
-			<-done
-		}
+		rawbench.RoundTrip(b, nc, jetstream.StreamConfig{
+			Name: "RAW", Subjects: []string{"raw.in.*.>"}, SubjectTransform: partitionTransform("raw.in", 16),
+		}, "raw.in.key.bench", data)
 	})
 }

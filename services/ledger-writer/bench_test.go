@@ -1,10 +1,8 @@
 package ledgerwriter
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	// The raw baseline talks to JetStream directly, as pkg/bus's does; only
 	// this benchmark does (scripts/check-deps.sh checks non-test imports).
@@ -13,6 +11,7 @@ import (
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/pkg/bus/rawbench"
 	"github.com/the-loop/bus/pkg/github/ghfake"
 )
 
@@ -56,56 +55,13 @@ func BenchmarkLedger(b *testing.B) {
 	})
 
 	b.Run("raw", func(b *testing.B) {
-		ctx := context.Background()
 		nc, err := nats.Connect(srv.URL(), nats.Name("bench-raw"))
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name: "RAW", Subjects: []string{"raw.in.>"}, Retention: jetstream.WorkQueuePolicy,
-			Storage: jetstream.FileStorage, Discard: jetstream.DiscardNew, Duplicates: 2 * time.Hour,
-		}); err != nil {
-			b.Fatal(err)
-		}
-		cons, err := js.CreateOrUpdateConsumer(ctx, "RAW", jetstream.ConsumerConfig{
-			Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1,
-			FilterSubject: "raw.in.>", AckWait: time.Minute,
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
 		// The same bytes the writer's benchmark puts on the inbox.
-		data := make([]byte, 420)
-		done := make(chan struct{}, 1)
-		rctx, cancel := context.WithCancel(ctx)
-		stopped := make(chan struct{})
-		go func() {
-			defer close(stopped)
-			for rctx.Err() == nil {
-				batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
-				if err != nil {
-					continue
-				}
-				for m := range batch.Messages() {
-					if err := m.DoubleAck(ctx); err == nil {
-						done <- struct{}{}
-					}
-				}
-			}
-		}()
-		defer func() { cancel(); <-stopped }()
-		id := "r" + nonce() + "-"
-		b.ResetTimer()
-		for i := 0; b.Loop(); i++ {
-			if _, err := js.Publish(ctx, "raw.in.key.gate.feedback", data, jetstream.WithMsgID(fmt.Sprint(id, i))); err != nil {
-				b.Fatal(err)
-			}
-			<-done
-		}
+		rawbench.RoundTrip(b, nc, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.in.>"}},
+			"raw.in.key.gate.feedback", make([]byte, 420))
 	})
 }
