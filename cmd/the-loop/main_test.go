@@ -265,15 +265,9 @@ func publishReply(t *testing.T, conn *bus.Conn, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := bus.Header{}
-	for k, v := range m.Header {
-		if k != envelope.HeaderMsgID {
-			h[k] = v
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := conn.Publish(ctx, bus.Message{Subject: m.Subject, Header: h, Data: m.Data, MsgID: ev.Id}); err != nil {
+	if _, err := conn.Publish(ctx, bus.FromEnvelope(m)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -472,17 +466,13 @@ func TestMalformedEventIsDeadLetteredAndReplayable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := bus.Header{}
-	for k, v := range m.Header {
-		if k != envelope.HeaderMsgID {
-			h[k] = v
-		}
-	}
-	h[envelope.HeaderType] = []string{string(catalog.ControlCommand)}
+	forged := bus.FromEnvelope(m)
+	forged.Subject = catalog.InboxSubject(ev.Subject, catalog.ControlCommand)
+	forged.Header[envelope.HeaderType] = []string{string(catalog.ControlCommand)}
 	conn := srv.Connect(t, "forger")
 	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer pcancel()
-	if _, err := conn.Publish(pctx, bus.Message{Subject: catalog.InboxSubject(ev.Subject, catalog.ControlCommand), Header: h, Data: m.Data, MsgID: ev.Id}); err != nil {
+	if _, err := conn.Publish(pctx, forged); err != nil {
 		t.Fatal(err)
 	}
 	var list string

@@ -136,9 +136,7 @@ func requestControl(ctx context.Context, env config.Env, stdout io.Writer, cmd c
 		return err
 	}
 	defer conn.Close()
-	h := bus.Header(msg.Header)
-	delete(h, envelope.HeaderMsgID)
-	if _, err := conn.Publish(ctx, bus.Message{Subject: msg.Subject, Header: h, Data: msg.Data, MsgID: ev.GetId()}); err != nil {
+	if _, err := conn.Publish(ctx, bus.FromEnvelope(msg)); err != nil {
 		return fmt.Errorf("publish the request: %w", err)
 	}
 	fmt.Fprintf(stdout, "requested %s of %s as %s (%s); it is recorded on the work item, then executed by the dispatcher that hosts the session\n", cmd, ref, person.GitHub, ev.GetId())

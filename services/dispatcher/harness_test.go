@@ -143,14 +143,8 @@ func (e *env) publish(evs ...*loopv1.Event) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		h := bus.Header{}
-		for k, v := range m.Header {
-			if k != envelope.HeaderMsgID {
-				h[k] = v
-			}
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err = e.pub.Publish(ctx, bus.Message{Subject: m.Subject, Header: h, Data: m.Data, MsgID: ev.GetId()})
+		_, err = e.pub.Publish(ctx, bus.FromEnvelope(m))
 		cancel()
 		if err != nil {
 			e.t.Fatal(err)

@@ -160,10 +160,8 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 			log.Error("event not encodable", "event_id", ev.GetId(), "err", err)
 			return drop("unencodable", who...), nil
 		}
-		h := bus.Header(msg.Header)
-		delete(h, envelope.HeaderMsgID) // the bus sets Nats-Msg-Id from MsgID
 		start := time.Now()
-		ack, err := s.deps.Conn.Publish(ctx, bus.Message{Subject: msg.Subject, Header: h, Data: msg.Data, MsgID: ev.GetId()})
+		ack, err := s.deps.Conn.Publish(ctx, bus.FromEnvelope(msg))
 		if err != nil {
 			return outcome{}, err
 		}

@@ -282,15 +282,8 @@ func (s *Service) publish(ctx context.Context, ev *loopv1.Event) (dup bool, err 
 	if err != nil {
 		return false, err
 	}
-	h := bus.Header{}
-	for k, v := range m.Header {
-		// The bus sets Nats-Msg-Id from MsgID and refuses Nats-* headers.
-		if k != envelope.HeaderMsgID {
-			h[k] = v
-		}
-	}
 	start := time.Now()
-	ack, err := s.deps.Conn.Publish(ctx, bus.Message{Subject: m.Subject, Header: h, Data: m.Data, MsgID: ev.GetId()})
+	ack, err := s.deps.Conn.Publish(ctx, bus.FromEnvelope(m))
 	if err != nil {
 		return false, fmt.Errorf("publish %s: %w", ev.GetId(), err)
 	}

@@ -517,13 +517,7 @@ func (s *Service) publish(ctx context.Context, ev *loopv1.Event, d *bus.Delivery
 	if err != nil {
 		return bus.PubAck{}, &invalidEvent{err: err}
 	}
-	h := bus.Header{}
-	for k, v := range m.Header {
-		if k != envelope.HeaderMsgID {
-			h[k] = v
-		}
-	}
-	return s.deps.Conn.Publish(ctx, bus.Message{Subject: m.Subject, Header: h, Data: m.Data, MsgID: ev.GetId()})
+	return s.deps.Conn.Publish(ctx, bus.FromEnvelope(m))
 }
 
 // The high-water mark of a kickoff repository: the newest issue number the

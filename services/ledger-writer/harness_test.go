@@ -169,15 +169,9 @@ func (e *env) publish(ev *loopv1.Event) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	h := bus.Header{}
-	for k, v := range m.Header {
-		if k != envelope.HeaderMsgID {
-			h[k] = v
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := e.pub.Publish(ctx, bus.Message{Subject: m.Subject, Header: h, Data: m.Data, MsgID: ev.GetId()}); err != nil {
+	if _, err := e.pub.Publish(ctx, bus.FromEnvelope(m)); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -303,9 +303,7 @@ func Publish(ctx context.Context, c *bus.Conn, ev *loopv1.Event) (bus.PubAck, er
 	if err != nil {
 		return bus.PubAck{}, err
 	}
-	h := bus.Header(msg.Header)
-	delete(h, envelope.HeaderMsgID)
-	return c.Publish(ctx, bus.Message{Subject: msg.Subject, Header: h, Data: msg.Data, MsgID: ev.GetId()})
+	return c.Publish(ctx, bus.FromEnvelope(msg))
 }
 
 // WorkItemURL is the browser URL of a github:[host/]owner/repo#N ref:
