@@ -33,6 +33,13 @@ type Options struct {
 	// PublishAttempts bounds how often an ambiguous publish is retried under
 	// the same Nats-Msg-Id (default 5).
 	PublishAttempts int
+	// Credentials prove the connection's identity; see Credentials.
+	Credentials Credentials
+	// Identity is the bus identity the credential belongs to (IdentityOperator,
+	// a service name…). It sets the connection's reply-subject prefix
+	// (InboxPrefix), the only replies its permissions let it read. Empty:
+	// the default "_INBOX" of a server without authorization.
+	Identity string
 }
 
 func (o *Options) setDefaults() {
@@ -57,6 +64,10 @@ type Conn struct {
 	js   jetstream.JetStream
 	log  *slog.Logger
 	opts Options
+	// closed is closed when the connection is closed for good (Close,
+	// Drain, or the server refusing the credential twice).
+	closed chan struct{}
+	denials *denials
 }
 
 // ErrClosed is returned by operations on a connection that was closed.
@@ -81,7 +92,16 @@ func connect(ctx context.Context, opts Options, extra ...nats.Option) (*Conn, er
 		return nil, err
 	}
 	opts.setDefaults()
+	if err := opts.Credentials.Validate(); err != nil {
+		return nil, fmt.Errorf("bus: connect %s: %w", opts.Name, err)
+	}
+	credOpts, err := opts.Credentials.options()
+	if err != nil {
+		return nil, fmt.Errorf("bus: connect %s: %w", opts.Name, err)
+	}
 	log := opts.Logger.With("component", "bus", "conn", opts.Name)
+	closed := make(chan struct{})
+	denied := newDenials()
 	nopts := []nats.Option{
 		nats.Name(opts.Name),
 		// The nats.go default gives up after 60 attempts (about 2 minutes):
@@ -100,12 +120,22 @@ func connect(ctx context.Context, opts Options, extra ...nats.Option) (*Conn, er
 			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
-			log.Info("nats connection closed")
+			if err := nc.LastError(); isAuthErr(err) {
+				log.Error("nats connection closed: the server refused the credential",
+					"credential", opts.Credentials.Kind(), "setting", opts.Credentials.Setting, "err", err)
+			} else {
+				log.Info("nats connection closed")
+			}
+			close(closed)
 		}),
 		nats.LameDuckModeHandler(func(nc *nats.Conn) {
 			log.Warn("nats server entering lame-duck mode", "url", nc.ConnectedUrlRedacted())
 		}),
 		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			if subject, ok := denied.report(err); ok {
+				log.Error("nats: publish denied by the connection's permissions", "subject", subject, "identity", opts.Identity)
+				return
+			}
 			subj := ""
 			if sub != nil {
 				subj = sub.Subject
@@ -113,9 +143,16 @@ func connect(ctx context.Context, opts Options, extra ...nats.Option) (*Conn, er
 			log.Warn("nats async error", "subject", subj, "err", err)
 		}),
 	}
+	if opts.Identity != "" {
+		nopts = append(nopts, nats.CustomInboxPrefix(InboxPrefix(opts.Identity)))
+	}
+	nopts = append(nopts, credOpts...)
 	nopts = append(nopts, extra...)
 	nc, err := nats.Connect(opts.URL, nopts...)
 	if err != nil {
+		if isAuthErr(err) {
+			return nil, opts.authError(err)
+		}
 		return nil, fmt.Errorf("bus: connect %s: %w", RedactURL(opts.URL), err)
 	}
 	js, err := jetstream.New(nc)
@@ -123,7 +160,32 @@ func connect(ctx context.Context, opts Options, extra ...nats.Option) (*Conn, er
 		nc.Close()
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
 	}
-	return &Conn{nc: nc, js: js, log: log, opts: opts}, nil
+	return &Conn{nc: nc, js: js, log: log, opts: opts, closed: closed, denials: denied}, nil
+}
+
+func (o Options) authError(err error) *AuthError {
+	setting := o.Credentials.Setting
+	if setting == "" {
+		setting = "a NATS credential"
+	}
+	return &AuthError{Conn: o.Name, Setting: setting, Kind: o.Credentials.Kind(), Err: err}
+}
+
+// Refused blocks until ctx ends (nil) or the connection is closed because
+// the server refused its credential (an *AuthError naming the connection
+// and the setting). A host runs it beside its services so that a wrong or
+// missing credential stops the process with a clear error rather than
+// leaving it unready forever.
+func (c *Conn) Refused(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-c.closed:
+	}
+	if err := c.nc.LastError(); isAuthErr(err) {
+		return c.opts.authError(err)
+	}
+	return nil
 }
 
 // RedactURL strips user info (user, password, token) from every URL of a
@@ -171,6 +233,9 @@ func (c *Conn) WaitConnected(ctx context.Context) error {
 			return nil
 		}
 		if c.nc.IsClosed() {
+			if err := c.nc.LastError(); isAuthErr(err) {
+				return c.opts.authError(err)
+			}
 			return ErrClosed
 		}
 		select {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -37,6 +38,28 @@ type EmbeddedOptions struct {
 	// ReadyTimeout bounds the wait for the server to accept clients
 	// (default 10s).
 	ReadyTimeout time.Duration
+	// Users, when set, turns authorization on: only these NKey users may
+	// connect, each with its grant; a client without a credential is
+	// refused.
+	Users []User
+}
+
+// User is one NKey user of a server: its public key and what it may do.
+type User struct {
+	Public string
+	Grant  Grant
+}
+
+// serverPermissions is g in nats-server's own terms.
+func (g Grant) serverPermissions() *server.Permissions {
+	p := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: slices.Clone(g.Publish)},
+		Subscribe: &server.SubjectPermission{Allow: slices.Clone(g.Subscribe)},
+	}
+	if g.Responses {
+		p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
+	}
+	return p
 }
 
 // Embedded is a running in-process nats-server with JetStream.
@@ -81,6 +104,9 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 		SyncAlways:         true,
 		NoSigs:             true,
 		NoLog:              opts.Logger == nil,
+	}
+	for _, u := range opts.Users {
+		sopts.Nkeys = append(sopts.Nkeys, &server.NkeyUser{Nkey: u.Public, Permissions: u.Grant.serverPermissions()})
 	}
 	srv, err := server.NewServer(sopts)
 	if err != nil {

@@ -152,8 +152,13 @@ func (c *Conn) publish(ctx context.Context, nm *nats.Msg, msgID string) (PubAck,
 		for k, v := range nm.Header {
 			msg.Header[k] = v
 		}
+		stop := c.denials.watch(nm.Subject, cancel)
 		ack, err := c.js.PublishMsg(actx, msg, jetstream.WithMsgID(msgID))
+		stop()
 		cancel()
+		if c.denials.take(nm.Subject) {
+			return PubAck{}, fmt.Errorf("publish %s: %w", nm.Subject, ErrDenied)
+		}
 		if err == nil {
 			return PubAck{Stream: ack.Stream, Seq: ack.Sequence, Duplicate: ack.Duplicate}, nil
 		}

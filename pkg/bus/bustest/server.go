@@ -36,6 +36,13 @@ type Options struct {
 	// InProcessOnly ignores LOOP_TEST_NATS_URL (tests that restart the
 	// server need one they own).
 	InProcessOnly bool
+	// Auth turns authorization on: every bus identity (bus.Identities) gets
+	// an NKey user with its grant for Topology, and a client without a
+	// credential is refused. Connect then connects as the operator;
+	// ConnectAs as any identity. Implies InProcessOnly.
+	Auth bool
+	// Topology is what the grants name (default bus.DefaultTopology()).
+	Topology *bus.Topology
 }
 
 // Server is a JetStream server for one test.
@@ -46,6 +53,9 @@ type Server struct {
 	storeDir string
 	port     int
 	external bool
+	// seeds holds each identity's NKey seed when authorization is on.
+	seeds map[string][]byte
+	users []bus.User
 }
 
 // NewServer starts an in-process server (or uses LOOP_TEST_NATS_URL) that is
@@ -58,7 +68,7 @@ func NewServer(t testing.TB) *Server {
 // StartServer is NewServer with options.
 func StartServer(t testing.TB, opts Options) *Server {
 	t.Helper()
-	if u := os.Getenv(EnvURL); u != "" && !opts.InProcessOnly {
+	if u := os.Getenv(EnvURL); u != "" && !opts.InProcessOnly && !opts.Auth {
 		s := &Server{url: u, external: true}
 		s.wipe(t)
 		return s
@@ -70,6 +80,25 @@ func StartServer(t testing.TB, opts Options) *Server {
 		opts.Port = -1
 	}
 	s := &Server{storeDir: opts.StoreDir, port: opts.Port}
+	if opts.Auth {
+		topo := bus.DefaultTopology()
+		if opts.Topology != nil {
+			topo = *opts.Topology
+		}
+		s.seeds = map[string][]byte{}
+		for _, id := range bus.Identities() {
+			seed, pub, err := bus.NewIdentityKey()
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := bus.GrantFor(id, topo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.seeds[id] = seed
+			s.users = append(s.users, bus.User{Public: pub, Grant: g})
+		}
+	}
 	s.start(t)
 	t.Cleanup(s.Shutdown)
 	return s
@@ -80,6 +109,7 @@ func (s *Server) start(t testing.TB) {
 	emb, err := bus.StartEmbedded(context.Background(), bus.EmbeddedOptions{
 		StoreDir: s.storeDir,
 		Port:     s.port,
+		Users:    s.users,
 	})
 	if err != nil {
 		t.Fatalf("bustest: start server: %v", err)
@@ -131,15 +161,39 @@ func (s *Server) Restart(t testing.TB) {
 
 // Connect opens a TCP connection named name that reconnects quickly and is
 // closed when t ends. TCP, not an in-process pipe, so that it survives
-// Restart.
+// Restart. With authorization on it connects as the operator.
 func (s *Server) Connect(t testing.TB, name string) *bus.Conn {
 	t.Helper()
-	c, err := bus.Connect(context.Background(), bus.Options{
+	return s.ConnectAs(t, bus.IdentityOperator, name)
+}
+
+// Auth reports whether the server runs with authorization on.
+func (s *Server) Auth() bool { return s.seeds != nil }
+
+// Seed is identity's NKey seed (nil without authorization).
+func (s *Server) Seed(identity string) []byte { return s.seeds[identity] }
+
+// Credentials is identity's credential (none without authorization).
+func (s *Server) Credentials(identity string) bus.Credentials {
+	if s.seeds == nil {
+		return bus.Credentials{}
+	}
+	return bus.Credentials{Seed: s.seeds[identity], Setting: "bustest " + identity}
+}
+
+// ConnectAs is Connect with identity's credential (with authorization on).
+func (s *Server) ConnectAs(t testing.TB, identity, name string) *bus.Conn {
+	t.Helper()
+	o := bus.Options{
 		URL:            s.URL(),
 		Name:           name,
 		ReconnectWait:  50 * time.Millisecond,
 		PublishTimeout: 2 * time.Second,
-	})
+	}
+	if s.seeds != nil {
+		o.Credentials, o.Identity = s.Credentials(identity), identity
+	}
+	c, err := bus.Connect(context.Background(), o)
 	if err != nil {
 		t.Fatalf("bustest: connect: %v", err)
 	}

@@ -1,0 +1,223 @@
+package bus
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/the-loop/bus/pkg/catalog"
+)
+
+// Bus identities: one per service, plus the two an operator uses. Each
+// connects as its own NATS user whose subject permissions are the
+// architecture written down (docs/architecture.md, "Trust boundaries"): only
+// the two ingresses and the dispatcher publish to loop.in, each only the
+// types it raises; only the ledger-writer consumes the inbox and publishes
+// loop.ev; the slack-renderer and the dispatcher only read loop.ev; a KV
+// bucket is written only by its owner. Agent sessions have no identity at all:
+// they reach the loop through the dispatcher's session endpoint.
+const (
+	IdentityIngressGitHub = "ingress-github"
+	IdentityIngressSlack  = "ingress-slack"
+	IdentityLedgerWriter  = ServiceLedgerWriter
+	IdentitySlackRenderer = ServiceSlackRenderer
+	IdentityDispatcher    = ServiceDispatcher
+	// IdentityObserver reads: the event log, the DLQ, streams' and
+	// consumers' state, KV buckets, and asks the dispatcher's graph status.
+	// It publishes nothing that any service acts on.
+	IdentityObserver = "observer"
+	// IdentityOperator is the administrator: everything (DLQ replay, session
+	// controls, graph complete, stream maintenance).
+	IdentityOperator = "operator"
+)
+
+// Identities lists every bus identity: the five services, then the observer
+// and the operator.
+func Identities() []string {
+	return []string{
+		IdentityIngressGitHub, IdentityIngressSlack, IdentityLedgerWriter,
+		IdentitySlackRenderer, IdentityDispatcher, IdentityObserver, IdentityOperator,
+	}
+}
+
+// InboxTypes lists, per identity, the catalog types (and notices) it may
+// publish to loop.in. Nobody else publishes to the inbox but the operator
+// (a DLQ replay, a session control).
+var InboxTypes = map[string][]catalog.Type{
+	IdentityIngressGitHub: {catalog.CommentHuman, catalog.CommentAgent, catalog.WorkItemActivity, catalog.LedgerRecord},
+	IdentityIngressSlack:  {catalog.WorkItemReply, catalog.GateFeedback, catalog.ControlCommand, catalog.WorkItemCreate},
+	IdentityDispatcher: {
+		catalog.SessionAwaitingInput, catalog.DecisionPending, catalog.PhaseApprovalPending, catalog.PRReviewPending,
+		catalog.SecuritySignOffPending, catalog.ConflictEscalated, catalog.WorkItemComplete, catalog.GatePaused,
+	},
+}
+
+// access is what an identity does with a KV bucket or object store.
+type access int
+
+const (
+	readOnly access = iota + 1
+	readWrite
+)
+
+// buckets says who uses which KV bucket and object store, and how. The owner
+// (readWrite) is the service whose state it is.
+var buckets = map[string]map[string]access{
+	IdentityIngressGitHub: {BucketSeen: readWrite, BucketCursors: readWrite, ObjectPayloads: readWrite},
+	IdentityIngressSlack:  {BucketSeen: readWrite, BucketCursors: readWrite, BucketThreads: readWrite, BucketGraph: readOnly},
+	IdentityLedgerWriter:  {BucketLedger: readWrite, BucketThreads: readOnly, ObjectPayloads: readOnly},
+	IdentitySlackRenderer: {BucketPosted: readWrite, BucketThreads: readWrite, BucketGraph: readOnly, ObjectPayloads: readOnly},
+	IdentityDispatcher: {
+		BucketSessions: readWrite, BucketGraph: readWrite, BucketLedger: readOnly,
+		BucketThreads: readOnly, ObjectPayloads: readOnly,
+	},
+}
+
+// consumes says which partitioned stream each consuming identity reads.
+var consumes = map[string]string{
+	IdentityLedgerWriter:  StreamInbox,
+	IdentitySlackRenderer: StreamEvents,
+	IdentityDispatcher:    StreamEvents,
+}
+
+// Grant is what one identity may do on the bus, as NATS subject permissions.
+type Grant struct {
+	// Publish and Subscribe are the subjects allowed; everything else is
+	// denied.
+	Publish, Subscribe []string
+	// Responses lets the identity answer requests it received (one reply
+	// each), whatever the requester's reply subject is.
+	Responses bool
+}
+
+// InboxPrefix is the reply-subject prefix of an identity's connection: every
+// identity reads only its own replies.
+func InboxPrefix(identity string) string { return "_INBOX_" + identity }
+
+// GrantFor returns identity's permissions for topology t (the stream and
+// bucket names it lists).
+func GrantFor(identity string, t Topology) (Grant, error) {
+	t.setDefaults()
+	switch identity {
+	case IdentityOperator:
+		return Grant{Publish: []string{">"}, Subscribe: []string{">"}, Responses: true}, nil
+	case IdentityObserver:
+		return observerGrant(t), nil
+	case IdentityIngressGitHub, IdentityIngressSlack, IdentityLedgerWriter, IdentitySlackRenderer, IdentityDispatcher:
+	default:
+		return Grant{}, fmt.Errorf("bus: unknown identity %q", identity)
+	}
+	g := Grant{Subscribe: []string{InboxPrefix(identity) + ".>"}}
+	pub := func(s ...string) { g.Publish = append(g.Publish, s...) }
+	pub(provisionSubjects(t)...)
+	pub(catalog.LogPrefix + "." + catalog.SubjectKey(identity) + ".>")
+	for _, typ := range InboxTypes[identity] {
+		pub(catalog.InboxPrefix + ".*." + string(typ))
+	}
+	if stream, ok := consumes[identity]; ok {
+		pub(api("CONSUMER.MSG.NEXT", stream, "*"), api("CONSUMER.UNPIN", stream, "*"),
+			"$JS.ACK."+stream+".>", catalog.DLQPrefix+".>")
+	}
+	if identity == IdentityLedgerWriter {
+		pub(catalog.EventsPrefix + ".>")
+	}
+	names := make([]string, 0, len(buckets[identity]))
+	for name := range buckets[identity] {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		pub(storeSubjects(name, buckets[identity][name] == readWrite)...)
+	}
+	if identity == IdentityDispatcher {
+		// The graph endpoint (nats.go/micro): its own subjects and the
+		// framework's discovery subjects, answered with one reply each.
+		g.Subscribe = append(g.Subscribe, catalog.ServicePrefix+"."+catalog.SubjectKey(identity)+".>", "$SRV.>")
+		g.Responses = true
+	}
+	return g, nil
+}
+
+// provisionSubjects is what Provision needs: every service provisions the
+// whole topology at start (idempotently), so that any one of them may come
+// up first. It may create and update streams and consumers, never delete or
+// purge them.
+func provisionSubjects(t Topology) []string {
+	s := []string{"$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST"}
+	for _, name := range streamNames(t) {
+		s = append(s, api("STREAM.INFO", name), api("STREAM.CREATE", name), api("STREAM.UPDATE", name))
+	}
+	for _, stream := range []string{StreamInbox, StreamEvents} {
+		s = append(s, api("CONSUMER.CREATE", stream, ">"), api("CONSUMER.DURABLE.CREATE", stream, ">"),
+			api("CONSUMER.INFO", stream, "*"))
+	}
+	return s
+}
+
+// storeSubjects are the subjects of reading (and, with write, writing) one KV
+// bucket or object store: gets, watches (an ordered consumer of its stream,
+// with flow control) and writes.
+func storeSubjects(name string, write bool) []string {
+	stream, data := "KV_"+name, "$KV."+name+".>"
+	if name == ObjectPayloads {
+		stream, data = "OBJ_"+name, "$O."+name+".>"
+	}
+	s := []string{
+		api("STREAM.MSG.GET", stream), api("DIRECT.GET", stream), api("DIRECT.GET", stream, ">"),
+		api("CONSUMER.CREATE", stream, ">"), api("CONSUMER.INFO", stream, "*"), api("CONSUMER.DELETE", stream, "*"),
+		api("CONSUMER.MSG.NEXT", stream, "*"), "$JS.ACK." + stream + ".>", "$JS.FC." + stream + ".>",
+	}
+	if write {
+		s = append(s, data)
+		if name == ObjectPayloads {
+			// Putting an object again replaces its chunks with a purge.
+			s = append(s, api("STREAM.PURGE", stream))
+		}
+	}
+	return s
+}
+
+// observerGrant reads everything a status page or `the-loop events` shows,
+// and can take nothing: it may not fetch from the partitioned streams'
+// consumers (that would hold back a service's message), only from its own
+// ordered consumers of the other streams.
+func observerGrant(t Topology) Grant {
+	s := []string{"$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST"}
+	for _, name := range streamNames(t) {
+		s = append(s, api("STREAM.INFO", name), api("STREAM.MSG.GET", name), api("DIRECT.GET", name),
+			api("DIRECT.GET", name, ">"), api("CONSUMER.LIST", name), api("CONSUMER.NAMES", name),
+			api("CONSUMER.INFO", name, "*"))
+		if name == StreamInbox || name == StreamEvents {
+			continue
+		}
+		s = append(s, api("CONSUMER.CREATE", name, ">"), api("CONSUMER.DELETE", name, "*"),
+			api("CONSUMER.MSG.NEXT", name, "*"), "$JS.ACK."+name+".>", "$JS.FC."+name+".>")
+	}
+	// graph status (not complete), and the services framework's discovery.
+	s = append(s, catalog.ServiceSubject(ServiceDispatcher, "graph.status"), "$SRV.PING", "$SRV.PING.>",
+		"$SRV.INFO", "$SRV.INFO.>", "$SRV.STATS", "$SRV.STATS.>")
+	return Grant{Publish: s, Subscribe: []string{InboxPrefix(IdentityObserver) + ".>"}}
+}
+
+// streamNames are the streams of t, KV buckets' and object stores' included.
+func streamNames(t Topology) []string {
+	var names []string
+	for _, cfg := range t.streamConfigs() {
+		names = append(names, cfg.Name)
+	}
+	for _, b := range t.Buckets {
+		names = append(names, "KV_"+b.Name)
+	}
+	for _, o := range t.Objects {
+		names = append(names, "OBJ_"+o.Name)
+	}
+	return names
+}
+
+// api is a JetStream API subject: "$JS.API." + op + "." + tokens.
+func api(op string, tokens ...string) string {
+	s := "$JS.API." + op
+	for _, t := range tokens {
+		s += "." + t
+	}
+	return s
+}
