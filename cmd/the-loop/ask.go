@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/services/dispatcher/ask"
+	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 	"github.com/the-loop/bus/services/dispatcher/graphstate"
 )
 
@@ -18,29 +19,27 @@ import (
 // comment limit is 65,536 characters; the ledger-writer caps what it posts).
 const maxQuestionBytes = 256 << 10
 
-// cmdAsk publishes an agent session's question as session.awaiting_input and
-// waits until the ledger has recorded it, then prints the question comment's
-// URL (R3.3: the record is the question comment itself, one comment).
-//
-// See package services/dispatcher/ask: the event has source "cli" and no
-// actor (the asker is the session, not a person), and the wait reads the
-// ledger's state of the event id until it says recorded or failed, or until
-// --timeout.
+// cmdAsk is what an agent session runs to ask a person on its work item: it
+// sends the question to the dispatcher's session endpoint with the session's
+// own token (LOOP_SESSION_URL, LOOP_SESSION_TOKEN, set by the dispatcher),
+// which scrubs it, publishes it as session.awaiting_input with the session as
+// its asker, and answers once the ledger has recorded it; the verb prints the
+// question comment's URL. A session holds no bus credential: this is its only
+// way to ask (package sessionapi).
 func cmdAsk(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
 	return cmdAskWith(ctx, args, env, os.Stdin, stdout, stderr)
 }
 
 func cmdAskWith(ctx context.Context, args []string, env config.Env, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("ask", stderr)
-	ref := fs.String("work-item", "", "the work item, github:owner/repo#N")
+	ref := fs.String("work-item", "", "the work item, github:owner/repo#N (default: the session's own; another is refused)")
 	text := fs.String("question", "", "the question (markdown)")
 	file := fs.String("question-file", "", "read the question from this file ('-': standard input)")
-	sessionID := fs.String("session-id", "", "the asking session's harness session id (optional)")
 	timeout := fs.Duration("timeout", 60*time.Second, "how long to wait for the ledger to record the question")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	const usage = "ask --work-item REF --question TEXT|--question-file F|- [--timeout D]"
+	const usage = "ask [--work-item REF] --question TEXT|--question-file F|- [--timeout D]"
 	stdinArg := false
 	switch rest := fs.Args(); {
 	case len(rest) == 1 && rest[0] == "-":
@@ -54,10 +53,10 @@ func cmdAskWith(ctx context.Context, args []string, env config.Env, stdin io.Rea
 			sources++
 		}
 	}
-	if *ref == "" || sources != 1 {
+	if sources != 1 {
 		return fmt.Errorf("%w: %s (exactly one question source)", errUsage, usage)
 	}
-	if graphstate.WorkItemURL(*ref) == "" {
+	if *ref != "" && graphstate.WorkItemURL(*ref) == "" {
 		return fmt.Errorf("%w: --work-item %q is not a ref like github:owner/repo#15", errUsage, *ref)
 	}
 	if *timeout <= 0 {
@@ -86,21 +85,30 @@ func cmdAskWith(ctx context.Context, args []string, env config.Env, stdin io.Rea
 	if strings.TrimSpace(question) == "" {
 		return fmt.Errorf("%w: the question is empty", errUsage)
 	}
-
-	conn, err := cliConnect(ctx, env, "the-loop-ask")
+	client, err := sessionClient(env)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	wctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	id, url, err := ask.Ask(wctx, conn, *ref, question, *sessionID)
+	ans, err := client.Ask(ctx, *ref, question, *timeout)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("the question %s is on the bus but the ledger has not recorded it within %s (is the ledger-writer running?); it will be recorded once it is", id, *timeout)
-		}
 		return err
 	}
-	fmt.Fprintln(stdout, url)
+	if ans.Pending {
+		return fmt.Errorf("the question %s is on the bus but the ledger has not recorded it within %s (is the ledger-writer running?); it will be recorded once it is", ans.ID, *timeout)
+	}
+	fmt.Fprintln(stdout, ans.URL)
 	return nil
+}
+
+// sessionClient is the session endpoint's client, from the variables the
+// dispatcher sets in a session.
+func sessionClient(env config.Env) (sessionapi.Client, error) {
+	s, err := loadSettings(env)
+	if err != nil {
+		return sessionapi.Client{}, err
+	}
+	if s.Session.URL == "" || !s.Session.Token.IsSet() {
+		return sessionapi.Client{}, errors.New("this verb runs inside an agent session: LOOP_SESSION_URL and LOOP_SESSION_TOKEN are set there by the dispatcher")
+	}
+	return sessionapi.Client{URL: s.Session.URL, Token: s.Session.Token.Reveal(), HTTP: &http.Client{Timeout: 10 * time.Minute}}, nil
 }

@@ -43,6 +43,7 @@ Usage:
   the-loop excerpt --event NAME [FILE|-]
                                        what a session is shown of a GitHub payload
   the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
+  the-loop auth init DIR               a deployment's bus identities: NKey seeds and nats.conf authorization
   the-loop version                     print the version
 
 Settings come from LOOP_* environment variables ('the-loop serve <service> --help' lists them).
@@ -95,6 +96,8 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdGraph(ctx, rest, env, stdout, stderr)
 	case "health":
 		return cmdHealth(ctx, rest, env, stdout, stderr)
+	case "auth":
+		return cmdAuth(ctx, rest, env, stdout, stderr)
 	case "docs":
 		return cmdDocs(ctx, rest, env, stdout, stderr)
 	case "version", "--version":

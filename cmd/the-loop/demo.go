@@ -65,6 +65,9 @@ func cmdDemo(ctx context.Context, args []string, env config.Env, stdout, stderr 
 	if err != nil {
 		return fmt.Errorf("demo settings: %w", err)
 	}
+	// The stand-in agent runs with this shell's allow-listed environment
+	// (PATH, HOME…), as a real session would with the operator's.
+	s.sessionEnv = dispatcher.SessionBaseEnv(env, nil)
 	// The services' own logs go to a file: the transcript is the demo's
 	// output.
 	logPath := filepath.Join(*dir, "services.log")
@@ -74,15 +77,22 @@ func cmdDemo(ctx context.Context, args []string, env config.Env, stdout, stderr 
 	}
 	defer logFile.Close()
 	log := newLogger(logFile, s.Common.LogLevel)
-	srv, conn, key, err := startEmbedded(ctx, s, log, "the-loop-demo")
+	emb, err := startEmbedded(ctx, s, s.Up.StoreDir, log)
 	if err != nil {
 		return err
 	}
+	srv := emb.srv
 	defer srv.Shutdown()
+	// The demo plays the people and the GitHub and Slack stand-ins: it
+	// reads and writes as the operator.
+	conn, err := emb.connect(ctx, bus.IdentityOperator)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
 
 	readyc := make(chan *httpserver.Readiness, 1)
-	h := &host{name: "the-loop demo", settings: s, log: log, conn: conn, stdout: io.Discard, defs: services,
-		envelopeKey: key, started: func(r *httpserver.Readiness) { readyc <- r }}
+	h := &host{name: "the-loop demo", settings: s, log: log, stdout: io.Discard, defs: services,
+		envelopeKey: emb.key, connect: emb.connect, started: func(r *httpserver.Readiness) { readyc <- r }}
 	hctx, stopServices := context.WithCancel(ctx)
 	hostDone := make(chan error, 1)
 	go func() { hostDone <- h.run(hctx) }()
@@ -104,7 +114,7 @@ func cmdDemo(ctx context.Context, args []string, env config.Env, stdout, stderr 
 		_ = shutdown()
 		return err
 	}
-	sum, playErr := stage.Play(ctx, conn, demoAgent{conn: conn}, stdout)
+	sum, playErr := stage.Play(ctx, conn, stdout)
 	if playErr != nil {
 		_ = shutdown()
 		return fmt.Errorf("demo: %w (service logs: %s)", playErr, logPath)
@@ -115,7 +125,8 @@ func cmdDemo(ctx context.Context, args []string, env config.Env, stdout, stderr 
 		<-ctx.Done()
 	} else {
 		fmt.Fprintf(stdout, "\nWhere to look next: run it with --keep-running, then\n")
-		fmt.Fprintf(stdout, "  LOOP_NATS_URL=<its NATS URL> the-loop events --follow --last 50   every record that crossed the bus\n")
+		fmt.Fprintf(stdout, "  LOOP_NATS_URL=<its NATS URL> LOOP_NATS_NKEY_FILE=<its dir>/store/nats/observer.nk the-loop events --follow --last 50\n")
+		fmt.Fprintf(stdout, "                                       every record that crossed the bus\n")
 		fmt.Fprintf(stdout, "  LOOP_CONFIG=<its dir>/the-loop.yaml the-loop channels status     the Slack channel's grants\n")
 		fmt.Fprintf(stdout, "and for the real thing, README.md \"Quick start\".\n")
 	}
@@ -157,7 +168,8 @@ func awaitServices(ctx context.Context, readyc <-chan *httpserver.Readiness, hos
 
 func printKeepRunning(w io.Writer, stage *demo.Stage, srv *bus.Embedded, dir, logPath string) {
 	fmt.Fprintf(w, "\nStill running; Ctrl-C stops. Look around:\n")
-	fmt.Fprintf(w, "  LOOP_NATS_URL=%s the-loop events --follow --last 50\n", srv.ClientURL())
+	fmt.Fprintf(w, "  LOOP_NATS_URL=%s LOOP_NATS_NKEY_FILE=%s the-loop events --follow --last 50\n", srv.ClientURL(),
+		filepath.Join(dir, "store", identitiesDir, bus.IdentityObserver+".nk"))
 	fmt.Fprintf(w, "  LOOP_CONFIG=%s the-loop channels status\n", filepath.Join(dir, "the-loop.yaml"))
 	fmt.Fprintf(w, "  curl -H 'Authorization: Bearer %s' %srepos/%s/issues/1/comments   the stand-in GitHub\n", demo.GitHubToken, stage.GitHub.URL(), demo.Repo)
 	fmt.Fprintf(w, "  curl -d token=%s -d channel=%s %sconversations.history   the stand-in Slack\n", demo.SlackToken, demo.Channel, stage.Slack.URL())
@@ -166,14 +178,6 @@ func printKeepRunning(w io.Writer, stage *demo.Stage, srv *bus.Embedded, dir, lo
 		fmt.Fprintf(w, "  tmux -L %s attach   the session (the stand-in agent echoes what it is told)\n", stage.TmuxSocket())
 	}
 	fmt.Fprintf(w, "  files: %s; service logs: %s\n", dir, logPath)
-}
-
-// demoAgent is what the stand-in agent runs: `the-loop graph complete`,
-// the same request to the dispatcher as the CLI verb.
-type demoAgent struct{ conn *bus.Conn }
-
-func (a demoAgent) Complete(ctx context.Context, ref string) error {
-	return requestGraph(ctx, a.conn, dispatcher.SubjectGraphComplete, ref, &dispatcher.GraphCompleted{})
 }
 
 // cmdDemoAgent is the stand-in agent harness: `the-loop demo agent --dir D

@@ -26,7 +26,7 @@ func cmdDLQ(ctx context.Context, args []string, env config.Env, stdout, stderr i
 		if err := parseFlags(fs, args[1:]); err != nil {
 			return err
 		}
-		conn, err := cliConnect(ctx, env, "the-loop-dlq")
+		conn, err := cliConnect(ctx, env, "the-loop-dlq", read)
 		if err != nil {
 			return err
 		}
@@ -53,7 +53,7 @@ func cmdDLQ(ctx context.Context, args []string, env config.Env, stdout, stderr i
 		if err != nil {
 			return fmt.Errorf("%w: dlq replay: %q is not a sequence number", errUsage, args[1])
 		}
-		conn, err := cliConnect(ctx, env, "the-loop-dlq")
+		conn, err := cliConnect(ctx, env, "the-loop-dlq", write)
 		if err != nil {
 			return err
 		}

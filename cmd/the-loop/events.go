@@ -37,7 +37,7 @@ func cmdEvents(ctx context.Context, args []string, env config.Env, stdout, stder
 		}
 		return tw.Flush()
 	case *follow:
-		conn, err := cliConnect(ctx, env, "the-loop-events")
+		conn, err := cliConnect(ctx, env, "the-loop-events", read)
 		if err != nil {
 			return err
 		}
@@ -61,28 +61,4 @@ func cmdEvents(ctx context.Context, args []string, env config.Env, stdout, stder
 		return nil
 	}
 	return fmt.Errorf("%w: events needs --types, --log-types or --follow", errUsage)
-}
-
-// cliConnect connects an operator verb to LOOP_NATS_URL, or to the embedded
-// server of a local `the-loop up` (LOOP_NATS_LISTEN).
-func cliConnect(ctx context.Context, env config.Env, name string) (*bus.Conn, error) {
-	s, err := loadSettings(env)
-	if err != nil {
-		return nil, err
-	}
-	url := s.Common.NATSURL
-	if url == "" {
-		url = "nats://" + s.Up.NATSListen
-	}
-	conn, err := bus.Connect(ctx, bus.Options{URL: url, Name: name})
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", bus.RedactURL(url), err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, connectWait)
-	defer cancel()
-	if err := conn.WaitConnected(wctx); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("NATS at %s is not reachable (is 'the-loop up' running?): %w", bus.RedactURL(url), err)
-	}
-	return conn, nil
 }

@@ -24,7 +24,9 @@ import (
 //   - complete REF: the agent session says its node's work is done; the
 //     dispatcher moves the work item on by done and publishes the entered
 //     node's notifications. A human gate is refused: only an authorized
-//     person's comment decides one.
+//     person's comment decides one. In a session it goes through the
+//     session endpoint (its own work item only); an operator's needs the
+//     operator credential.
 //
 // With no dispatcher running the verb says so at once.
 func cmdGraph(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
@@ -70,7 +72,11 @@ const graphTimeout = 30 * time.Second
 
 // askDispatcher connects and asks the dispatcher (requestGraph).
 func askDispatcher(ctx context.Context, env config.Env, subject, ref string, out any) error {
-	conn, err := cliConnect(ctx, env, "the-loop-graph")
+	need := read
+	if subject == dispatcher.SubjectGraphComplete {
+		need = write
+	}
+	conn, err := cliConnect(ctx, env, "the-loop-graph", need)
 	if err != nil {
 		return err
 	}
@@ -165,9 +171,22 @@ func graphStatus(ctx context.Context, env config.Env, stdout io.Writer, ref stri
 	return nil
 }
 
+// graphComplete moves ref on. Inside an agent session (LOOP_SESSION_URL set)
+// it asks the session endpoint, which lets a session complete only its own
+// work item's node; elsewhere it is the operator's request on the bus.
 func graphComplete(ctx context.Context, env config.Env, stdout io.Writer, ref string) error {
 	var ans dispatcher.GraphCompleted
-	if err := askDispatcher(ctx, env, dispatcher.SubjectGraphComplete, ref, &ans); err != nil {
+	if _, inSession := env["LOOP_SESSION_URL"]; inSession {
+		client, err := sessionClient(env)
+		if err != nil {
+			return err
+		}
+		rctx, cancel := context.WithTimeout(ctx, graphTimeout)
+		defer cancel()
+		if err := client.Complete(rctx, ref, &ans); err != nil {
+			return err
+		}
+	} else if err := askDispatcher(ctx, env, dispatcher.SubjectGraphComplete, ref, &ans); err != nil {
 		return err
 	}
 	status := ""

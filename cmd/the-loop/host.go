@@ -59,6 +59,8 @@ func newDispatcher(d runtime.Deps, _ hostKind) (runner, error) {
 		Workdir:          d.Dispatcher.Workdir,
 		Label:            d.GitHub.PollLabel,
 		SpawnOnUnmatched: d.Dispatcher.Spawn,
+		SessionAddr:      d.Dispatcher.SessionAddr,
+		SessionEnv:       d.SessionEnv,
 	}))
 }
 
@@ -112,6 +114,10 @@ type settings struct {
 	Slack      config.Slack
 	Up         config.Up
 	Dispatcher config.Dispatcher
+	Session    config.Session
+	// sessionEnv is the allow-listed part of this process's environment
+	// that agent sessions start with.
+	sessionEnv map[string]string
 }
 
 func loadSettings(env config.Env) (settings, error) {
@@ -119,12 +125,13 @@ func loadSettings(env config.Env) (settings, error) {
 	if err := config.CheckEnv(env); err != nil {
 		return s, err
 	}
-	if err := config.Process(env, &s.Common, &s.GitHub, &s.Slack, &s.Up, &s.Dispatcher); err != nil {
+	if err := config.Process(env, &s.Common, &s.GitHub, &s.Slack, &s.Up, &s.Dispatcher, &s.Session); err != nil {
 		return s, err
 	}
 	if err := s.Common.Validate(); err != nil {
 		return s, err
 	}
+	s.sessionEnv = dispatcher.SessionBaseEnv(env, s.Dispatcher.SessionEnvNames())
 	return s, nil
 }
 
@@ -132,14 +139,17 @@ func newLogger(w io.Writer, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-// host runs a set of services over one bus connection with one admin server.
+// host runs a set of services, each over its own bus connection as its own
+// identity, with one admin server.
 type host struct {
 	name     string
 	settings settings
 	log      *slog.Logger
-	conn     *bus.Conn
 	stdout   io.Writer
 	defs     []serviceDef
+	// connect opens the bus connection of one service, authenticated as
+	// that service's identity.
+	connect func(ctx context.Context, identity string) (*bus.Conn, error)
 	// envelopeKey is LOOP_ENVELOPE_KEY, or the key `up` keeps in its store.
 	envelopeKey []byte
 	// serve: one service in its own process.
@@ -153,17 +163,36 @@ type host struct {
 // Slack off.
 var defaultConfig = config.Default()
 
-func (h *host) run(ctx context.Context) error {
+func (h *host) run(ctx context.Context) (err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := bus.NewMetrics(reg)
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	conns := make(map[string]*bus.Conn, len(h.defs))
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		for name, c := range conns {
+			if derr := c.Drain(dctx); derr != nil {
+				h.log.Warn("drain NATS connection", "service", name, "err", derr)
+			}
+		}
+	}()
+	for _, def := range h.defs {
+		c, err := h.connect(ctx, def.name)
+		if err != nil {
+			return fmt.Errorf("%s: connect to NATS: %w", def.name, err)
+		}
+		conns[def.name] = c
+	}
 	ready := httpserver.NewReadiness()
 	ready.Add("nats", func() error {
-		if !h.conn.Connected() {
-			return errors.New("not connected to NATS")
+		for name, c := range conns {
+			if !c.Connected() {
+				return fmt.Errorf("%s not connected to NATS", name)
+			}
 		}
 		return nil
 	})
@@ -172,7 +201,7 @@ func (h *host) run(ctx context.Context) error {
 	topo.Partitions = h.settings.Common.Partitions
 	topo.Replicas = h.settings.Common.Replicas
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = h.conn.Provision(pctx, topo)
+	err = conns[h.defs[0].name].Provision(pctx, topo)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("provision streams and consumers: %w", err)
@@ -197,10 +226,11 @@ func (h *host) run(ctx context.Context) error {
 	}
 	names := make([]string, 0, len(h.defs))
 	for _, def := range h.defs {
+		conn := conns[def.name]
 		deps := runtime.Deps{
-			Conn:       h.conn,
+			Conn:       conn,
 			Log:        h.log.With("service", def.name),
-			Events:     eventlog.New(def.name, h.log.With("service", def.name), logPublisher{h.conn}),
+			Events:     eventlog.New(def.name, h.log.With("service", def.name), logPublisher{conn}),
 			Registry:   reg,
 			Ready:      ready,
 			Partitions: topo.Partitions,
@@ -209,6 +239,7 @@ func (h *host) run(ctx context.Context) error {
 			GitHub:     h.settings.GitHub,
 			Slack:      h.settings.Slack,
 			Dispatcher: h.settings.Dispatcher,
+			SessionEnv: h.settings.sessionEnv,
 		}
 		if def.needsKey {
 			deps.EnvelopeKey = h.envelopeKey
@@ -219,6 +250,9 @@ func (h *host) run(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", def.name, err)
 		}
 		names = append(names, def.name)
+		// A credential the server refuses stops the process, naming the
+		// service and the setting, rather than leaving it unready.
+		g.Go(func() error { return conn.Refused(gctx) })
 		g.Go(func() error {
 			deps.Events.Emit(gctx, "service.started")
 			err := svc.Run(gctx)

@@ -311,9 +311,11 @@ func TestUpRunsAndCtrlCExitsZero(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	store := filepath.Join(dir, "store")
 	cmd := exec.Command(bin, "up")
 	cmd.Dir = dir
-	cmd.Env = append(filteredEnviron(), "LOOP_NATS_LISTEN=127.0.0.1:0", "LOOP_ADMIN_ADDR=127.0.0.1:0")
+	cmd.Env = append(filteredEnviron(), "LOOP_NATS_LISTEN=127.0.0.1:0", "LOOP_ADMIN_ADDR=127.0.0.1:0",
+		"LOOP_SESSION_ADDR=127.0.0.1:0", "LOOP_STORE_DIR="+store, "LOOP_DISPATCHER_WORKDIR="+t.TempDir())
 	var out, errb syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
@@ -351,7 +353,22 @@ func TestUpRunsAndCtrlCExitsZero(t *testing.T) {
 	if natsURL == nil {
 		t.Fatalf("no NATS address printed:\n%s", out.String())
 	}
-	conn, err := bus.Connect(context.Background(), bus.Options{URL: natsURL[1], Name: "test"})
+	// Authorization is on: a client without a credential — an agent
+	// session, say — is refused, naming what is missing.
+	anon, err := bus.Connect(context.Background(), bus.Options{URL: natsURL[1], Name: "anonymous", ReconnectWait: 50 * time.Millisecond})
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = anon.WaitConnected(ctx)
+		cancel()
+		anon.Close()
+	}
+	var refused *bus.AuthError
+	if !errors.As(err, &refused) || refused.Kind != "none" {
+		t.Errorf("a client without a credential: %v, want it refused", err)
+	}
+	// The operator's identity, kept in the store, may publish.
+	conn, err := bus.Connect(context.Background(), bus.Options{URL: natsURL[1], Name: "test", Identity: bus.IdentityOperator,
+		Credentials: bus.Credentials{SeedFile: filepath.Join(store, "nats", "operator.nk")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,8 +377,36 @@ func TestUpRunsAndCtrlCExitsZero(t *testing.T) {
 	waitFor(t, 10*time.Second, "the ledger-writer under up to consume", func() bool {
 		return strings.Contains(errb.String(), `"event_id":"slack:EvUp1"`)
 	})
-	if _, err := os.Stat(filepath.Join(dir, ".the-loop", "envelope.key")); err != nil {
-		t.Errorf("up did not keep an envelope key in its store: %v", err)
+	for _, f := range []string{"envelope.key", "nats/operator.nk", "nats/observer.nk"} {
+		if st, err := os.Stat(filepath.Join(store, f)); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("up did not keep %s in its store, readable by its owner only: %v", f, err)
+		}
+	}
+	for _, f := range []string{"nats/ledger-writer.nk", "nats/dispatcher.nk"} {
+		if _, err := os.Stat(filepath.Join(store, f)); err == nil {
+			t.Errorf("up wrote the services' own identity %s to disk; they never leave the process", f)
+		}
+	}
+	// A reading verb finds the observer identity; a verb that changes
+	// something asks for the operator's, by name.
+	cli := func(args ...string) (string, error) {
+		c := exec.Command(bin, args...)
+		c.Env = append(filteredEnviron(), "LOOP_NATS_URL="+natsURL[1], "LOOP_STORE_DIR="+store)
+		b, err := c.CombinedOutput()
+		return string(b), err
+	}
+	if out, err := cli("dlq", "list"); err == nil || !strings.Contains(out, "credential") {
+		t.Errorf("dlq list with LOOP_NATS_URL and no credential: %v\n%s", err, out)
+	}
+	c := exec.Command(bin, "dlq", "list")
+	c.Env = append(filteredEnviron(), "LOOP_NATS_URL="+natsURL[1], "LOOP_NATS_NKEY_FILE="+filepath.Join(store, "nats", "observer.nk"))
+	if b, err := c.CombinedOutput(); err != nil {
+		t.Errorf("dlq list as the observer: %v\n%s", err, b)
+	}
+	c = exec.Command(bin, "dlq", "replay", "1")
+	c.Env = append(filteredEnviron(), "LOOP_STORE_DIR="+store)
+	if b, err := c.CombinedOutput(); err == nil || !strings.Contains(string(b), "LOOP_NATS_NKEY_FILE="+filepath.Join(store, "nats", "operator.nk")) {
+		t.Errorf("dlq replay against the local up without a credential: %v\n%s; want the operator credential named", err, b)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -599,5 +644,23 @@ func TestSessionsVerbs(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the request never reached the inbox consumer")
+	}
+}
+
+// TestUpRefusesStoreInsideSessionWorkdir: the store holds the envelope key
+// and the operator's identity; agent sessions work in the dispatcher's
+// working directory with a shell, so `up` will not put one inside the other.
+func TestUpRefusesStoreInsideSessionWorkdir(t *testing.T) {
+	wd := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"up"}, config.Env{
+		"LOOP_STORE_DIR": filepath.Join(wd, ".the-loop"), "LOOP_DISPATCHER_WORKDIR": wd,
+		"LOOP_NATS_LISTEN": "127.0.0.1:0", "LOOP_ADMIN_ADDR": "127.0.0.1:0",
+	}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "LOOP_STORE_DIR") || !strings.Contains(errb.String(), "LOOP_DISPATCHER_WORKDIR") {
+		t.Errorf("up with its store inside the sessions' workdir: exit %d\n%s", code, errb.String())
+	}
+	if _, err := os.Stat(filepath.Join(wd, ".the-loop")); err == nil {
+		t.Error("up created its store inside the sessions' workdir before refusing")
 	}
 }

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/services/dispatcher"
 )
 
 // cmdServe runs one service against LOOP_NATS_URL: what each container runs.
@@ -46,19 +46,21 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 			return err
 		}
 	}
+	if name == dispatcher.Name {
+		if err := checkSessionWorkdir(s, ""); err != nil {
+			return err
+		}
+	}
+	creds := natsCredentials(s.Common.NATS)
+	if err := creds.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	log := newLogger(stderr, s.Common.LogLevel)
 	hostname, _ := os.Hostname()
-	conn, err := bus.Connect(ctx, bus.Options{URL: s.Common.NATSURL, Name: name + "/" + hostname, Logger: log})
-	if err != nil {
-		return fmt.Errorf("connect to NATS: %w", err)
-	}
-	fmt.Fprintf(stdout, "the-loop serve %s: NATS %s\n", name, bus.RedactURL(s.Common.NATSURL))
-	h := &host{name: "the-loop serve " + name, settings: s, log: log, conn: conn, stdout: stdout, defs: []serviceDef{def}, envelopeKey: key, serve: true}
-	runErr := h.run(ctx)
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := conn.Drain(dctx); err != nil {
-		log.Warn("drain NATS connection", "err", err)
-	}
-	return runErr
+	fmt.Fprintf(stdout, "the-loop serve %s: NATS %s (credential: %s)\n", name, bus.RedactURL(s.Common.NATSURL), creds.Kind())
+	h := &host{name: "the-loop serve " + name, settings: s, log: log, stdout: stdout, defs: []serviceDef{def}, envelopeKey: key, serve: true,
+		connect: func(ctx context.Context, identity string) (*bus.Conn, error) {
+			return bus.Connect(ctx, bus.Options{URL: s.Common.NATSURL, Name: identity + "/" + hostname, Logger: log, Credentials: creds, Identity: identity})
+		}}
+	return h.run(ctx)
 }

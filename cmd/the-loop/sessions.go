@@ -34,7 +34,7 @@ func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, std
 		if err := parseFlags(fs, args[1:]); err != nil {
 			return err
 		}
-		conn, err := cliConnect(ctx, env, "the-loop-sessions")
+		conn, err := cliConnect(ctx, env, "the-loop-sessions", read)
 		if err != nil {
 			return err
 		}
@@ -131,7 +131,7 @@ func requestControl(ctx context.Context, env config.Env, stdout io.Writer, cmd c
 	if err != nil {
 		return err
 	}
-	conn, err := cliConnect(ctx, env, "the-loop-sessions")
+	conn, err := cliConnect(ctx, env, "the-loop-sessions", write)
 	if err != nil {
 		return err
 	}

@@ -7,15 +7,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
 )
 
 // cmdUp runs all five services in one process on an embedded JetStream server
-// whose store lives under LOOP_STORE_DIR. Ctrl-C drains every consumer, stops
-// the server and exits 0.
+// whose store lives under LOOP_STORE_DIR. Authorization is on: every service
+// connects as its own identity, and a client without a credential (an agent
+// session among them) is refused. Ctrl-C drains every consumer, stops the
+// server and exits 0.
 func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
 	fs := newFlags("up", stderr)
 	if err := parseFlags(fs, args); err != nil {
@@ -32,51 +33,90 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	if s.Common.NATSURL != "" {
 		return fmt.Errorf("%w: LOOP_NATS_URL is set; 'up' runs its own embedded server — use 'the-loop serve <service>' against an external one", errUsage)
 	}
-	srv, conn, key, err := startEmbedded(ctx, s, log, "the-loop-up")
+	store, err := storeDir(s, env)
 	if err != nil {
 		return err
 	}
-	defer srv.Shutdown()
-	fmt.Fprintf(stdout, "the-loop up: NATS on %s (embedded JetStream, store %s)\n", srv.ClientURL(), filepath.Join(s.Up.StoreDir, "jetstream"))
-
-	h := &host{name: "the-loop up", settings: s, log: log, conn: conn, stdout: stdout, defs: services, envelopeKey: key}
-	runErr := h.run(ctx)
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := conn.Drain(dctx); err != nil {
-		log.Warn("drain NATS connection", "err", err)
+	if err := checkSessionWorkdir(s, store); err != nil {
+		return err
 	}
-	if runErr != nil {
-		return runErr
+	emb, err := startEmbedded(ctx, s, store, log)
+	if err != nil {
+		return err
+	}
+	defer emb.srv.Shutdown()
+	fmt.Fprintf(stdout, "the-loop up: NATS on %s (embedded JetStream, authorization on; store %s)\n", emb.srv.ClientURL(), store)
+	fmt.Fprintf(stdout, "the-loop up: reading verbs (events, dlq list, sessions list, graph status) find the observer identity here; verbs that change something need LOOP_NATS_NKEY_FILE=%s\n",
+		filepath.Join(store, identitiesDir, bus.IdentityOperator+".nk"))
+
+	h := &host{name: "the-loop up", settings: s, log: log, stdout: stdout, defs: services, envelopeKey: emb.key, connect: emb.connect}
+	if err := h.run(ctx); err != nil {
+		return err
 	}
 	fmt.Fprintln(stdout, "the-loop up: drained and stopped")
 	return nil
 }
 
-// startEmbedded starts the embedded JetStream server of `up` (and `demo`)
-// with its store under LOOP_STORE_DIR, and connects to it. key is the
-// envelope key: LOOP_ENVELOPE_KEY or the one kept in the store.
-func startEmbedded(ctx context.Context, s settings, log *slog.Logger, name string) (*bus.Embedded, *bus.Conn, []byte, error) {
-	if err := os.MkdirAll(s.Up.StoreDir, 0o700); err != nil {
-		return nil, nil, nil, fmt.Errorf("store dir: %w", err)
+// embedded is the embedded JetStream server of `up` (and `demo`), the bus
+// identities it admits, and the envelope key.
+type embedded struct {
+	srv  *bus.Embedded
+	keys identityKeys
+	key  []byte
+	log  *slog.Logger
+}
+
+// startEmbedded starts the embedded JetStream server with its store under
+// store and authorization on. The services' identities are new at every
+// start and never leave the process (they connect in-process); the
+// observer's and the operator's are kept in store/nats for the operator
+// verbs. key is the envelope key: LOOP_ENVELOPE_KEY or the one kept in the
+// store.
+func startEmbedded(ctx context.Context, s settings, store string, log *slog.Logger) (*embedded, error) {
+	if err := os.MkdirAll(store, 0o700); err != nil {
+		return nil, fmt.Errorf("store dir: %w", err)
 	}
-	key, err := envelopeKey(s, s.Up.StoreDir)
+	key, err := envelopeKey(s, store)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
+	}
+	topo := bus.DefaultTopology()
+	topo.Partitions, topo.Replicas = s.Common.Partitions, s.Common.Replicas
+	keys, err := loadIdentities(filepath.Join(store, identitiesDir), topo, func(id string) bool {
+		return id == bus.IdentityObserver || id == bus.IdentityOperator
+	})
+	if err != nil {
+		return nil, err
 	}
 	listenHost, port, err := splitListen(s.Up.NATSListen)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	storeDir := filepath.Join(s.Up.StoreDir, "jetstream")
-	srv, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{StoreDir: storeDir, Host: listenHost, Port: port, Logger: log})
+	srv, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{
+		StoreDir: filepath.Join(store, "jetstream"), Host: listenHost, Port: port, Logger: log, Users: keys.users,
+	})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("embedded JetStream: %w", err)
+		return nil, fmt.Errorf("embedded JetStream: %w", err)
 	}
-	conn, err := srv.Connect(ctx, bus.Options{Name: name, Logger: log})
-	if err != nil {
-		srv.Shutdown()
-		return nil, nil, nil, fmt.Errorf("connect to the embedded server: %w", err)
+	return &embedded{srv: srv, keys: keys, key: key, log: log}, nil
+}
+
+// connect opens an in-process connection as identity.
+func (e *embedded) connect(ctx context.Context, identity string) (*bus.Conn, error) {
+	return e.srv.Connect(ctx, bus.Options{Name: "up/" + identity, Logger: e.log, Credentials: e.keys.credentials(identity), Identity: identity})
+}
+
+// checkSessionWorkdir refuses a session working directory that holds the
+// store, a credential or the envelope key: an agent session works there with
+// a shell, and must find no secret of the loop's (docs/architecture.md,
+// trust boundaries).
+func checkSessionWorkdir(s settings, store string) error {
+	wd := s.Dispatcher.Workdir
+	secrets := map[string]string{"LOOP_STORE_DIR": store, "LOOP_NATS_NKEY_FILE": s.Common.NATS.NkeyFile, "LOOP_NATS_CREDS_FILE": s.Common.NATS.CredsFile}
+	for _, name := range []string{"LOOP_STORE_DIR", "LOOP_NATS_NKEY_FILE", "LOOP_NATS_CREDS_FILE"} {
+		if p := secrets[name]; p != "" && within(p, wd) {
+			return fmt.Errorf("%s (%s) is inside LOOP_DISPATCHER_WORKDIR (%s), where agent sessions work with a shell: keep the loop's secrets outside it (move one of the two)", name, p, wd)
+		}
 	}
-	return srv, conn, key, nil
+	return nil
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
-	"github.com/the-loop/bus/services/dispatcher/ask"
+	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 	"github.com/the-loop/bus/services/dispatcher/graphstate"
 )
 
@@ -48,17 +48,11 @@ type Summary struct {
 	ApprovedBy []string
 }
 
-// Agent is what the stand-in agent runs: `the-loop graph complete` (the
-// host wires it to the same code as the CLI verb).
-type Agent interface {
-	Complete(ctx context.Context, ref string) error
-}
 
 // player plays one demo.
 type player struct {
 	st    *Stage
 	conn  *bus.Conn
-	agent Agent
 	out   io.Writer
 	log   *eventlog.Recorder
 	// graphs is KV "graph", opened once: every wait for a node polls it.
@@ -70,10 +64,22 @@ type player struct {
 	markIssues                                int
 }
 
+// agent is what the stand-in agent runs `the-loop ask` and `the-loop graph
+// complete` with: the session endpoint, with the token the session was
+// started with (its boot record keeps its environment).
+func (p *player) agent() sessionapi.Client {
+	b, _ := standin.ReadBoots(p.st.agentDir)
+	if len(b) == 0 {
+		return sessionapi.Client{}
+	}
+	env := b[len(b)-1].Env
+	return sessionapi.Client{URL: env["LOOP_SESSION_URL"], Token: env["LOOP_SESSION_TOKEN"]}
+}
+
 // Play runs the seven steps against services already running on conn and
 // prints the transcript to out.
-func (s *Stage) Play(ctx context.Context, conn *bus.Conn, agent Agent, out io.Writer) (Summary, error) {
-	p := &player{st: s, conn: conn, agent: agent, out: out, log: &eventlog.Recorder{}}
+func (s *Stage) Play(ctx context.Context, conn *bus.Conn, out io.Writer) (Summary, error) {
+	p := &player{st: s, conn: conn, out: out, log: &eventlog.Recorder{}}
 	tctx, stop := context.WithCancel(ctx)
 	tailDone := make(chan error, 1)
 	go func() {
@@ -92,7 +98,7 @@ func (s *Stage) Play(ctx context.Context, conn *bus.Conn, agent Agent, out io.Wr
 	}
 
 	var number int
-	var r, root, sessionID string
+	var r, root string
 	steps := []struct {
 		title string
 		play  func(ctx context.Context) error
@@ -113,9 +119,6 @@ func (s *Stage) Play(ctx context.Context, conn *bus.Conn, agent Agent, out io.Wr
 			p.say("person", "alice comments %q on GitHub (signed webhook)", "the-loop start")
 			if err := p.wait(ctx, "the session to start", func() (bool, error) {
 				b, err := standin.ReadBoots(s.agentDir)
-				if len(b) > 0 {
-					sessionID = b[0].SessionID
-				}
 				return len(b) > 0, err
 			}); err != nil {
 				return err
@@ -138,11 +141,14 @@ func (s *Stage) Play(ctx context.Context, conn *bus.Conn, agent Agent, out io.Wr
 		{"The agent asks a question (`the-loop ask`)", func(ctx context.Context) error {
 			q := "Should the limit be per token or per IP? I would pick per token: it is what the billing plans count."
 			p.say("agent", "the-loop ask --work-item %s --question %q", r, q)
-			_, url, err := ask.Ask(ctx, p.conn, r, q, sessionID)
+			ans, err := p.agent().Ask(ctx, r, q, time.Minute)
 			if err != nil {
 				return err
 			}
-			p.say("agent", "the ledger recorded the question: %s", url)
+			if ans.URL == "" {
+				return fmt.Errorf("the ledger did not record the question %s in time", ans.ID)
+			}
+			p.say("agent", "the ledger recorded the question: %s", ans.URL)
 			_, err = p.waitSlack(ctx, root, "per token or per IP")
 			return err
 		}},
@@ -160,7 +166,7 @@ func (s *Stage) Play(ctx context.Context, conn *bus.Conn, agent Agent, out io.Wr
 				return err
 			}
 			p.say("agent", "writes requirements.md, then: the-loop graph complete %s", r)
-			if err := p.agent.Complete(ctx, r); err != nil {
+			if err := p.agent().Complete(ctx, r, nil); err != nil {
 				return err
 			}
 			if _, err := p.waitNode(ctx, r, "requirements-approval"); err != nil {
@@ -192,7 +198,7 @@ func (s *Stage) Play(ctx context.Context, conn *bus.Conn, agent Agent, out io.Wr
 				return err
 			}
 			p.say("agent", "writes design.md, then: the-loop graph complete %s", r)
-			if err := p.agent.Complete(ctx, r); err != nil {
+			if err := p.agent().Complete(ctx, r, nil); err != nil {
 				return err
 			}
 			if _, err := p.waitNode(ctx, r, "design-approval"); err != nil {
@@ -206,7 +212,7 @@ func (s *Stage) Play(ctx context.Context, conn *bus.Conn, agent Agent, out io.Wr
 				return err
 			}
 			p.say("agent", "implements and opens a pull request, then: the-loop graph complete %s", r)
-			if err := p.agent.Complete(ctx, r); err != nil {
+			if err := p.agent().Complete(ctx, r, nil); err != nil {
 				return err
 			}
 			if _, err := p.waitNode(ctx, r, "review"); err != nil {

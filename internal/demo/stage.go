@@ -184,6 +184,7 @@ func (s *Stage) Env() map[string]string {
 		"LOOP_STORE_DIR":             filepath.Join(s.dir, "store"),
 		"LOOP_NATS_LISTEN":           "127.0.0.1:0",
 		"LOOP_ADMIN_ADDR":            "127.0.0.1:0",
+		"LOOP_SESSION_ADDR":          "127.0.0.1:0",
 		"LOOP_CONFIG":                s.configPath(),
 		"LOOP_LOG_LEVEL":             "info",
 		"LOOP_PARTITIONS":            "4",

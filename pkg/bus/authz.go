@@ -63,13 +63,15 @@ const (
 // (readWrite) is the service whose state it is.
 var buckets = map[string]map[string]access{
 	IdentityIngressGitHub: {BucketSeen: readWrite, BucketCursors: readWrite, ObjectPayloads: readWrite},
-	IdentityIngressSlack:  {BucketSeen: readWrite, BucketCursors: readWrite, BucketThreads: readWrite, BucketGraph: readOnly},
-	IdentityLedgerWriter:  {BucketLedger: readWrite, BucketThreads: readOnly, ObjectPayloads: readOnly},
-	IdentitySlackRenderer: {BucketPosted: readWrite, BucketThreads: readWrite, BucketGraph: readOnly, ObjectPayloads: readOnly},
-	IdentityDispatcher: {
-		BucketSessions: readWrite, BucketGraph: readWrite, BucketLedger: readOnly,
-		BucketThreads: readOnly, ObjectPayloads: readOnly,
-	},
+	IdentityIngressSlack:  {BucketCursors: readWrite, BucketThreads: readOnly, BucketGraph: readOnly},
+	// Thread bindings are written by the two services that learn them: the
+	// renderer when it starts a work item's thread, the ledger-writer when a
+	// kickoff's new issue takes over the thread it came from.
+	IdentityLedgerWriter:  {BucketLedger: readWrite, BucketThreads: readWrite},
+	IdentitySlackRenderer: {BucketPosted: readWrite, BucketThreads: readWrite},
+	// The dispatcher reads the ledger's claims (a session's question waits
+	// for its record) and the payloads too large for an event.
+	IdentityDispatcher: {BucketSessions: readWrite, BucketGraph: readWrite, BucketLedger: readOnly, ObjectPayloads: readOnly},
 }
 
 // consumes says which partitioned stream each consuming identity reads.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -69,6 +70,53 @@ type Common struct {
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	Partitions int        `envconfig:"PARTITIONS" default:"16" desc:"partitions of the inbox and event streams; change only with an empty inbox (keys move)"`
 	Replicas   int        `envconfig:"STREAM_REPLICAS" default:"1" desc:"replicas of every stream, consumer and KV bucket: 1 on a single server, 3 on a JetStream cluster"`
+	NATS
+}
+
+// NATS is the credential a process connects to NATS with: each service is its
+// own bus identity, whose permissions say what it may publish and consume
+// (docs/architecture.md, trust boundaries). One of the NKey seed (a file or
+// the value), the creds file, or the user and password; the TLS files are
+// optional beside any of them.
+type NATS struct {
+	NkeyFile  string `envconfig:"NATS_NKEY_FILE" desc:"file holding this process's NKey user seed (SU…), as issued by 'the-loop auth init' or 'the-loop up'"`
+	NkeySeed  Secret `envconfig:"NATS_NKEY_SEED" desc:"this process's NKey user seed itself (for a secret delivered in the environment)"`
+	CredsFile string `envconfig:"NATS_CREDS_FILE" desc:"JWT creds file (decentralized NATS auth)"`
+	User      string `envconfig:"NATS_USER" desc:"NATS user name (with LOOP_NATS_PASSWORD)"`
+	Password  Secret `envconfig:"NATS_PASSWORD" desc:"NATS password of LOOP_NATS_USER"`
+	TLSCA     string `envconfig:"NATS_TLS_CA" desc:"CA certificate file that verifies the NATS server (tls:// URLs)"`
+	TLSCert   string `envconfig:"NATS_TLS_CERT" desc:"client certificate file (mutual TLS; with LOOP_NATS_TLS_KEY)"`
+	TLSKey    string `envconfig:"NATS_TLS_KEY" desc:"client certificate key file (mutual TLS)"`
+}
+
+// Setting names the credential setting in force, for messages: the first of
+// LOOP_NATS_NKEY_FILE, LOOP_NATS_NKEY_SEED, LOOP_NATS_CREDS_FILE and
+// LOOP_NATS_USER that is set, or all of them when none is.
+func (n NATS) Setting() string {
+	switch {
+	case n.NkeyFile != "":
+		return "LOOP_NATS_NKEY_FILE"
+	case n.NkeySeed.IsSet():
+		return "LOOP_NATS_NKEY_SEED"
+	case n.CredsFile != "":
+		return "LOOP_NATS_CREDS_FILE"
+	case n.User != "":
+		return "LOOP_NATS_USER"
+	}
+	return "LOOP_NATS_NKEY_FILE, LOOP_NATS_NKEY_SEED, LOOP_NATS_CREDS_FILE or LOOP_NATS_USER"
+}
+
+// Set reports whether any credential is set.
+func (n NATS) Set() bool {
+	return n.NkeyFile != "" || n.NkeySeed.IsSet() || n.CredsFile != "" || n.User != ""
+}
+
+// Session is what an agent session is given to reach the loop: the
+// dispatcher's session endpoint and its own token. `the-loop ask` and
+// `the-loop graph complete` read them inside a session; nothing else does.
+type Session struct {
+	URL   string `envconfig:"SESSION_URL" desc:"inside an agent session: the dispatcher's session endpoint (set by the dispatcher)"`
+	Token Secret `envconfig:"SESSION_TOKEN" desc:"inside an agent session: the session's own token for the endpoint (set by the dispatcher)"`
 }
 
 // GitHub is what the services that talk to GitHub read: ingress-github,
@@ -106,8 +154,26 @@ type Slack struct {
 
 // Up is what `the-loop up` reads on top of the services' settings.
 type Up struct {
-	StoreDir   string `envconfig:"STORE_DIR" default:"./.the-loop" desc:"directory of the embedded JetStream store and the generated envelope key"`
-	NATSListen string `envconfig:"NATS_LISTEN" default:"127.0.0.1:4222" desc:"listen address of the embedded NATS server (no auth: keep it on loopback)"`
+	StoreDir   string `envconfig:"STORE_DIR" desc:"directory of the embedded JetStream store, the generated envelope key and bus identities; empty: $XDG_STATE_HOME/the-loop (~/.local/state/the-loop), outside any session's working directory"`
+	NATSListen string `envconfig:"NATS_LISTEN" default:"127.0.0.1:4222" desc:"listen address of the embedded NATS server (authorization on: only the-loop's own identities connect)"`
+}
+
+// DefaultStoreDir is where `up` keeps its store when LOOP_STORE_DIR is
+// empty: the user's state directory (XDG), away from the directory `up` is
+// started in, which is usually the repository agent sessions work in.
+func DefaultStoreDir(env Env) (string, error) {
+	if d := env["XDG_STATE_HOME"]; d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "the-loop"), nil
+	}
+	home := env["HOME"]
+	if home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("LOOP_STORE_DIR is empty and there is no home directory to keep the store in: set LOOP_STORE_DIR")
+		}
+		home = h
+	}
+	return filepath.Join(home, ".local", "state", "the-loop"), nil
 }
 
 // allSettings is the union of every concern. CheckEnv judges the environment
@@ -121,6 +187,7 @@ type allSettings struct {
 	Slack
 	Up
 	Dispatcher
+	Session
 }
 
 // Dispatcher is what the dispatcher reads: where agent sessions run.
@@ -132,6 +199,23 @@ type Dispatcher struct {
 	Host          string `envconfig:"DISPATCHER_HOST" desc:"this dispatcher replica's name in the session registry; empty: the hostname (use the pod name on Kubernetes)"`
 	Workdir       string `envconfig:"DISPATCHER_WORKDIR" default:"." desc:"working directory of agent sessions"`
 	Spawn         string `envconfig:"DISPATCHER_SPAWN" default:"labeled" desc:"when an event for a work item without a session spawns one: never, labeled (carries the auto-execute label, LOOP_GITHUB_POLL_LABEL) or always"`
+	// SessionAddr is where agent sessions reach the loop: sessions run on
+	// the dispatcher's host, so loopback.
+	SessionAddr string `envconfig:"SESSION_ADDR" default:"127.0.0.1:8790" desc:"listen address of the session endpoint agent sessions ask and complete through (loopback: sessions run on this host); keep the port fixed so sessions that outlive a restart still reach it"`
+	// SessionEnv names variables of the dispatcher's environment an agent
+	// session also gets, besides the allow-list (PATH, HOME, TERM, locale…).
+	SessionEnv string `envconfig:"SESSION_ENV" desc:"comma-separated names of further variables agent sessions inherit (the harness's own settings, e.g. ANTHROPIC_API_KEY); LOOP_* never"`
+}
+
+// SessionEnvNames is LOOP_SESSION_ENV as a list.
+func (d Dispatcher) SessionEnvNames() []string {
+	var out []string
+	for n := range strings.SplitSeq(d.SessionEnv, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Validate checks the values Process cannot check by type.
@@ -146,6 +230,12 @@ func (d Dispatcher) Validate() error {
 	case "tmux", "process":
 	default:
 		errs = append(errs, fmt.Errorf("LOOP_DISPATCHER_RUNNER is %q: it must be tmux or process", d.Runner))
+	}
+	errs = append(errs, checkAddr("LOOP_SESSION_ADDR", d.SessionAddr))
+	for _, n := range d.SessionEnvNames() {
+		if strings.HasPrefix(n, Prefix+"_") {
+			errs = append(errs, fmt.Errorf("LOOP_SESSION_ENV names %s: the-loop's own settings never reach an agent session", n))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -270,9 +360,6 @@ func (s Slack) Require(mode ReadMode) error {
 // Validate checks the values Process cannot check by type.
 func (u Up) Validate() error {
 	var errs []error
-	if u.StoreDir == "" {
-		errs = append(errs, errors.New("LOOP_STORE_DIR is empty"))
-	}
 	errs = append(errs, checkAddr("LOOP_NATS_LISTEN", u.NATSListen))
 	return errors.Join(errs...)
 }

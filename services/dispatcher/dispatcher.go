@@ -56,6 +56,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,6 +120,18 @@ type Settings struct {
 	RecheckEvery time.Duration
 	// NewSessionID makes harness session ids (default random UUIDv4).
 	NewSessionID func() string
+	// SessionAddr is where the session endpoint listens (default
+	// "127.0.0.1:0", any free port; a deployment keeps it fixed so that
+	// tmux sessions outliving a restart still reach it).
+	SessionAddr string
+	// SessionEnv is the environment every session starts with, besides the
+	// harness's own and its endpoint: an allow-list of the dispatcher's
+	// (SessionBaseEnv). Nothing else of the dispatcher's environment
+	// reaches a session.
+	SessionEnv map[string]string
+	// Scrub masks secrets in text a session sends toward GitHub or Slack
+	// (default redact.FromOS().Scrub).
+	Scrub func(string) string
 }
 
 func (c *Settings) setDefaults() {
@@ -158,6 +171,12 @@ func (c *Settings) setDefaults() {
 	if c.NewSessionID == nil {
 		c.NewSessionID = uuid4
 	}
+	if c.SessionAddr == "" {
+		c.SessionAddr = "127.0.0.1:0"
+	}
+	if c.SessionEnv == nil {
+		c.SessionEnv = SessionBaseEnv(osEnv(), nil)
+	}
 }
 
 // Option configures New.
@@ -179,6 +198,9 @@ type Service struct {
 	// unavailable is why sessions cannot run here ("" when they can).
 	mu          sync.Mutex
 	unavailable string
+	// sessionURL is the session endpoint's URL, given to every session
+	// started here (set before consuming starts).
+	sessionURL string
 }
 
 // New returns the service. It never fails for a missing tmux or harness:
@@ -207,7 +229,7 @@ func New(deps runtime.Deps, opts ...Option) (*Service, error) {
 	s := &Service{deps: deps, set: set, m: m, tmpl: tmpl}
 	switch set.Runner {
 	case RunnerTmux:
-		s.tmux = &tmux.Server{Binary: set.TmuxBinary, Socket: set.TmuxSocket, RemainOnExit: true}
+		s.tmux = &tmux.Server{Binary: set.TmuxBinary, Socket: set.TmuxSocket, RemainOnExit: true, Env: envList(set.SessionEnv)}
 	case RunnerProcess:
 		s.tmux = &proc.Server{}
 	default:
@@ -281,12 +303,27 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil
 	}
 	s.store.Store(store)
+	// Sessions reach the loop through the endpoint only; it is up before
+	// the first session is started.
+	ln, url, err := s.listenSessions()
+	if err != nil {
+		return fmt.Errorf("%s: %w", Name, err)
+	}
+	s.sessionURL = url
+	s.deps.Log.Info("dispatcher: session endpoint listening", "url", url)
 	s.settlePending(ctx, store)
 	s.reconcile(ctx, store)
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go s.heartbeat(hctx, store)
-	return runtime.Consume(ctx, s.deps, Name, bus.StreamEvents, s.handle)
+	served := make(chan error, 1)
+	go func() { served <- s.serveSessions(hctx, ln) }()
+	err = runtime.Consume(ctx, s.deps, Name, bus.StreamEvents, s.handle)
+	stop()
+	if serr := <-served; serr != nil && err == nil {
+		err = fmt.Errorf("%s: session endpoint: %w", Name, serr)
+	}
+	return err
 }
 
 // waitAvailable blocks until tmux and the harness are found (true) or ctx
@@ -441,6 +478,16 @@ func (s *Service) reconcile(ctx context.Context, store *registry.Store) {
 				"tmux_target", n, "work_item", ref)
 		}
 	}
+}
+
+// envList is env as KEY=value lines, for exec.
+func envList(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // uuid4 returns a random RFC 4122 version 4 UUID.

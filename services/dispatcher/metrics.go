@@ -18,6 +18,8 @@ type metrics struct {
 	control    *prometheus.CounterVec // command, effect (or rejected, ambiguous)
 	elsewhere  prometheus.Counter
 	depth      prometheus.Gauge
+	// sessionRefused counts refused session-endpoint requests, by reason.
+	sessionRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -42,6 +44,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "loop_dispatcher_hosted_elsewhere_total",
 			Help: "Sessions taken over from another replica whose lease was still fresh (the partition moved here).",
 		}),
+		sessionRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_dispatcher_session_refused_total",
+			Help: "Requests to the session endpoint refused, by reason: no-token, bad-token, no-session, other-work-item, hosted-elsewhere, empty-question, bad-request, registry-unavailable.",
+		}, []string{"reason"}),
 		depth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "loop_dispatcher_queue_depth",
 			Help: "Messages stored in LOOP_EVENTS after the one being handled, sampled per event (an upper bound of the work behind it).",
@@ -55,6 +61,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.spawns, err = adopt(reg, m.spawns); err != nil {
+		return nil, err
+	}
+	if m.sessionRefused, err = adopt(reg, m.sessionRefused); err != nil {
 		return nil, err
 	}
 	if m.dropped, err = adopt(reg, m.dropped); err != nil {

@@ -29,7 +29,11 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 	var id string
 	var prev *registry.Session
 	recovering := false
-	_, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+	token, tokenHash, err := newSessionToken(in.ref)
+	if err != nil {
+		return err
+	}
+	_, err = store.Mutate(ctx, in.ref, func(r *registry.Record) error {
 		prev, recovering = nil, false
 		if r.Session.Live() {
 			if r.Session.Status == registry.Spawning && r.Session.Pending == evID && r.Session.Host == s.set.Host {
@@ -50,7 +54,7 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 		r.Session = &registry.Session{
 			Harness: h.Name(), HarnessSessionID: id, Cwd: s.set.Workdir, Host: s.set.Host,
 			TmuxTarget: target, Status: registry.Spawning, Interaction: string(s.tmpl.Mode),
-			CreatedAt: now, LastEventAt: now, Pending: evID,
+			CreatedAt: now, LastEventAt: now, Pending: evID, TokenHash: tokenHash,
 		}
 		return nil
 	})
@@ -67,7 +71,7 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 	}
 	p := s.render(in, true, s.graphs.context(ctx, s.deps.Conn, s.deps.Config().Graphs.Registry(), in.ref, ""))
 	argv := append([]string{h.Command()}, h.SpawnArgv(p, id)...)
-	err = s.tmux.Spawn(ctx, target, s.set.Workdir, h.Env(), argv)
+	err = s.tmux.Spawn(ctx, target, s.set.Workdir, s.sessionEnv(token), argv)
 	if err != nil && recovering && errors.Is(err, tmux.ErrOccupied) {
 		err = nil // our own spawn from before the crash: it booted with this event
 	}
@@ -122,8 +126,25 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 		target = tmux.Target(in.ref)
 	}
 	id, resumed := sess.HarnessSessionID, false
+	// The new process gets a new endpoint token: its hash is written
+	// before the process can use it, and replaces the old one once the
+	// respawn took (an occupant found meanwhile keeps its own).
+	token, tokenHash, err := newSessionToken(in.ref)
+	if err != nil {
+		return err
+	}
+	if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		if r.Session == nil {
+			return registry.ErrNoChange
+		}
+		r.Session.NextTokenHash = tokenHash
+		return nil
+	}); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	env := s.sessionEnv(token)
 	if argv, ok := h.ResumeArgv(p, id); ok && h.Name() == sess.Harness {
-		err := s.tmux.Spawn(ctx, target, sess.Cwd, h.Env(), append([]string{h.Command()}, argv...))
+		err := s.tmux.Spawn(ctx, target, sess.Cwd, env, append([]string{h.Command()}, argv...))
 		switch {
 		case errors.Is(err, tmux.ErrOccupied):
 			return s.averted(ctx, store, in, sess, target, p)
@@ -140,7 +161,7 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 	}
 	if !resumed {
 		id = s.set.NewSessionID()
-		err := s.tmux.Spawn(ctx, target, sess.Cwd, h.Env(), append([]string{h.Command()}, h.SpawnArgv(p, id)...))
+		err := s.tmux.Spawn(ctx, target, sess.Cwd, env, append([]string{h.Command()}, h.SpawnArgv(p, id)...))
 		if errors.Is(err, tmux.ErrOccupied) {
 			return s.averted(ctx, store, in, sess, target, p)
 		}
@@ -148,8 +169,9 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 			return s.failed(ctx, store, in, sess, fmt.Errorf("respawn: %w", err))
 		}
 	}
-	err := s.delivered(ctx, store, in, func(ss *registry.Session) {
+	err = s.delivered(ctx, store, in, func(ss *registry.Session) {
 		ss.HarnessSessionID, ss.Host, ss.TmuxTarget, ss.Harness = id, s.set.Host, target, h.Name()
+		ss.TokenHash, ss.NextTokenHash = tokenHash, ""
 	})
 	if err != nil {
 		return err

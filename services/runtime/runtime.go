@@ -36,6 +36,9 @@ type Deps struct {
 	GitHub     config.GitHub
 	Slack      config.Slack
 	Dispatcher config.Dispatcher
+	// SessionEnv is what agent sessions inherit of the host's environment
+	// (the dispatcher's allow-list).
+	SessionEnv map[string]string
 	// EnvelopeKey signs and verifies ledger envelopes; set for the services
 	// that need it (ledger-writer, ingress-github), nil otherwise.
 	EnvelopeKey []byte

@@ -21,10 +21,11 @@ func TestAskRecordsOneComment(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	const q = "Which database should the widget use, ask-probe?"
-	id, url, err := ask.Ask(ctx, w.conn, r, q, "")
+	ans, err := w.agentSession(r).Ask(ctx, "", q, wait)
 	if err != nil {
 		t.Fatal(err)
 	}
+	id, url := ans.ID, ans.URL
 	var recs []string
 	for _, c := range w.gh.Comments(repo, number)[before:] {
 		if strings.Contains(c.Body, "ask-probe") {

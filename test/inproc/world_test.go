@@ -34,6 +34,7 @@ import (
 	"github.com/the-loop/bus/services/dispatcher"
 	"github.com/the-loop/bus/services/dispatcher/graphstate"
 	"github.com/the-loop/bus/services/dispatcher/harness"
+	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 	ingressgithub "github.com/the-loop/bus/services/ingress-github"
 	ingressslack "github.com/the-loop/bus/services/ingress-slack"
 	ledgerwriter "github.com/the-loop/bus/services/ledger-writer"
@@ -151,8 +152,12 @@ func newWorld(t *testing.T, edit ...func(*config.Config)) *world {
 	}
 	w := &world{t: t, work: t.TempDir(), agent: t.TempDir()}
 	socket := tmuxtest.Socket(t) // skips without tmux
-	w.srv = bustest.StartServer(t, bustest.Options{InProcessOnly: true})
-	w.srv.Provision(t, bustest.FastTopology(partitions))
+	// Authorization on, as under `the-loop up`: every service connects as
+	// its own identity, so the whole story runs inside the grants; the
+	// test itself reads and writes as the operator.
+	topo := bustest.FastTopology(partitions)
+	w.srv = bustest.StartServer(t, bustest.Options{InProcessOnly: true, Auth: true, Topology: &topo})
+	w.srv.Provision(t, topo)
 	w.conn = w.srv.Connect(t, "inproc-test")
 	w.logs = &eventlog.Recorder{Next: corePublisher{w.conn}}
 	cfg := baseConfig(t)
@@ -198,7 +203,7 @@ func newWorld(t *testing.T, edit ...func(*config.Config)) *world {
 	// pacing of the Slack renderer is shortened.
 	for _, name := range []string{ledgerwriter.Name, slackrenderer.Name, dispatcher.Name, ingressgithub.Name, ingressslack.Name} {
 		deps := runtime.Deps{
-			Conn:       w.srv.Connect(t, name),
+			Conn:       w.srv.ConnectAs(t, name, name),
 			Log:        log.With("service", name),
 			Events:     eventlog.New(name, log.With("service", name), w.logs),
 			Registry:   reg,
@@ -289,6 +294,24 @@ func newWorld(t *testing.T, edit ...func(*config.Config)) *world {
 	w.sock.WaitConnected(t, 1, wait)
 	w.eventually("every service ready", func() bool { return len(ready.Check()) == 0 })
 	return w
+}
+
+// agentSession is the session endpoint's client as the agent session of ref
+// holds it: the endpoint and token in the environment its last boot
+// recorded.
+func (w *world) agentSession(ref string) sessionapi.Client {
+	w.t.Helper()
+	var c sessionapi.Client
+	w.eventually("a session of "+ref+" with an endpoint token", func() bool {
+		for _, b := range tmuxtest.Boots(w.t, w.agent) {
+			tok := b.Env[dispatcher.EnvSessionToken]
+			if r, ok := sessionapi.TokenRef(tok); ok && r == ref {
+				c = sessionapi.Client{URL: b.Env[dispatcher.EnvSessionURL], Token: tok}
+			}
+		}
+		return c.Token != ""
+	})
+	return c
 }
 
 func (w *world) eventually(what string, cond func() bool) {
@@ -503,17 +526,13 @@ func (w *world) readArtifact(name string) string {
 	return string(b)
 }
 
-// complete is the agent's `the-loop graph complete REF`: the CLI verb's
-// request to the dispatcher's endpoint.
+// complete is the agent's `the-loop graph complete REF`: what the CLI verb
+// asks of the session endpoint, with the session's own token.
 func (w *world) complete(r string) {
 	w.t.Helper()
-	req, err := json.Marshal(dispatcher.GraphRequest{Ref: r})
-	if err != nil {
-		w.t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	if _, err := w.conn.Request(ctx, dispatcher.SubjectGraphComplete, req); err != nil {
+	if err := w.agentSession(r).Complete(ctx, r, nil); err != nil {
 		w.t.Fatalf("graph complete %s: %v", r, err)
 	}
 }

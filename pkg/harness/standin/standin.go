@@ -8,7 +8,14 @@
 // Tests use it (through package tmuxtest) to check what a session was told
 // without an agent installed; `the-loop demo` runs it as the demo's agent.
 // Records are JSON lines in a directory, read back with ReadBoots and
-// ReadInputs.
+// ReadInputs. Each boot record keeps the environment the session started
+// with, so tests can check what a session holds.
+//
+// With EnvObey set to 1 it is also an obedient agent, as a prompt-injected
+// one would be: every line of its boot prompt or of a prompt typed into it
+// that contains RunMarker runs the rest of that line with `sh -c` in its
+// working directory and environment, and records the command, its output and
+// its exit code (Ran records, ReadRuns). The attack suite drives it so.
 package standin
 
 import (
@@ -28,7 +35,18 @@ import (
 const (
 	BootsFile  = "boots.jsonl"
 	InputsFile = "inputs.jsonl"
+	RunsFile   = "runs.jsonl"
 )
+
+// EnvObey, set to 1 in the stand-in's environment, makes it run the commands
+// its prompts carry after RunMarker.
+const (
+	EnvObey   = "STANDIN_OBEY"
+	RunMarker = "standin-run: "
+)
+
+// maxRunOutput bounds the output a run record keeps.
+const maxRunOutput = 64 << 10
 
 // Boot is one start of the stand-in.
 type Boot struct {
@@ -36,6 +54,18 @@ type Boot struct {
 	Mode      string `json:"mode"`
 	SessionID string `json:"session_id"`
 	Prompt    string `json:"prompt"`
+	// Env is the environment the stand-in started with; Dir its working
+	// directory.
+	Env map[string]string `json:"env,omitempty"`
+	Dir string            `json:"dir,omitempty"`
+}
+
+// Ran is one command an obedient stand-in ran.
+type Ran struct {
+	SessionID string `json:"session_id"`
+	Command   string `json:"command"`
+	Output    string `json:"output"`
+	Exit      int    `json:"exit"`
 }
 
 // Input is one submitted paste.
@@ -64,6 +94,14 @@ func Run(dir string, args []string, in io.Reader, out io.Writer) error {
 	if len(args) > 0 {
 		boot.Prompt = args[len(args)-1]
 	}
+	boot.Env = map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			boot.Env[k] = v
+		}
+	}
+	boot.Dir, _ = os.Getwd()
+	obey := boot.Env[EnvObey] == "1"
 	// On a terminal (tmux), raw mode first, so nothing typed later is
 	// cooked by the line discipline; the boot record is the signal that
 	// input is safe. A pipe (the process runner) has no line discipline.
@@ -79,6 +117,11 @@ func Run(dir string, args []string, in io.Reader, out io.Writer) error {
 		return err
 	}
 	echo(out, "stand-in agent "+boot.Mode+" "+boot.SessionID+", boot prompt", boot.Prompt)
+	if obey {
+		if err := runAll(dir, boot.SessionID, boot.Prompt); err != nil {
+			return err
+		}
+	}
 	const start, end = "\x1b[200~", "\x1b[201~"
 	r := bufio.NewReader(in)
 	var pending, paste bytes.Buffer
@@ -116,12 +159,47 @@ func Run(dir string, args []string, in io.Reader, out io.Writer) error {
 				return err
 			}
 			echo(out, "typed into the session", text)
+			if obey {
+				if err := runAll(dir, boot.SessionID, text); err != nil {
+					return err
+				}
+			}
 		default:
 			pending.Write(paste.Bytes())
 			paste.Reset()
 		}
 	}
 }
+
+// runAll runs every RunMarker line of text, in order, and records each.
+func runAll(dir, sessionID, text string) error {
+	for line := range strings.SplitSeq(text, "\n") {
+		_, command, ok := strings.Cut(line, RunMarker)
+		if !ok || strings.TrimSpace(command) == "" {
+			continue
+		}
+		cmd := exec.Command("sh", "-c", command)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		var exit *exec.ExitError
+		switch {
+		case errors.As(err, &exit):
+			code = exit.ExitCode()
+		case err != nil:
+			code, out = -1, append(out, []byte(err.Error())...)
+		}
+		if len(out) > maxRunOutput {
+			out = out[:maxRunOutput]
+		}
+		if err := appendJSON(filepath.Join(dir, RunsFile), Ran{SessionID: sessionID, Command: command, Output: string(out), Exit: code}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadRuns reads the commands an obedient stand-in ran in dir, in order.
+func ReadRuns(dir string) ([]Ran, error) { return readJSONL[Ran](filepath.Join(dir, RunsFile)) }
 
 // RecordInput appends in to dir's inputs, as the stand-in records a
 // submitted paste (the e2e suite marks boots in the same file, in order).

@@ -17,7 +17,7 @@ func TestRunRecordsPastes(t *testing.T) {
 		t.Fatal(err)
 	}
 	boots, err := ReadBoots(dir)
-	if err != nil || len(boots) != 1 || boots[0] != (Boot{Mode: "resume", SessionID: "S9", Prompt: "the boot prompt"}) {
+	if err != nil || len(boots) != 1 || boots[0].Mode != "resume" || boots[0].SessionID != "S9" || boots[0].Prompt != "the boot prompt" {
 		t.Fatalf("boots = %+v, %v", boots, err)
 	}
 	inputs, err := ReadInputs(dir)

@@ -1,11 +1,11 @@
-// Package ask is `the-loop ask`, the verb an agent session runs to ask a
-// person on its work item (seed 001 R3.3): it publishes session.awaiting_input
-// to the inbox and waits until the ledger has recorded the question — the
-// record is the question comment itself, one comment — returning its URL.
+// Package ask is the question an agent session asks a person on its work
+// item (docs/requirements.md, the question record): session.awaiting_input on
+// the inbox, and the wait until the ledger has recorded it — the record is the
+// question comment itself, one comment — returning its URL.
 //
-// It lives beside the dispatcher because sessions are the dispatcher's: the
-// interaction directive of every session prompt tells the agent to run it.
-// cmd/the-loop's `ask` verb is a thin shell around it.
+// Sessions reach it only through the dispatcher's session endpoint (package
+// sessionapi), which scrubs the question and names the session as the asker;
+// `the-loop ask` is the session's client of that endpoint.
 package ask
 
 import (
@@ -31,33 +31,36 @@ const Poll = 200 * time.Millisecond
 // ErrFailed: the ledger could not record the question (it went to the DLQ).
 var ErrFailed = errors.New("the ledger could not record the question")
 
-// Event is the question as a catalog event. It has source "cli" and no
-// actor: the asker is the session, not a person, and an actor would put a
-// person's name on words they did not write. Its id hashes the work item, the
-// question and the time, so a retry of one invocation is stored once and
-// carries no text.
-func Event(ref, question, sessionID string, now time.Time) *loopv1.Event {
+// Source is the source of what a session raises.
+const Source = "session"
+
+// Event is the question as a catalog event. Its source is "session" and its
+// actor the session itself (by its terminal's name), never a person: an
+// actor with a person's ids would put their name on words they did not write,
+// and the ledger-writer refuses such an event from a session. Its id hashes
+// the work item, the question and the time, so a retry of one request is
+// stored once and carries no text.
+func Event(ref, question, sessionID, terminal string, now time.Time) *loopv1.Event {
 	sum := sha256.Sum256([]byte(question))
 	return &loopv1.Event{
 		Id:      envelope.LoopID("ask", ref, hex.EncodeToString(sum[:]), now.UTC().Format(time.RFC3339Nano)),
-		Source:  "cli",
+		Source:  Source,
 		Type:    string(catalog.SessionAwaitingInput),
 		Subject: ref,
 		Time:    envelope.NewTime(now),
+		Actor:   &loopv1.Actor{Name: "agent session " + terminal},
 		Body:    &loopv1.Event_Question{Question: &loopv1.Question{Text: question, SessionId: sessionID}},
 	}
 }
 
-// Ask publishes the question and waits (bounded by ctx) for its record,
-// returning the event id and the record's URL. On a timeout the id is
-// returned with ctx's error: the question is on the bus and will be recorded.
-func Ask(ctx context.Context, c *bus.Conn, ref, question, sessionID string) (string, string, error) {
-	ev := Event(ref, question, sessionID, time.Now())
+// Publish puts the question on the inbox and waits (bounded by ctx) for its
+// record, returning the record's URL. On a timeout the question is on the
+// bus and will be recorded.
+func Publish(ctx context.Context, c *bus.Conn, ev *loopv1.Event) (string, error) {
 	if _, err := graphstate.Publish(ctx, c, ev); err != nil {
-		return ev.GetId(), "", fmt.Errorf("publish the question: %w", err)
+		return "", fmt.Errorf("publish the question: %w", err)
 	}
-	url, err := Await(ctx, c, ev.GetId(), ref)
-	return ev.GetId(), url, err
+	return Await(ctx, c, ev.GetId(), ev.GetSubject())
 }
 
 // claim is what the ledger-writer keeps in KV "ledger" per event id

@@ -91,6 +91,12 @@ type Session struct {
 	// session's pane once the harness received it ("" when nothing can
 	// tell): what a crash between paste and record is settled by.
 	PendingMarker string `json:"pendingMarker,omitempty"`
+	// TokenHash is the hash of the session's endpoint token (package
+	// sessionapi); the token itself is only in the session's environment.
+	// NextTokenHash is a respawn's new token, written before its process
+	// starts and made TokenHash once it runs.
+	TokenHash     string `json:"tokenHash,omitempty"`
+	NextTokenHash string `json:"nextTokenHash,omitempty"`
 }
 
 // Live reports whether the session exists and is not closed.

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -81,9 +80,10 @@ func (s *Server) Probe(_ context.Context, target string) tmux.State {
 	return tmux.Live
 }
 
-// Spawn starts argv (argv[0] is the binary) as session target in cwd with env
-// added to the dispatcher's environment. A live session of that name is
-// never replaced (tmux.ErrOccupied); a dead one is cleared first.
+// Spawn starts argv (argv[0] is the binary) as session target in cwd with
+// exactly the environment env (none of the dispatcher's own). A live session
+// of that name is never replaced (tmux.ErrOccupied); a dead one is cleared
+// first.
 func (s *Server) Spawn(_ context.Context, target, cwd string, env map[string]string, argv []string) error {
 	if len(argv) == 0 {
 		return errors.New("proc: spawn: empty command")
@@ -99,7 +99,7 @@ func (s *Server) Spawn(_ context.Context, target, cwd string, env map[string]str
 	// Not CommandContext: the session outlives the request that spawned it.
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = cwd
-	cmd.Env = os.Environ()
+	cmd.Env = []string{}
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		keys = append(keys, k)
@@ -142,7 +142,7 @@ func (s *Server) Deliver(_ context.Context, target, prompt string) error {
 	if sess == nil || sess.exited() {
 		return fmt.Errorf("%w: %s", tmux.ErrMissing, target)
 	}
-	text := strings.ReplaceAll(strings.ReplaceAll(prompt, "\r\n", "\r"), "\n", "\r")
+	text := strings.ReplaceAll(strings.ReplaceAll(tmux.Pasteable(prompt), "\r\n", "\r"), "\n", "\r")
 	sess.wmu.Lock()
 	defer sess.wmu.Unlock()
 	if _, err := io.WriteString(sess.stdin, "\x1b[200~"+text+"\x1b[201~\r"); err != nil {

@@ -70,8 +70,13 @@ func TestSessionLifecycle(t *testing.T) {
 		t.Errorf("inputs = %+v", in)
 	}
 	boots, _ := standin.ReadBoots(dir)
-	if boots[0] != (standin.Boot{Mode: "spawn", SessionID: "S1", Prompt: "boot prompt"}) {
-		t.Errorf("boot = %+v", boots[0])
+	if b := boots[0]; b.Mode != "spawn" || b.SessionID != "S1" || b.Prompt != "boot prompt" {
+		t.Errorf("boot = %+v", b)
+	}
+	// The session's environment is exactly what it was given: nothing of
+	// the dispatcher's own.
+	if len(boots[0].Env) != len(env) || boots[0].Env[tmuxtest.EnvDir] != dir {
+		t.Errorf("session environment = %v, want exactly %v", boots[0].Env, env)
 	}
 	if ok, err := s.Shows(ctx, target, "second line"); !ok || err != nil {
 		t.Errorf("Shows(a typed line) = %v, %v", ok, err)

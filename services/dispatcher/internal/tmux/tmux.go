@@ -62,6 +62,11 @@ type Server struct {
 	// RemainOnExit keeps a pane whose harness exited, so a probe reports
 	// it dead rather than absent and its last screen stays readable.
 	RemainOnExit bool
+	// Env is the environment tmux itself runs with ("KEY=value"; nil: the
+	// caller's). A tmux server started by one of these commands keeps it as
+	// its global environment, so it must hold nothing a session must not
+	// see.
+	Env []string
 }
 
 func (s *Server) bin() string {
@@ -93,6 +98,7 @@ func (s *Server) run(ctx context.Context, stdin []byte, args ...string) (out str
 		full = append([]string{"-L", s.Socket}, args...)
 	}
 	cmd := exec.CommandContext(ctx, s.bin(), full...)
+	cmd.Env = s.Env
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
@@ -144,11 +150,19 @@ func exact(target string) string { return "=" + target }
 func window(target string) string { return "=" + target + ":" }
 
 // Spawn starts argv (argv[0] is the binary) in a new detached session target
-// with working directory cwd and extra environment env. It never replaces a
-// live or unanswering session (ErrOccupied); a dead one is killed first.
+// with working directory cwd and exactly the environment env. It never
+// replaces a live or unanswering session (ErrOccupied); a dead one is killed
+// first.
+//
+// The command runs under `env -i`: a pane otherwise inherits the tmux
+// server's global environment, which is whatever environment started the
+// server — on the default server, an operator's shell with its tokens.
 func (s *Server) Spawn(ctx context.Context, target, cwd string, env map[string]string, argv []string) error {
 	if len(argv) == 0 {
 		return errors.New("tmux: spawn: empty command")
+	}
+	if strings.Contains(argv[0], "=") {
+		return fmt.Errorf("tmux: spawn: the command %q contains '=', which env would read as a variable", argv[0])
 	}
 	if err := s.clear(ctx, target, false); err != nil {
 		return err
@@ -162,10 +176,10 @@ func (s *Server) Spawn(ctx context.Context, target, cwd string, env map[string]s
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	args = append(args, "--", "env", "-i")
 	for _, k := range keys {
-		args = append(args, "-e", k+"="+env[k])
+		args = append(args, k+"="+env[k])
 	}
-	args = append(args, "--")
 	args = append(args, argv...)
 	for i, a := range args {
 		args[i] = escapeArg(a)
@@ -223,7 +237,7 @@ func (s *Server) Deliver(ctx context.Context, target, prompt string) error {
 		stdin []byte
 		args  []string
 	}{
-		{[]byte(prompt), []string{"load-buffer", "-b", evt, "-"}},
+		{[]byte(Pasteable(prompt)), []string{"load-buffer", "-b", evt, "-"}},
 		{nil, []string{"paste-buffer", "-p", "-d", "-b", evt, "-t", window(target)}},
 		{[]byte("\r"), []string{"load-buffer", "-b", submit, "-"}},
 		{nil, []string{"paste-buffer", "-d", "-b", submit, "-t", window(target)}},
@@ -234,6 +248,23 @@ func (s *Server) Deliver(ctx context.Context, target, prompt string) error {
 		}
 	}
 	return nil
+}
+
+// Pasteable is text as it may be pasted into a session: without ESC and the
+// other control characters a terminal acts on (C0 but tab and newline, DEL,
+// and C1, which some terminals read as CSI). Inside a bracketed paste an
+// ESC[201~ would end the paste early and the rest would arrive as typed
+// keys: text from anyone on GitHub must never get that far.
+func Pasteable(text string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\t' || r == '\n' || r == '\r':
+			return r
+		case r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f:
+			return -1
+		}
+		return r
+	}, text)
 }
 
 // Shows reports whether text stands in target's pane, its scrollback

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
+)
+
+// identitiesDir is where `up` and `auth init` keep bus identities' seeds,
+// under a store or output directory.
+const identitiesDir = "nats"
+
+// natsCredentials is the credential the environment gives this process.
+func natsCredentials(n config.NATS) bus.Credentials {
+	return bus.Credentials{
+		SeedFile:  n.NkeyFile,
+		Seed:      []byte(n.NkeySeed.Reveal()),
+		CredsFile: n.CredsFile,
+		User:      n.User,
+		Password:  n.Password.Reveal(),
+		CAFile:    n.TLSCA,
+		CertFile:  n.TLSCert,
+		KeyFile:   n.TLSKey,
+		Setting:   n.Setting(),
+	}
+}
+
+// identityKeys are the NKey seeds of a server's users and the users
+// themselves.
+type identityKeys struct {
+	seeds map[string][]byte
+	users []bus.User
+}
+
+// credentials is identity's in-memory credential.
+func (k identityKeys) credentials(identity string) bus.Credentials {
+	return bus.Credentials{Seed: k.seeds[identity], Setting: "the identity `up` issued to " + identity}
+}
+
+// loadIdentities reads, or creates, a seed per bus identity in dir and
+// returns them with their grants for topo. persist lists the identities whose
+// seeds are kept in files (and reused); the others get a new seed in memory
+// every time (the services of `up`, which connect in-process).
+func loadIdentities(dir string, topo bus.Topology, persist func(identity string) bool) (identityKeys, error) {
+	k := identityKeys{seeds: map[string][]byte{}}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return k, fmt.Errorf("identities: %w", err)
+	}
+	for _, id := range bus.Identities() {
+		var seed []byte
+		path := filepath.Join(dir, id+".nk")
+		if persist(id) {
+			b, err := os.ReadFile(path)
+			switch {
+			case err == nil:
+				seed = bytes.TrimSpace(b)
+			case !errors.Is(err, os.ErrNotExist):
+				return k, fmt.Errorf("identity %s: %w", id, err)
+			}
+		}
+		if seed == nil {
+			s, _, err := bus.NewIdentityKey()
+			if err != nil {
+				return k, err
+			}
+			seed = s
+			if persist(id) {
+				if err := os.WriteFile(path, append(seed, '\n'), 0o600); err != nil {
+					return k, fmt.Errorf("identity %s: %w", id, err)
+				}
+			}
+		}
+		pub, err := bus.PublicKey(seed)
+		if err != nil {
+			return k, fmt.Errorf("identity %s in %s: %w", id, path, err)
+		}
+		g, err := bus.GrantFor(id, topo)
+		if err != nil {
+			return k, err
+		}
+		k.seeds[id] = seed
+		k.users = append(k.users, bus.User{Public: pub, Grant: g})
+	}
+	return k, nil
+}
+
+// cmdAuth is `the-loop auth init DIR`: the bus identities of a deployment.
+// It writes one NKey seed per identity (DIR/nats/<identity>.nk, the secrets,
+// one to each service) and DIR/auth.conf, the nats-server authorization
+// block with their public keys and permissions, for nats.conf to include.
+// Seeds already there are kept, so running it again only rewrites auth.conf.
+func cmdAuth(_ context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
+	const usage = "auth init DIR [--partitions N]"
+	if len(args) == 0 || args[0] != "init" {
+		return fmt.Errorf("%w: %s", errUsage, usage)
+	}
+	fs := newFlags("auth init", stderr)
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: %s", errUsage, usage)
+	}
+	s, err := loadSettings(env)
+	if err != nil {
+		return err
+	}
+	dir := fs.Arg(0)
+	topo := bus.DefaultTopology()
+	topo.Partitions, topo.Replicas = s.Common.Partitions, s.Common.Replicas
+	keys, err := loadIdentities(filepath.Join(dir, identitiesDir), topo, func(string) bool { return true })
+	if err != nil {
+		return err
+	}
+	comments := map[string]string{}
+	for i, id := range bus.Identities() {
+		comments[keys.users[i].Public] = id
+	}
+	conf := filepath.Join(dir, "auth.conf")
+	if err := os.WriteFile(conf, []byte(bus.AuthorizationConf(keys.users, comments)), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", conf, err)
+	}
+	fmt.Fprintf(stdout, "wrote %s (public keys and permissions: include it in nats.conf)\n", conf)
+	for _, id := range bus.Identities() {
+		fmt.Fprintf(stdout, "  %-15s %s\n", id, filepath.Join(dir, identitiesDir, id+".nk"))
+	}
+	fmt.Fprintf(stdout, "give each service its own seed as LOOP_NATS_NKEY_FILE (a secret); the operator verbs use operator.nk or observer.nk\n")
+	return nil
+}
+
+// access is what an operator verb needs: to read, or to change something.
+type access int
+
+const (
+	read access = iota
+	write
+)
+
+// cliConnect connects an operator verb to LOOP_NATS_URL, or to the embedded
+// server of a local `the-loop up` (LOOP_NATS_LISTEN), with the credential the
+// environment gives. Against a local `up` with none given, a verb that only
+// reads uses the observer identity `up` keeps in its store; a verb that
+// changes something needs the operator's credential named explicitly, so
+// that nothing running as this user picks up the power to act by accident.
+func cliConnect(ctx context.Context, env config.Env, name string, need access) (*bus.Conn, error) {
+	s, err := loadSettings(env)
+	if err != nil {
+		return nil, err
+	}
+	url := s.Common.NATSURL
+	creds := natsCredentials(s.Common.NATS)
+	identity := bus.IdentityObserver
+	if need == write {
+		identity = bus.IdentityOperator
+	}
+	if url == "" {
+		url = "nats://" + s.Up.NATSListen
+		if !s.Common.NATS.Set() {
+			store, err := storeDir(s, env)
+			if err != nil {
+				return nil, err
+			}
+			file := filepath.Join(store, identitiesDir, identity+".nk")
+			if need == write {
+				return nil, fmt.Errorf("this verb changes the loop and needs the operator's credential: set LOOP_NATS_NKEY_FILE=%s (the local `the-loop up` keeps it there)", file)
+			}
+			creds = bus.Credentials{SeedFile: file, Setting: "the observer identity of `the-loop up` (" + file + ")"}
+			if _, err := os.Stat(file); err != nil {
+				return nil, fmt.Errorf("no local `the-loop up` store at %s (set LOOP_STORE_DIR, or LOOP_NATS_URL and a credential): %w", store, err)
+			}
+		}
+	}
+	conn, err := bus.Connect(ctx, bus.Options{URL: url, Name: name, Credentials: creds, Identity: identity, ReconnectWait: 100 * time.Millisecond})
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", bus.RedactURL(url), err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, connectWait)
+	defer cancel()
+	if err := conn.WaitConnected(wctx); err != nil {
+		conn.Close()
+		var ae *bus.AuthError
+		if errors.As(err, &ae) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("NATS at %s is not reachable (is 'the-loop up' running?): %w", bus.RedactURL(url), err)
+	}
+	return conn, nil
+}
+
+// storeDir is LOOP_STORE_DIR or its default.
+func storeDir(s settings, env config.Env) (string, error) {
+	if s.Up.StoreDir != "" {
+		return s.Up.StoreDir, nil
+	}
+	return config.DefaultStoreDir(env)
+}
+
+// within reports whether path is dir or inside it (both made absolute).
+func within(path, dir string) bool {
+	p, err1 := filepath.Abs(path)
+	d, err2 := filepath.Abs(dir)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, p)
+	return err == nil && (rel == "." || !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && rel != "..")
+}

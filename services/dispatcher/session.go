@@ -1,0 +1,228 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/httpserver"
+	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/services/dispatcher/ask"
+	"github.com/the-loop/bus/services/dispatcher/registry"
+	"github.com/the-loop/bus/services/dispatcher/sessionapi"
+)
+
+// The session endpoint (package sessionapi): the only door from an agent
+// session into the loop. Sessions run on this host, so it listens on
+// loopback; each session proves itself with the token it was started with,
+// whose hash the registry keeps, and may act only on its own work item.
+
+// askWaitDefault and askWaitMax bound how long an ask waits for its record.
+const (
+	askWaitDefault = 60 * time.Second
+	askWaitMax     = 5 * time.Minute
+)
+
+// Session endpoint refusals (the reason of a session.refused record).
+const (
+	refusedNoToken     = "no-token"
+	refusedBadToken    = "bad-token"
+	refusedNoSession   = "no-session"
+	refusedOtherItem   = "other-work-item"
+	refusedElsewhere   = "hosted-elsewhere"
+	refusedEmptyAsk    = "empty-question"
+	refusedBadRequest  = "bad-request"
+	refusedUnavailable = "registry-unavailable"
+)
+
+// listenSessions opens the session endpoint's listener and returns the URL
+// sessions are given.
+func (s *Service) listenSessions() (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", s.set.SessionAddr)
+	if err != nil {
+		return nil, "", fmt.Errorf("session endpoint on %s: %w", s.set.SessionAddr, err)
+	}
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return ln, "http://" + net.JoinHostPort(host, port), nil
+}
+
+// serveSessions answers the session endpoint on ln until ctx ends.
+func (s *Service) serveSessions(ctx context.Context, ln net.Listener) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+sessionapi.PathAsk, s.withSession(s.sessionAsk))
+	mux.HandleFunc("POST "+sessionapi.PathComplete, s.withSession(s.sessionComplete))
+	mux.HandleFunc("GET "+sessionapi.PathStatus, s.withSession(s.sessionStatus))
+	return httpserver.Serve(ctx, ln, mux, s.deps.Log)
+}
+
+// sessionHandler answers one session's request about its own work item.
+type sessionHandler func(ctx context.Context, r *http.Request, ref string, sess *registry.Session) (int, any)
+
+// withSession authenticates the request's token against the registry: the
+// token must name a live session of this host whose stored hash it matches.
+func (s *Service) withSession(h sessionHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, sessionapi.MaxRequestBytes)
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || token == "" {
+			s.refuseSession(w, r, "", refusedNoToken, http.StatusUnauthorized, "a session token is required (LOOP_SESSION_TOKEN)")
+			return
+		}
+		ref, ok := sessionapi.TokenRef(token)
+		if !ok {
+			s.refuseSession(w, r, "", refusedBadToken, http.StatusUnauthorized, "not a session token")
+			return
+		}
+		store := s.store.Load()
+		if store == nil {
+			s.refuseSession(w, r, ref, refusedUnavailable, http.StatusServiceUnavailable, "the session registry is not open yet")
+			return
+		}
+		rec, _, err := store.Get(r.Context(), ref)
+		switch {
+		case err != nil && !errors.Is(err, bus.ErrNotFound):
+			s.refuseSession(w, r, ref, refusedUnavailable, http.StatusServiceUnavailable, "the session registry is unavailable")
+			return
+		case err != nil || !rec.Session.Live():
+			s.refuseSession(w, r, ref, refusedNoSession, http.StatusUnauthorized, "no live session holds this token")
+			return
+		case !sessionapi.Matches(token, rec.Session.TokenHash) && !sessionapi.Matches(token, rec.Session.NextTokenHash):
+			s.refuseSession(w, r, ref, refusedBadToken, http.StatusUnauthorized, "no live session holds this token")
+			return
+		case rec.Session.Host != s.set.Host:
+			s.refuseSession(w, r, ref, refusedElsewhere, http.StatusUnauthorized, "the session is hosted by another dispatcher")
+			return
+		}
+		status, body := h(r.Context(), r, ref, rec.Session)
+		if e, ok := body.(refusal); ok {
+			s.refuseSession(w, r, ref, e.reason, status, e.message)
+			return
+		}
+		writeJSON(w, status, body)
+	}
+}
+
+// refusal is a handler's answer that refuses the request.
+type refusal struct{ reason, message string }
+
+func (s *Service) refuseSession(w http.ResponseWriter, r *http.Request, ref, reason string, status int, message string) {
+	s.m.sessionRefused.WithLabelValues(reason).Inc()
+	s.deps.Events.Emit(r.Context(), "session.refused", slog.String("work_item", ref), slog.String("reason", reason),
+		slog.String("path", r.URL.Path))
+	writeJSON(w, status, map[string]string{"error": message})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// ownRef refuses a request that names a work item other than the session's.
+func ownRef(asked, ref string) (refusal, bool) {
+	if asked != "" && asked != ref {
+		return refusal{refusedOtherItem, fmt.Sprintf("a session acts only on its own work item (%s)", ref)}, false
+	}
+	return refusal{}, true
+}
+
+// sessionAsk publishes the session's question, scrubbed, as
+// session.awaiting_input with the session as its actor, and waits for the
+// ledger to record it.
+func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, sess *registry.Session) (int, any) {
+	var req sessionapi.AskRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		return http.StatusBadRequest, refusal{refusedBadRequest, "bad request: want JSON {\"question\": \"…\"}"}
+	}
+	if e, ok := ownRef(req.Ref, ref); !ok {
+		return http.StatusForbidden, e
+	}
+	question := s.scrub(req.Question)
+	if strings.TrimSpace(question) == "" {
+		return http.StatusBadRequest, refusal{refusedEmptyAsk, "the question is empty"}
+	}
+	wait := time.Duration(req.Wait)
+	if wait <= 0 {
+		wait = askWaitDefault
+	}
+	wait = min(wait, askWaitMax)
+	ev := ask.Event(ref, question, sess.HarnessSessionID, sess.TmuxTarget, time.Now())
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	url, err := ask.Publish(wctx, s.deps.Conn, ev)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) && url == "":
+		return http.StatusAccepted, sessionapi.AskAnswer{ID: ev.GetId(), Pending: true}
+	case errors.Is(err, ask.ErrFailed):
+		return http.StatusBadGateway, map[string]string{"error": err.Error(), "id": ev.GetId()}
+	case err != nil:
+		s.deps.Log.Warn("dispatcher: session ask", "work_item", ref, "event_id", ev.GetId(), "err", err)
+		return http.StatusServiceUnavailable, map[string]string{"error": "the question could not be put on the bus; try again", "id": ev.GetId()}
+	}
+	return http.StatusOK, sessionapi.AskAnswer{ID: ev.GetId(), URL: url}
+}
+
+// sessionComplete completes the session's own agent node.
+func (s *Service) sessionComplete(ctx context.Context, r *http.Request, ref string, _ *registry.Session) (int, any) {
+	var req sessionapi.CompleteRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		return http.StatusBadRequest, refusal{refusedBadRequest, "bad request: want JSON {}"}
+	}
+	if e, ok := ownRef(req.Ref, ref); !ok {
+		return http.StatusForbidden, e
+	}
+	return s.graphAnswer(s.graphComplete(ctx, mustRequest(ref)))
+}
+
+// sessionStatus is the session's own work item's graph state.
+func (s *Service) sessionStatus(ctx context.Context, _ *http.Request, ref string, _ *registry.Session) (int, any) {
+	return s.graphAnswer(s.graphStatus(ctx, mustRequest(ref)))
+}
+
+func mustRequest(ref string) []byte {
+	b, _ := json.Marshal(GraphRequest{Ref: ref})
+	return b
+}
+
+// graphAnswer turns the graph endpoint's answer into the session
+// endpoint's.
+func (s *Service) graphAnswer(data []byte, err error) (int, any) {
+	var se *bus.ServiceError
+	switch {
+	case errors.As(err, &se):
+		status := http.StatusInternalServerError
+		switch se.Code {
+		case bus.CodeBadRequest:
+			status = http.StatusBadRequest
+		case bus.CodeNotFound:
+			status = http.StatusNotFound
+		case bus.CodeConflict:
+			status = http.StatusConflict
+		case bus.CodeUnavailable:
+			status = http.StatusServiceUnavailable
+		}
+		return status, map[string]string{"error": se.Description}
+	case err != nil:
+		return http.StatusInternalServerError, map[string]string{"error": err.Error()}
+	}
+	return http.StatusOK, json.RawMessage(data)
+}
+
+// scrub masks secrets, paths and addresses in text a session sends toward
+// GitHub and Slack.
+func (s *Service) scrub(text string) string {
+	if s.set.Scrub != nil {
+		return s.set.Scrub(text)
+	}
+	return redact.FromOS().Scrub(text)
+}

@@ -1,0 +1,204 @@
+// Package sessionapi is the one way an agent session reaches the loop: the
+// dispatcher's session endpoint, an HTTP service on the dispatcher's host
+// (sessions run there), and its client, which `the-loop ask` and `the-loop
+// graph complete` use inside a session.
+//
+// A session holds no bus credential, no token of GitHub's or Slack's and no
+// envelope key (docs/architecture.md, trust boundaries). What it holds is its
+// own session token, given in its environment when the dispatcher starts it
+// (LOOP_SESSION_URL, LOOP_SESSION_TOKEN). The token names the session's work
+// item and is good for exactly what a session may do on that work item: ask a
+// person a question, complete its own agent node, read its graph's state.
+// Whatever a session raises carries the session as its actor, never a person.
+package sessionapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Paths of the endpoint.
+const (
+	PathAsk      = "/v1/ask"
+	PathComplete = "/v1/complete"
+	PathStatus   = "/v1/status"
+)
+
+// MaxRequestBytes bounds a request body: a question is at most a GitHub
+// comment (65,536 characters, four bytes each at worst).
+const MaxRequestBytes = 256 << 10
+
+// tokenPrefix versions the token format.
+const tokenPrefix = "lst1."
+
+// NewToken returns a new session token for the work item ref and the hash
+// the dispatcher keeps of it (the token itself is kept nowhere but in the
+// session's environment).
+func NewToken(ref string) (token, hash string, err error) {
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return "", "", fmt.Errorf("session token: %w", err)
+	}
+	token = tokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(ref)) + "." + base64.RawURLEncoding.EncodeToString(secret)
+	return token, Hash(token), nil
+}
+
+// Hash is what the dispatcher stores of a token.
+func Hash(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// Matches reports, in constant time, whether token hashes to hash.
+func Matches(token, hash string) bool {
+	return hash != "" && subtle.ConstantTimeCompare([]byte(Hash(token)), []byte(hash)) == 1
+}
+
+// TokenRef returns the work item a well-formed token names. It says nothing
+// of the token's validity: only a stored hash does.
+func TokenRef(token string) (string, bool) {
+	rest, ok := strings.CutPrefix(token, tokenPrefix)
+	if !ok {
+		return "", false
+	}
+	enc, secret, ok := strings.Cut(rest, ".")
+	if !ok || len(secret) != 43 {
+		return "", false
+	}
+	ref, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil || len(ref) == 0 || len(ref) > 512 {
+		return "", false
+	}
+	return string(ref), true
+}
+
+// AskRequest asks a person on the session's work item.
+type AskRequest struct {
+	// Ref, if set, must be the session's own work item.
+	Ref      string `json:"ref,omitempty"`
+	Question string `json:"question"`
+	// Wait is how long to wait for the ledger to record the question.
+	Wait Duration `json:"wait,omitempty"`
+}
+
+// AskAnswer is the question's event id and, once recorded, the URL of its
+// comment on the work item.
+type AskAnswer struct {
+	ID  string `json:"id"`
+	URL string `json:"url,omitempty"`
+	// Pending: on the bus, not yet recorded when the wait ended.
+	Pending bool `json:"pending,omitempty"`
+}
+
+// CompleteRequest completes the session's agent node.
+type CompleteRequest struct {
+	// Ref, if set, must be the session's own work item.
+	Ref string `json:"ref,omitempty"`
+}
+
+// Duration is a time.Duration written as Go's duration text ("30s").
+type Duration time.Duration
+
+// MarshalJSON writes "30s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads "30s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Error is the endpoint's refusal: the HTTP status and what it says.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("the session endpoint refused: %s (%d)", e.Message, e.Status) }
+
+// Client calls the session endpoint with the session's token.
+type Client struct {
+	URL   string
+	Token string
+	HTTP  *http.Client
+}
+
+// Ask asks question on the session's work item and waits up to wait for its
+// record.
+func (c Client) Ask(ctx context.Context, ref, question string, wait time.Duration) (AskAnswer, error) {
+	var a AskAnswer
+	err := c.call(ctx, PathAsk, AskRequest{Ref: ref, Question: question, Wait: Duration(wait)}, &a)
+	return a, err
+}
+
+// Complete completes the session's agent node; out receives the answer (the
+// dispatcher's graph.complete answer).
+func (c Client) Complete(ctx context.Context, ref string, out any) error {
+	return c.call(ctx, PathComplete, CompleteRequest{Ref: ref}, out)
+}
+
+func (c Client) call(ctx context.Context, path string, in, out any) error {
+	if c.URL == "" || c.Token == "" {
+		return errors.New("no session endpoint: LOOP_SESSION_URL and LOOP_SESSION_TOKEN are set by the dispatcher in an agent session")
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.URL, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("session endpoint: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Content-Type", "application/json")
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("session endpoint %s: %w", c.URL, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxRequestBytes))
+	if err != nil {
+		return fmt.Errorf("session endpoint: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(b, &e)
+		if e.Error == "" {
+			e.Error = http.StatusText(resp.StatusCode)
+		}
+		return &Error{Status: resp.StatusCode, Message: e.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("session endpoint: unreadable answer: %w", err)
+	}
+	return nil
+}
