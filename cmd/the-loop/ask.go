@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 	"github.com/the-loop/bus/services/dispatcher/graphstate"
+	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
 // maxQuestionBytes bounds a question read from a file or stdin (GitHub's

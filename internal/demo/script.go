@@ -20,8 +20,8 @@ import (
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
-	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 	"github.com/the-loop/bus/services/dispatcher/graphstate"
+	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
 // StepTimeout bounds each step: on 2 cores every step takes well under a
@@ -48,13 +48,12 @@ type Summary struct {
 	ApprovedBy []string
 }
 
-
 // player plays one demo.
 type player struct {
-	st    *Stage
-	conn  *bus.Conn
-	out   io.Writer
-	log   *eventlog.Recorder
+	st   *Stage
+	conn *bus.Conn
+	out  io.Writer
+	log  *eventlog.Recorder
 	// graphs is KV "graph", opened once: every wait for a node polls it.
 	graphs *graphstate.Store
 

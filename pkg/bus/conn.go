@@ -66,7 +66,7 @@ type Conn struct {
 	opts Options
 	// closed is closed when the connection is closed for good (Close,
 	// Drain, or the server refusing the credential twice).
-	closed chan struct{}
+	closed  chan struct{}
 	denials *denials
 }
 
