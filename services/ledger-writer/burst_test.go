@@ -143,7 +143,7 @@ func TestGitHubDownThenBack(t *testing.T) {
 		}
 		prev := ""
 		for _, c := range cs {
-			l, err := envelope.ParseLedger(testKey, c.Body)
+			l, err := envelope.ParseLedger(testKey, envelope.Binding{Repo: testRepo, Number: item}, c.Body)
 			if err != nil || l.ID <= prev {
 				t.Errorf("#%d: %s after %s (%v)", item, l.ID, prev, err)
 			}

@@ -205,7 +205,7 @@ func (g *ghClient) findComment(ctx context.Context, r repoRef, key []byte, id st
 			return written{}, false, g.fail(ctx, err)
 		}
 		for _, c := range cs {
-			if carries(key, c.GetBody(), id) {
+			if carries(key, envelope.Binding{Repo: r.FullName(), Number: r.Number}, c.GetBody(), id) {
 				return written{Repo: r.FullName(), Number: r.Number, CommentID: c.GetID(), URL: c.GetHTMLURL()}, true, nil
 			}
 		}
@@ -238,7 +238,7 @@ func (g *ghClient) findIssue(ctx context.Context, owner, repo string, after int,
 			}
 			return written{}, false, f
 		}
-		if carries(key, is.GetBody(), id) {
+		if carries(key, envelope.IssueBody(owner+"/"+repo), is.GetBody(), id) {
 			return written{Repo: owner + "/" + repo, Number: is.GetNumber(), URL: is.GetHTMLURL()}, true, nil
 		}
 	}
@@ -253,12 +253,14 @@ func (g *ghClient) fail(ctx context.Context, err error) error {
 	return classify(err, time.Now())
 }
 
-// carries reports whether body holds a verified envelope for event id. A
-// valid signature means the ledger-writer wrote it: nobody else has the key.
-func carries(key []byte, body, id string) bool {
+// carries reports whether body, read from the record at b, holds a verified
+// envelope for event id. A valid signature means the ledger-writer wrote it
+// there (nobody else has the key), so a copy of E's envelope on another record
+// or under other words is not E's record.
+func carries(key []byte, b envelope.Binding, body, id string) bool {
 	if !strings.Contains(body, "the-loop:envelope") {
 		return false
 	}
-	l, err := envelope.ParseLedger(key, body)
+	l, err := envelope.ParseLedger(key, b, body)
 	return err == nil && l.ID == id
 }
