@@ -28,8 +28,8 @@ import (
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
+	"github.com/the-loop/bus/services/runtime"
 )
 
 // Test identities. alice and bob are authorized; slackonly is a person

@@ -344,7 +344,7 @@ func TestQuestionIsScrubbed(t *testing.T) {
 		"xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOpQrStUvWx",
 		"AKIAIOSFODNN7EXAMPLE",
 		"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", // LOOP_ENVELOPE_KEY's value
-		"hunter2-secret-value", // the value of MY_API_TOKEN in the environment
+		"hunter2-secret-value",                                             // the value of MY_API_TOKEN in the environment
 	}
 	text := "Which of these should I use?\n" +
 		"GITHUB_TOKEN=" + secrets[0] + "\n" +
