@@ -16,8 +16,9 @@ import (
 	"github.com/the-loop/bus/pkg/envelope"
 )
 
-// ghClient is the ledger's GitHub side: the four REST calls the writer makes
-// (create a comment, create an issue, list an issue's comments, get an issue)
+// ghClient is the ledger's GitHub side: the five REST calls the writer makes
+// (create a comment, create an issue, list an issue's comments, get an issue,
+// get its own user)
 // and the classification of their failures. It is the only file of the
 // service that imports go-github.
 type ghClient struct {
@@ -192,6 +193,19 @@ func (g *ghClient) createIssue(ctx context.Context, owner, repo, title, body str
 		return written{}, g.fail(ctx, err)
 	}
 	return written{Repo: owner + "/" + repo, Number: is.GetNumber(), URL: is.GetHTMLURL()}, nil
+}
+
+// login is the token's own GitHub login (GET /user): the ledger's login.
+func (g *ghClient) login(ctx context.Context) (string, error) {
+	u, resp, err := g.c.Users.Get(ctx, "")
+	g.observe(resp)
+	if err != nil {
+		return "", g.fail(ctx, err)
+	}
+	if u.GetLogin() == "" {
+		return "", errors.New("GET /user: no login in the answer")
+	}
+	return u.GetLogin(), nil
 }
 
 // findComment reads back every comment of the work item (paginated) and

@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/redact"
 	"github.com/the-loop/bus/pkg/threads"
@@ -198,15 +199,77 @@ func (s *Service) Run(ctx context.Context) error {
 		reason := errors.New(s.held + ": events that need a GitHub record are held in the inbox (none is lost); configure it and restart")
 		s.deps.Ready.Add(Name+"/github", func() error { return reason })
 	}
+	ctx, refuse := context.WithCancelCause(ctx)
+	defer refuse(nil)
+	if err := s.guardLedgerLogin(ctx, refuse); err != nil {
+		return err
+	}
 	if err := s.open(ctx); err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return refused(ctx)
 		}
 		return err
 	}
-	return runtime.Consume(ctx, s.deps, Name, bus.StreamInbox, func(hctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
+	err := runtime.Consume(ctx, s.deps, Name, bus.StreamInbox, func(hctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
 		return s.handle(hctx, ctx.Done(), ev, d)
 	})
+	if err == nil {
+		err = refused(ctx)
+	}
+	return err
+}
+
+// errConfigRefused wraps why the writer stopped on its operator config.
+var errConfigRefused = errors.New("operator config refused")
+
+// refused is the error the writer stopped with when a check of its operator
+// config cancelled ctx, or nil for an ordinary shutdown.
+func refused(ctx context.Context) error {
+	if err := context.Cause(ctx); errors.Is(err, errConfigRefused) {
+		return err
+	}
+	return nil
+}
+
+// guardLedgerLogin refuses an operator config whose routing.authorizedUsers
+// lists the ledger's own login (docs/decisions/027-ledger-login-is-not-a-person.md):
+// the config in force now (an error: the writer does not start) and every
+// reload. The login is LOOP_GITHUB_LOGIN, else the token's (GET /user); when
+// GitHub does not answer yet it is asked again every minute, and a config in
+// force that lists it then stops the writer through stop.
+func (s *Service) guardLedgerLogin(ctx context.Context, stop context.CancelCauseFunc) error {
+	guard := func(login string) error {
+		if err := s.deps.GuardConfig(config.RefuseLedgerLogin(login)); err != nil {
+			return fmt.Errorf("%s: %w: %w", Name, errConfigRefused, err)
+		}
+		s.deps.Log.Info("ledger-writer: the operator config may not list the ledger's own login", "login", login)
+		return nil
+	}
+	if login := s.deps.GitHub.Login; login != "" {
+		return guard(login)
+	}
+	if s.gh == nil {
+		return nil // no token: no login, and nothing is written as anyone
+	}
+	login, err := s.gh.login(ctx)
+	if err == nil {
+		return guard(login)
+	}
+	s.deps.Log.Warn("ledger-writer: the ledger's own login is not known yet (GET /user failed); asking again every minute", "err", err)
+	go func() {
+		for sleep(ctx, nil, time.Minute) == nil {
+			login, err := s.gh.login(ctx)
+			if err != nil {
+				continue
+			}
+			if err := guard(login); err != nil {
+				s.deps.Log.Error("ledger-writer: stopping: the operator config in force lists the ledger's own login", "err", err)
+				stop(err)
+			}
+			return
+		}
+	}()
+	return nil
 }
 
 // open binds the KV buckets, waiting for the connection and provisioning.
