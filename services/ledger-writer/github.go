@@ -102,6 +102,9 @@ type failure struct {
 	// maybeWritten: the request may have been committed (5xx, timeout,
 	// dropped connection), so the next attempt must read back first.
 	maybeWritten bool
+	// held: the credential, not the event, fails (401): every event
+	// alike waits for the operator, as without a token.
+	held bool
 }
 
 func (f *failure) Error() string { return f.err.Error() }
@@ -133,7 +136,7 @@ func classify(err error, now time.Time) *failure {
 			// A bad or revoked token fails every event alike: hold them
 			// all until the operator fixes it, rather than dead-letter
 			// the whole inbox.
-			return &failure{err: err, reason: "unauthorized-token", wait: time.Minute}
+			return &failure{err: err, reason: "unauthorized-token", wait: time.Minute, held: true}
 		case st == http.StatusForbidden && er.Response.Header.Get("X-Ratelimit-Remaining") == "0":
 			return &failure{err: err, reason: "rate-limited", wait: retryAfter(er.Response.Header, now)}
 		case st == http.StatusNotFound:

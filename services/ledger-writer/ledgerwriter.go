@@ -24,14 +24,18 @@
 // can still have in flight, so two workers never both write. The crash table
 // this satisfies is reference/nats-jetstream.md §1.6.
 //
-// Transient GitHub failures (5xx, timeouts, dropped responses, 401, 403/429
-// rate limits) are waited out inside the delivery, honouring Retry-After and
-// x-ratelimit-reset, with the runner keeping the delivery alive; they never
-// use up MaxDeliver, so GitHub being down for an hour loses nothing and keeps
-// the partition in order. Permanent ones (404, 410, 422, 400, another 403, a
-// ref that is not github:owner/repo#N, an actor no longer authorized, kickoff
-// disabled) emit bus.record_failed, publish a ledger.record_failed notice for
-// channel-originated events (AMB-26), and go to the DLQ. A gate, control or
+// Transient GitHub failures (5xx, timeouts, dropped responses, 403/429 rate
+// limits) hand the delivery back with a delay (bus.Retry: NakWithDelay, the
+// partition stays in order) — GitHub's Retry-After or reset up to a cap, else
+// a jittered backoff — and after the consumer's MaxDeliver deliveries the
+// event fails with the failure's reason, so one message cannot stall its
+// partition for more than a bounded time (README, Operations). A rejected
+// token (401) is the credential's failure, not the event's: like a missing
+// token it is held inside the delivery until fixed. Permanent ones (404, 410,
+// 422, 400, another 403, a ref that is not github:owner/repo#N, an actor no
+// longer authorized, kickoff disabled) and transient ones that used up their
+// deliveries emit bus.record_failed, publish a ledger.record_failed notice
+// for channel-originated events, and go to the DLQ. A gate, control or
 // kickoff event is never fanned out unrecorded.
 package ledgerwriter
 
@@ -109,8 +113,10 @@ func WithClaimLease(d time.Duration) Option {
 	return func(o *options) { o.lease = d }
 }
 
-// WithRetryBackoff shapes the wait between attempts after a transient failure
-// that names no wait of its own (default 1s doubling to 1m).
+// WithRetryBackoff shapes the wait between deliveries after a transient
+// failure: a jittered backoff of at most base doubling to maxWait (default 1s
+// doubling to 1m, bus.Backoff), and maxWait also caps a wait GitHub names
+// (Retry-After, a rate-limit reset).
 func WithRetryBackoff(base, maxWait time.Duration) Option {
 	return func(o *options) { o.retryBase, o.retryMax = base, maxWait }
 }
@@ -312,13 +318,9 @@ func (s *Service) renderInput() (renderInput, error) {
 }
 
 // backoff is the wait before attempt n (1-based) after a transient failure
-// that named no wait.
+// that named no wait: the bus's jittered backoff, at most retryMax.
 func (s *Service) backoff(n int) time.Duration {
-	d := s.opts.retryBase
-	for i := 1; i < n && d < s.opts.retryMax; i++ {
-		d *= 2
-	}
-	return min(d, s.opts.retryMax)
+	return bus.Backoff(n, s.opts.retryBase, s.opts.retryMax)
 }
 
 // errStopping: the service is shutting down; the delivery is handed back.
