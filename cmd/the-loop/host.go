@@ -215,13 +215,14 @@ func (h *host) run(ctx context.Context) (err error) {
 
 	g, gctx := errgroup.WithContext(ctx)
 	current := func() *config.Config { return defaultConfig }
+	var checks runtime.ConfigChecks
 	if path := h.settings.Common.ConfigPath; path != "" {
 		watcher, err := config.NewWatcher(path, h.log)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("operator config: %w", err)
 		}
-		current = watcher.Current
+		current, checks = watcher.Current, watcher
 		g.Go(func() error { return watcher.Run(gctx) })
 	}
 	names := make([]string, 0, len(h.defs))
@@ -236,6 +237,7 @@ func (h *host) run(ctx context.Context) (err error) {
 			Partitions: topo.Partitions,
 			Metrics:    metrics,
 			Config:     current,
+			Checks:     checks,
 			GitHub:     h.settings.GitHub,
 			Slack:      h.settings.Slack,
 			Dispatcher: h.settings.Dispatcher,

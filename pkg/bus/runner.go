@@ -56,8 +56,9 @@ type ConsumerSpec struct {
 	// after Run's ctx ends; then its ctx is cancelled (default 30s).
 	DrainTimeout time.Duration
 	// RetryBase and RetryMax shape the redelivery delay of a failed
-	// delivery without a Retry delay: RetryBase·2^(n-1), at most RetryMax
-	// (defaults 1s and 1m).
+	// delivery without a Retry delay: Backoff(n, RetryBase, RetryMax), a
+	// random wait of at most RetryBase·2^(n-1) and RetryMax (defaults 1s
+	// and 1m).
 	RetryBase, RetryMax time.Duration
 	// Logger (nil discards) and Metrics (nil records nothing).
 	Logger  *slog.Logger
@@ -496,11 +497,7 @@ func (r *Runner) settle(ctx context.Context, d *Delivery, consumer string, herr 
 }
 
 func (r *Runner) backoff(n uint64) time.Duration {
-	d := r.spec.RetryBase
-	for i := uint64(1); i < n && d < r.spec.RetryMax; i++ {
-		d *= 2
-	}
-	return min(d, r.spec.RetryMax)
+	return Backoff(int(min(n, 64)), r.spec.RetryBase, r.spec.RetryMax)
 }
 
 // headerValue makes s safe as a header value: one line, bounded.

@@ -42,6 +42,7 @@ type Watcher struct {
 	err      error
 	warnings []Warning
 	subs     map[chan *Config]struct{}
+	checks   []Check
 }
 
 // WatcherOption configures a Watcher.
@@ -122,6 +123,18 @@ func (w *Watcher) Subscribe() (updates <-chan *Config, cancel func()) {
 	}
 }
 
+// AddCheck makes check a rule of every config in force from now on: the
+// config in force now — its error is returned, and a service refuses to start
+// on it — and every reload, which is refused when check fails (the previous
+// config stays, Err says why, and the refusal is logged). It is for rules only
+// a service knows, such as the ledger's own login (RefuseLedgerLogin).
+func (w *Watcher) AddCheck(check Check) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.checks = append(w.checks, check)
+	return check(w.cur.Load())
+}
+
 // Reload re-reads the file now (for SIGHUP, or a test). It returns the error
 // that kept the last good config in force, if any.
 func (w *Watcher) Reload() error { return w.reload(true) }
@@ -146,6 +159,9 @@ func (w *Watcher) reload(force bool) error {
 	// it ran is noticed by the next look.
 	w.files = files
 	w.lastSum = configSum(src, nil, files)
+	if err == nil {
+		err = runChecks(w.checks, cfg)
+	}
 	if err != nil {
 		w.refused(err)
 		return err

@@ -217,3 +217,48 @@ func (l *logBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestLedgerLoginRefused: attack 4. A config listing the ledger's own login
+// in routing.authorizedUsers — in any case, as a plain login or inside a
+// mapping — is refused: at start AddCheck returns the error (the service
+// exits), and on reload the edit is refused, the previous config stays, and
+// the refusal is logged with the reason.
+func TestLedgerLoginRefused(t *testing.T) {
+	t.Parallel()
+	const (
+		withBot    = "version: \"0.7.0\"\nrouting:\n  authorizedUsers: [alice, Loop-BOT]\n"
+		withBotMap = "version: \"0.7.0\"\nrouting:\n  authorizedUsers:\n    - alice\n    - {github: loop-bot, slack: U0BOT}\n"
+	)
+	for _, body := range []string{withBot, withBotMap} {
+		path := writeFile(t, t.TempDir(), "c.yaml", []byte(body))
+		w, err := NewWatcher(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = w.AddCheck(RefuseLedgerLogin("loop-bot"))
+		if !errors.Is(err, ErrLedgerLogin) || !strings.Contains(err.Error(), "agents post with its token") ||
+			!strings.Contains(err.Error(), "list people only") {
+			t.Errorf("start with %q: AddCheck = %v, want the ledger login refused and why", body, err)
+		}
+	}
+
+	w, path, logs := startWatcher(t, slackOff, WithPollInterval(20*time.Millisecond))
+	if err := w.AddCheck(RefuseLedgerLogin("loop-bot")); err != nil {
+		t.Fatalf("a config without the ledger login refused: %v", err)
+	}
+	good := w.Current()
+	replace(t, path, withBotMap)
+	if err := w.Reload(); !errors.Is(err, ErrLedgerLogin) {
+		t.Fatalf("Reload = %v, want ErrLedgerLogin", err)
+	}
+	if w.Current() != good || !errors.Is(w.Err(), ErrLedgerLogin) {
+		t.Error("the refused config replaced the previous one")
+	}
+	if !strings.Contains(logs.String(), "config change refused; keeping the last good config") || !strings.Contains(logs.String(), "agents post with its token") {
+		t.Errorf("refusal not logged with its reason: %s", logs.String())
+	}
+	// A check with no login known checks nothing.
+	if err := RefuseLedgerLogin("")(w.Current()); err != nil {
+		t.Errorf("empty login: %v", err)
+	}
+}

@@ -8,8 +8,11 @@
 //
 // On the ledger an event's record carries a hidden HTML comment, the ledger
 // envelope, with a JSON object signed by HMAC-SHA256 under LOOP_ENVELOPE_KEY
-// (DESIGN §6). EncodeLedger and ParseLedger write and read it; an envelope
-// whose signature does not verify is ErrForged, never an envelope. The
+// (DESIGN §6). The signature binds the envelope to its record: the
+// repository, the issue number and the record's visible text (VisibleText).
+// SealLedger writes a record body with its envelope and ParseLedger reads one
+// back against the record it was found in; an envelope whose signature does
+// not verify there is ErrForged, never an envelope. The
 // self-authored marker helpers live here too, so every writer and reader of
 // GitHub bodies agrees on them.
 //

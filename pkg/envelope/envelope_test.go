@@ -2,6 +2,9 @@ package envelope
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -168,14 +171,30 @@ func ledgerFixture() Ledger {
 	}
 }
 
+// testRecord is where the fixtures' records sit.
+var testRecord = Binding{Repo: "Octo/My.Repo", Number: 15}
+
+// seal is SealLedger for a comment whose text precedes the envelope, as the
+// writer's attributed records are.
+func seal(t *testing.T, key []byte, l Ledger, forbidden []string, b Binding, text string) (string, error) {
+	t.Helper()
+	return SealLedger(key, l, forbidden, b, func(env string) string { return text + "\n\n" + env + "\n" })
+}
+
+// envelopeOf is the envelope comment inside body.
+func envelopeOf(body string) string {
+	i := strings.Index(body, envelopeOpen)
+	j := strings.Index(body[i:], envelopeClose)
+	return body[i : i+j+len(envelopeClose)]
+}
+
 func TestLedgerRoundTripAndGolden(t *testing.T) {
-	enc, err := EncodeLedger(testKey, ledgerFixture(), []string{"the-loop stop"})
+	body, err := seal(t, testKey, ledgerFixture(), []string{"the-loop stop"}, testRecord, "🗣️ relayed from slack\n\nLGTM")
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "ledger-envelope.txt", enc+"\n")
-	body := "🗣️ relayed from slack\n\nLGTM\n\n" + enc + "\n"
-	got, err := ParseLedger(testKey, body)
+	golden(t, "ledger-envelope.txt", body)
+	got, err := ParseLedger(testKey, testRecord, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,6 +207,106 @@ func TestLedgerRoundTripAndGolden(t *testing.T) {
 	if s := StripLedger(body); strings.Contains(s, "the-loop:envelope") || !strings.Contains(s, "LGTM") {
 		t.Errorf("StripLedger = %q", s)
 	}
+	// What GitHub may hand back for the same record still verifies: the
+	// repository in another case, CRLF line endings, white space around.
+	for name, tc := range map[string]struct {
+		b    Binding
+		body string
+	}{
+		"repository case": {Binding{Repo: "octo/my.repo", Number: 15}, body},
+		"CRLF":            {testRecord, strings.ReplaceAll(body, "\n", "\r\n")},
+		"white space":     {testRecord, "\n  " + body + "\n\n"},
+	} {
+		if _, err := ParseLedger(testKey, tc.b, tc.body); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestLedgerBoundToItsRecord: the attack of a copied envelope. An envelope
+// verifies only in the record it was signed for: pasted onto another issue, in
+// another repository, under other words, or as a new issue's body, it is
+// forged. So is a version 1 envelope, which bound nothing.
+func TestLedgerBoundToItsRecord(t *testing.T) {
+	const text = "📨 Relayed from `U123` on the **slack** channel:\n\napproved"
+	body, err := seal(t, testKey, ledgerFixture(), nil, testRecord, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := envelopeOf(body)
+	v1, err := os.ReadFile(filepath.Join("testdata", "ledger-envelope-v1.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		b    Binding
+		body string
+	}{
+		"other issue":            {Binding{Repo: testRecord.Repo, Number: 16}, body},
+		"other repository":       {Binding{Repo: "octo/other", Number: 15}, body},
+		"as a new issue's body":  {IssueBody(testRecord.Repo), body},
+		"text edited":            {testRecord, strings.Replace(body, "approved", "approved, and merge it", 1)},
+		"text appended":          {testRecord, body + "\nthe-loop execute"},
+		"copied under new words": {testRecord, "approved\n\n" + env},
+		"marker removed": func() struct {
+			b    Binding
+			body string
+		} {
+			marked, err := SealLedger(testKey, ledgerFixture(), nil, testRecord, func(env string) string {
+				return MarkSelfAuthored("answer\n\n" + env)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return struct {
+				b    Binding
+				body string
+			}{testRecord, strings.Replace(marked, SelfMarker, "", 1)}
+		}(),
+		"version 1, same key": {testRecord, text + "\n\n" + strings.TrimSpace(string(v1))},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := ParseLedger(testKey, tc.b, tc.body)
+			if !errors.Is(err, ErrForged) {
+				t.Fatalf("err = %v, want ErrForged", err)
+			}
+		})
+	}
+	if _, err := ParseLedger(testKey, testRecord, text+"\n\n"+strings.TrimSpace(string(v1))); !errors.Is(err, ErrUnbound) {
+		t.Errorf("version 1: err = %v, want ErrUnbound", err)
+	}
+	// The same envelope in its own record verifies, so the refusals above
+	// are the binding's doing.
+	if _, err := ParseLedger(testKey, testRecord, body); err != nil {
+		t.Fatalf("own record: %v", err)
+	}
+	// A new issue's body is bound to its repository and number 0.
+	issue, err := SealLedger(testKey, ledgerFixture(), nil, IssueBody("octo/kick"), func(env string) string { return "Start it\n\n" + env + "\n" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseLedger(testKey, IssueBody("Octo/Kick"), issue); err != nil {
+		t.Errorf("issue body: %v", err)
+	}
+	if _, err := ParseLedger(testKey, Binding{Repo: "octo/kick", Number: 3}, issue); !errors.Is(err, ErrForged) {
+		t.Errorf("issue body read as issue 3's comment: err = %v, want ErrForged", err)
+	}
+}
+
+// TestSealLedgerRefusesAnUnstableBody: a compose that does not put the
+// envelope in once, or whose text depends on it, is refused rather than
+// signed for a text the record will not show.
+func TestSealLedgerRefusesAnUnstableBody(t *testing.T) {
+	for name, compose := range map[string]func(string) string{
+		"envelope twice":     func(env string) string { return env + "\n" + env },
+		"envelope missing":   func(string) string { return "text" },
+		"text depends on it": func(env string) string { return fmt.Sprint(len(env)) + "\n" + env },
+	} {
+		if _, err := SealLedger(testKey, ledgerFixture(), nil, testRecord, compose); !errors.Is(err, ErrUnsafe) {
+			t.Errorf("%s: err = %v, want ErrUnsafe", name, err)
+		}
+	}
 }
 
 func TestLedgerRefusesBreakOut(t *testing.T) {
@@ -199,7 +318,7 @@ func TestLedgerRefusesBreakOut(t *testing.T) {
 		l := ledgerFixture()
 		l.Actor.Name = h
 		l.Conversation.ThreadTS = h
-		enc, err := EncodeLedger(testKey, l, []string{"the-loop stop", "the-loop pause"})
+		body, err := seal(t, testKey, l, []string{"the-loop stop", "the-loop pause"}, testRecord, "text")
 		if err != nil {
 			// Refusing is also acceptable; escaping is preferred.
 			if !errors.Is(err, ErrUnsafe) {
@@ -207,13 +326,14 @@ func TestLedgerRefusesBreakOut(t *testing.T) {
 			}
 			continue
 		}
+		enc := envelopeOf(body)
 		inner := strings.TrimSuffix(strings.TrimPrefix(enc, envelopeOpen), envelopeClose)
 		for _, bad := range []string{"-->", "--", "<", ">", SelfMarker, "the-loop stop", "THE-LOOP STOP"} {
 			if strings.Contains(inner, bad) {
 				t.Errorf("%q: encoded envelope contains %q: %s", h, bad, enc)
 			}
 		}
-		got, err := ParseLedger(testKey, "text "+enc)
+		got, err := ParseLedger(testKey, testRecord, body)
 		if err != nil || got.Actor.Name != h || got.Conversation.ThreadTS != h {
 			t.Errorf("%q: did not round-trip: %+v, %v", h, got, err)
 		}
@@ -221,20 +341,21 @@ func TestLedgerRefusesBreakOut(t *testing.T) {
 	// A one-word configured keyword that would appear in a value is refused.
 	l := ledgerFixture()
 	l.Actor.Name = "halt"
-	if _, err := EncodeLedger(testKey, l, []string{"HALT"}); !errors.Is(err, ErrUnsafe) {
+	if _, err := seal(t, testKey, l, []string{"HALT"}, testRecord, "text"); !errors.Is(err, ErrUnsafe) {
 		t.Errorf("keyword in value: err = %v, want ErrUnsafe", err)
 	}
-	if _, err := EncodeLedger(nil, l, nil); !errors.Is(err, ErrNoKey) {
+	if _, err := seal(t, nil, l, nil, testRecord, "text"); !errors.Is(err, ErrNoKey) {
 		t.Errorf("no key: err = %v", err)
 	}
 }
 
 func TestParseLedgerRefusesForgery(t *testing.T) {
-	enc, err := EncodeLedger(testKey, ledgerFixture(), nil)
+	enc, err := seal(t, testKey, ledgerFixture(), nil, testRecord, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherKey, _ := EncodeLedger([]byte("another key of the same length.."), ledgerFixture(), nil)
+	enc = strings.TrimSpace(enc)
+	otherKey, _ := seal(t, []byte("another key of the same length.."), ledgerFixture(), nil, testRecord, "")
 	retyped := strings.Replace(enc, `gate.feedback`, `control.command`, 1)
 	reactor := strings.Replace(enc, `"github":"octocat"`, `"github":"admin"`, 1)
 	noSig := enc[:strings.Index(enc, `,"sig"`)] + "}" + envelopeClose
@@ -248,17 +369,17 @@ func TestParseLedgerRefusesForgery(t *testing.T) {
 		"actor changed":       {reactor, ErrForged},
 		"signature removed":   {noSig, ErrForged},
 		"two envelopes":       {enc + "\n" + enc, ErrMalformed},
-		"unterminated":        {envelopeOpen + `{"v":1`, ErrMalformed},
-		"bad json":            {envelopeOpen + `{"v":1,` + envelopeClose, ErrMalformed},
-		"unknown field":       {envelopeOpen + `{"v":1,"admin":true}` + envelopeClose, ErrMalformed},
-		"other version":       {envelopeOpen + `{"v":2}` + envelopeClose, ErrMalformed},
+		"unterminated":        {envelopeOpen + `{"v":2`, ErrMalformed},
+		"bad json":            {envelopeOpen + `{"v":2,` + envelopeClose, ErrMalformed},
+		"unknown field":       {envelopeOpen + `{"v":2,"admin":true}` + envelopeClose, ErrMalformed},
+		"other version":       {envelopeOpen + `{"v":3}` + envelopeClose, ErrMalformed},
 		"trailing data":       {strings.Replace(enc, envelopeClose, ` {}`+envelopeClose, 1), ErrMalformed},
-		"huge":                {envelopeOpen + `{"v":1,"id":"` + strings.Repeat("a", MaxEnvelopeBytes) + `"}` + envelopeClose, ErrMalformed},
-		"invalid utf8":        {envelopeOpen + "{\"v\":1,\"id\":\"\xff\"}" + envelopeClose, ErrMalformed},
+		"huge":                {envelopeOpen + `{"v":2,"id":"` + strings.Repeat("a", MaxEnvelopeBytes) + `"}` + envelopeClose, ErrMalformed},
+		"invalid utf8":        {envelopeOpen + "{\"v\":2,\"id\":\"\xff\"}" + envelopeClose, ErrMalformed},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := ParseLedger(testKey, tc.body); !errors.Is(err, tc.want) {
+			if _, err := ParseLedger(testKey, testRecord, tc.body); !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -15,7 +16,12 @@ import (
 // The ledger envelope is a hidden HTML comment in a GitHub comment or issue
 // body:
 //
-//	<!-- the-loop:envelope {"v":1,"id":...,"sig":"..."} -->
+//	<!-- the-loop:envelope {"v":2,"id":...,"sig":"..."} -->
+//
+// Its signature covers the envelope and the record it sits in (Binding): the
+// repository, the issue number and a digest of the body's visible text, so a
+// copy pasted onto another comment, or an edited comment, does not verify
+// (docs/decisions/025-envelope-bound-to-its-record.md).
 //
 // Its JSON is written so that nothing inside can close the comment, look like
 // the self-authored marker, or spell a control keyword: every string value has
@@ -27,8 +33,9 @@ const (
 	envelopeClose = " -->"
 )
 
-// Version is the envelope format version, "v".
-const Version = 1
+// Version is the envelope format version, "v". Version 1 signed the envelope
+// alone; its envelopes are no longer records (ErrUnbound).
+const Version = 2
 
 // MaxEnvelopeBytes bounds what ParseLedger reads, so a huge comment cannot
 // make the ingress spend unbounded work.
@@ -49,7 +56,25 @@ var (
 	ErrUnsafe = errors.New("unsafe ledger envelope")
 	// ErrNoKey: no signing key was given.
 	ErrNoKey = errors.New("no envelope key")
+	// ErrUnbound: a version 1 envelope. Its signature does not cover the
+	// record it sits in, so a copy verifies anywhere: it is not an envelope,
+	// whoever signed it (errors.Is(ErrUnbound, ErrForged) holds).
+	ErrUnbound = fmt.Errorf("%w: version 1 does not bind its record", ErrForged)
 )
+
+// Binding is the record an envelope is bound to, as its reader finds it.
+type Binding struct {
+	// Repo is the repository, owner/repo, compared case-insensitively.
+	Repo string
+	// Number is the issue or pull-request number the comment is on, or 0
+	// for the body of a new issue: its number is unknown when the writer
+	// signs, so an issue body is bound to its repository and text only, and
+	// every reader verifies an issue body with 0.
+	Number int
+}
+
+// IssueBody is the Binding of the body of an issue in repo.
+func IssueBody(repo string) Binding { return Binding{Repo: repo} }
 
 // Ledger is the machine-readable record the ledger writes with every event it
 // records (R3.2, R5.4).
@@ -76,20 +101,44 @@ type LedgerConversation struct {
 	ThreadTS string `json:"thread_ts,omitempty"`
 }
 
-// EncodeLedger signs l with key and returns the hidden comment to append to a
-// GitHub body. forbidden lists extra texts (the configured control keywords)
-// that must not appear in it; the marker and "-->" are always forbidden.
-func EncodeLedger(key []byte, l Ledger, forbidden []string) (string, error) {
+// SealLedger signs l for the record at b whose body compose builds around the
+// envelope, and returns that body. compose is called with a placeholder first,
+// to learn the visible text the signature covers, then with the envelope; it
+// must put its argument in the body once and otherwise not depend on it.
+// forbidden lists extra texts (the configured control keywords) that must not
+// appear in the envelope; the marker and "-->" are always forbidden.
+func SealLedger(key []byte, l Ledger, forbidden []string, b Binding, compose func(envelope string) string) (string, error) {
 	if len(key) == 0 {
 		return "", ErrNoKey
 	}
+	if compose == nil {
+		compose = func(env string) string { return env }
+	}
+	visible := VisibleText(compose(placeholder))
+	env, err := encode(key, l, forbidden, b, visible)
+	if err != nil {
+		return "", err
+	}
+	body := compose(env)
+	if VisibleText(body) != visible || strings.Count(body, envelopeOpen) != 1 {
+		return "", fmt.Errorf("%w: the body around the envelope is not the one signed", ErrUnsafe)
+	}
+	return body, nil
+}
+
+// placeholder stands for the envelope while SealLedger learns the visible
+// text: VisibleText removes it exactly as it removes an envelope.
+const placeholder = envelopeOpen + "{}" + envelopeClose
+
+// encode returns the envelope comment for l signed over b and visible.
+func encode(key []byte, l Ledger, forbidden []string, b Binding, visible string) (string, error) {
 	l.V = Version
 	l.Sig = ""
 	canon, err := canonical(l)
 	if err != nil {
 		return "", err
 	}
-	l.Sig = sign(key, canon)
+	l.Sig = sign(key, canon, b, visible)
 	body, err := canonical(l)
 	if err != nil {
 		return "", err
@@ -112,11 +161,13 @@ func EncodeLedger(key []byte, l Ledger, forbidden []string) (string, error) {
 	return out, nil
 }
 
-// ParseLedger finds the envelope in a GitHub body and verifies it with key.
-// It returns ErrNoEnvelope when there is none, ErrMalformed when there is
-// something broken or more than one, and ErrForged when the signature does not
-// verify.
-func ParseLedger(key []byte, body string) (Ledger, error) {
+// ParseLedger finds the envelope in a GitHub body and verifies it with key
+// against the record the body was read from: b is where the reader found it
+// (never what the envelope or the text says). It returns ErrNoEnvelope when
+// there is none, ErrMalformed when there is something broken or more than
+// one, and ErrForged when the signature does not verify — for another record,
+// an edited text, another key or a version 1 envelope (ErrUnbound).
+func ParseLedger(key []byte, b Binding, body string) (Ledger, error) {
 	i := strings.Index(body, envelopeOpen)
 	if i < 0 {
 		return Ledger{}, ErrNoEnvelope
@@ -142,6 +193,9 @@ func ParseLedger(key []byte, body string) (Ledger, error) {
 	if dec.More() {
 		return Ledger{}, fmt.Errorf("%w: trailing data", ErrMalformed)
 	}
+	if l.V == 1 {
+		return Ledger{}, ErrUnbound
+	}
 	if l.V != Version {
 		return Ledger{}, fmt.Errorf("%w: version %d", ErrMalformed, l.V)
 	}
@@ -154,7 +208,7 @@ func ParseLedger(key []byte, body string) (Ledger, error) {
 	if err != nil {
 		return Ledger{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if got == "" || !hmac.Equal([]byte(got), []byte(sign(key, canon))) {
+	if got == "" || !hmac.Equal([]byte(got), []byte(sign(key, canon, b, VisibleText(body)))) {
 		return Ledger{}, ErrForged
 	}
 	l.Sig = got
@@ -168,7 +222,7 @@ func ParseLedger(key []byte, body string) (Ledger, error) {
 }
 
 // StripLedger returns body without its envelope comment (for display and for
-// classifiers that must not read it, AMB-3).
+// classifiers that must not read it).
 func StripLedger(body string) string {
 	i := strings.Index(body, envelopeOpen)
 	if i < 0 {
@@ -181,10 +235,35 @@ func StripLedger(body string) string {
 	return strings.TrimRight(body[:i], " \n") + body[i+j+len(envelopeClose):]
 }
 
-func sign(key, canon []byte) string {
+// VisibleText is the text of a record body that its envelope's signature
+// covers: the body with the envelope comment removed, line endings made "\n"
+// (GitHub may hand back "\r\n") and surrounding white space trimmed. The
+// writer and every verifier compute it with this one function from the body
+// as posted, so the self-authored marker and the attribution line are part of
+// it.
+func VisibleText(body string) string {
+	body = strings.ReplaceAll(body, "\r\n", "\n")
+	body = strings.ReplaceAll(body, "\r", "\n")
+	return strings.TrimSpace(StripLedger(body))
+}
+
+// sign is the envelope's HMAC: over the version's domain, the canonical
+// envelope without sig, and the binding — the lower-cased repository, the
+// number and the SHA-256 of the visible text — each length-prefixed so that
+// no two bindings share a message.
+func sign(key, canon []byte, b Binding, visible string) string {
+	digest := sha256.Sum256([]byte(visible))
 	m := hmac.New(sha256.New, key)
-	m.Write([]byte("the-loop envelope v1\n"))
-	m.Write(canon)
+	m.Write([]byte("the-loop envelope v2\n"))
+	for _, part := range [][]byte{
+		canon,
+		[]byte(strings.ToLower(strings.TrimSpace(b.Repo))),
+		[]byte(strconv.Itoa(b.Number)),
+		digest[:],
+	} {
+		m.Write([]byte(strconv.Itoa(len(part)) + ":"))
+		m.Write(part)
+	}
 	return hex.EncodeToString(m.Sum(nil))
 }
 

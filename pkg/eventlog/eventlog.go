@@ -45,7 +45,7 @@ var types = []Type{
 	{"channel.kickoff_created", slog.LevelInfo, "A kickoff created a work item."},
 	{"routing.routed", slog.LevelInfo, "A GitHub delivery was routed to work items."},
 	{"routing.dropped", slog.LevelInfo, "A GitHub delivery or comment was dropped; reason is one of disabled-event, duplicate-delivery, duplicate-event, no-work-item, self-authored, forged-marker, unauthorized-actor, comment-changed, invalid-signature, payload-too-large, bus-unavailable."},
-	{"routing.forged_envelope", slog.LevelWarn, "A comment carried a ledger envelope whose signature does not verify; it was judged as an ordinary comment by its poster."},
+	{"routing.forged_envelope", slog.LevelWarn, "A comment carried a ledger envelope that does not verify for the record it sits in (another key, a copy from another record, an edited text, version 1); it was judged as an ordinary comment by its poster."},
 	{"webhook.received", slog.LevelInfo, "A GitHub webhook delivery was received and verified."},
 	{"webhook.rejected", slog.LevelWarn, "A GitHub webhook delivery was refused (bad signature, malformed, too large)."},
 	{"dispatch.queued", slog.LevelInfo, "An event was queued for an agent session."},

@@ -90,6 +90,9 @@ type Decision struct {
 	By []string `json:"by,omitempty"`
 	// Records are the URLs of the deciding comments.
 	Records []string `json:"records,omitempty"`
+	// Events are the event ids of the deciding comments: one event passes
+	// a gate once, whatever record carries it.
+	Events []string `json:"events,omitempty"`
 }
 
 // Approval is one person's approval at a gate (R6.3): their GitHub login
@@ -424,6 +427,9 @@ func (s *State) Apply(g *Graph, in GateInput) (Transition, error) {
 		}
 		if u := c.Provenance.RecordURL; u != "" && !slices.Contains(d.Records, u) {
 			d.Records = append(d.Records, u)
+		}
+		if id := c.Provenance.EventID; id != "" && !slices.Contains(d.Events, id) {
+			d.Events = append(d.Events, id)
 		}
 		if v.Outcome == OutcomeApproved || v.Outcome == OutcomeApprovedWithComments {
 			a := Approval{Login: c.Author, Node: n.Name, At: in.At, Provenance: c.Provenance}

@@ -460,7 +460,7 @@ func TestApprovedBy(t *testing.T) {
 	if d := cmp.Diff(want, tr.Approvals); d != "" {
 		t.Errorf("transition approvals (-want +got):\n%s", d)
 	}
-	wantDec := []Decision{{Node: "design-approval", Outcome: OutcomeApprovedWithComments, At: t0, By: []string{"alice"}, Records: []string{slack.RecordURL}}}
+	wantDec := []Decision{{Node: "design-approval", Outcome: OutcomeApprovedWithComments, At: t0, By: []string{"alice"}, Records: []string{slack.RecordURL}, Events: []string{slack.EventID}}}
 	if d := cmp.Diff(wantDec, s.Decisions); d != "" {
 		t.Errorf("decisions (-want +got):\n%s", d)
 	}

@@ -226,15 +226,29 @@ func (s *Service) gatePaused(ctx context.Context, in *input) error {
 }
 
 // applied reports whether st already holds a decision or an approval taken
-// on in's comment (a redelivery after the move was written).
+// on in's event (a redelivery after the move was written, or the same event
+// id on another record: a copied envelope). An event id passes a gate once;
+// a comment without one is known by its record's URL.
 func applied(st *graph.State, in *input) bool {
-	for _, a := range st.ApprovedBy {
-		if a.Provenance.EventID == in.prov.EventID && a.Provenance.RecordURL == in.prov.RecordURL {
-			return true
+	if id := in.prov.EventID; id != "" {
+		for _, a := range st.ApprovedBy {
+			if a.Provenance.EventID == id {
+				return true
+			}
+		}
+		for _, d := range st.Decisions {
+			if slices.Contains(d.Events, id) {
+				return true
+			}
 		}
 	}
 	if in.prov.RecordURL == "" {
 		return false
+	}
+	for _, a := range st.ApprovedBy {
+		if a.Provenance.RecordURL == in.prov.RecordURL {
+			return true
+		}
 	}
 	for _, d := range st.Decisions {
 		if slices.Contains(d.Records, in.prov.RecordURL) {

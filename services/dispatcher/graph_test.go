@@ -187,6 +187,16 @@ func TestGraphWiring(t *testing.T) {
 	if n := e.waitNotification(box, ref, "design-approval", 1, catalog.PhaseApprovalPending); n.GetArtifactExcerpt() != "" || n.GetArtifact() != "design.md" {
 		t.Errorf("design ping without the file: artifact %q excerpt %q", n.GetArtifact(), n.GetArtifactExcerpt())
 	}
+	// One event passes a gate once: alice's relayed approval of the
+	// requirements, copied onto another record, does not pass the design's.
+	replay := gateRecord(ref, 7010, &loopv1.Actor{Github: alice, Slack: "U0ALICE"}, graph.ApproveText)
+	replay.GetLedgerRecord().EventId = rec.GetLedgerRecord().GetEventId()
+	if err := e.svc.handle(ctx, replay, &bus.Delivery{NumDelivered: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.graphState(ref); st.Current != "design-approval" || len(st.ApprovedBy) != 1 {
+		t.Errorf("a second record of one event passed another gate: at %s, approvedBy %+v", st.Current, st.ApprovedBy)
+	}
 	e.publish(comment(ref, 7006, alice, "LGTM"))
 	e.waitNode(ref, "implementation")
 	if _, _, err := store.CompleteAndPublish(ctx, e.pub, graph.NewRegistry(), ref, 100); err != nil {

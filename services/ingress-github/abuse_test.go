@@ -1,7 +1,13 @@
 package ingressgithub
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/the-loop/bus/pkg/envelope"
@@ -101,4 +107,95 @@ func TestForgedMarker(t *testing.T) {
 	if got := e.post("issue_comment", "x", issueCommentJSON("created", 701, "mallory", "NONE", envelope.MarkSelfAuthored("again")), ""); got.Code != http.StatusOK {
 		t.Errorf("repeat: %d", got.Code)
 	}
+}
+
+// TestCopiedEnvelopeIsNotARecord: the replay attack. An agent (posting with
+// the ledger's token) or an authorized user pastes a copy of alice's signed
+// record onto a new comment. The envelope is bound to the record it was
+// signed for — repository, issue number, visible text — so the copy does not
+// verify: it is logged as routing.forged_envelope naming the comment's event
+// and the delivery (never its text), and the comment is judged by its poster:
+// the ledger login is not a person (dropped), bob's comment is bob's.
+func TestCopiedEnvelopeIsNotARecord(t *testing.T) {
+	e := newEnv(t)
+	alice := envelope.LedgerActor{GitHub: "alice", Slack: "UALICE"}
+	// alice's approval as the ledger wrote it on issue 16.
+	fromIssue16 := envelopeAt(t, testKey, envelope.Binding{Repo: "octo/repo", Number: 16}, "slack:EvCopy1", "gate.feedback", alice, "approved")
+	// alice's approval as the ledger wrote it here, on issue 15, with its
+	// words then changed.
+	edited := strings.Replace(envelopeFor(t, testKey, "slack:EvCopy2", "gate.feedback", alice, "changes requested"),
+		"changes requested", "approved", 1)
+	runCases(t, e, []caseT{
+		{name: "the agent reposts alice's record from another issue", event: "issue_comment",
+			body:   issueCommentJSON("created", 801, botLogin, "NONE", fromIssue16),
+			status: 200, drop: route.DropUnauthorized, logs: []string{route.NoteForgedEnvelope}},
+		{name: "the agent reposts alice's record with other words", event: "issue_comment",
+			body:   issueCommentJSON("created", 802, botLogin, "NONE", edited),
+			status: 200, drop: route.DropUnauthorized, logs: []string{route.NoteForgedEnvelope}},
+		{name: "the agent reposts a version 1 record", event: "issue_comment",
+			body:   issueCommentJSON("created", 803, botLogin, "NONE", "approved\n\n"+versionOneEnvelope(t, testKey, "slack:EvOld", alice)),
+			status: 200, drop: route.DropUnauthorized, logs: []string{route.NoteForgedEnvelope}},
+		{name: "bob pastes alice's record: bob's own comment", event: "issue_comment",
+			body:   issueCommentJSON("created", 804, "bob", "MEMBER", fromIssue16),
+			status: 202, want: []wantEvent{{"comment.human", ref15, "bob"}}, logs: []string{route.NoteForgedEnvelope}},
+	})
+	recs := e.logs.records("routing.forged_envelope")
+	if len(recs) != 4 {
+		t.Fatalf("%d routing.forged_envelope records, want 4", len(recs))
+	}
+	for i, r := range recs {
+		want := fmt.Sprintf("gh:issue-comment:%d", 801+i)
+		if r["event_id"] != want || r["delivery_id"] == nil || r["delivery_id"] == "" {
+			t.Errorf("record %d names event %v delivery %v, want %s and the delivery", i, r["event_id"], r["delivery_id"], want)
+		}
+		for k, v := range r {
+			if s, ok := v.(string); ok && (strings.Contains(s, "approved") || strings.Contains(s, "the-loop:envelope")) {
+				t.Errorf("record %d carries comment text in %s: %q", i, k, s)
+			}
+		}
+	}
+	// Contrast: the same record in the place it was signed for is alice's.
+	runCases(t, e, []caseT{{name: "alice's record where it was written", event: "issue_comment",
+		body:   issueCommentJSON("created", 805, botLogin, "NONE", envelopeFor(t, testKey, "slack:EvCopy1", "gate.feedback", alice, "approved")),
+		status: 202, want: []wantEvent{{"ledger.record", ref15, "alice"}}, logs: []string{"!" + route.NoteForgedEnvelope}}})
+}
+
+// versionOneEnvelope is an envelope as version 1 wrote it, signed with key:
+// the HMAC over the envelope alone.
+func versionOneEnvelope(t *testing.T, key, id string, actor envelope.LedgerActor) string {
+	t.Helper()
+	l := envelope.Ledger{V: 1, ID: id, Type: "gate.feedback", Source: "slack", Actor: actor,
+		Conversation: envelope.LedgerConversation{Channel: "C1", ThreadTS: "1700000000.000100"}}
+	canon, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write([]byte("the-loop envelope v1\n"))
+	m.Write(canon)
+	l.Sig = hex.EncodeToString(m.Sum(nil))
+	full, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "<!-- the-loop:envelope " + string(full) + " -->"
+}
+
+// TestLedgerLoginIsNeverAPerson: even with the ledger's login in
+// routing.authorizedUsers (a config the services refuse; here set behind
+// their back), a comment the ledger's token posts is not a person's: agents
+// post with that token.
+func TestLedgerLoginIsNeverAPerson(t *testing.T) {
+	e := newEnv(t)
+	e.setAuthorized(append(people, identityPerson(strings.ToUpper(botLogin)))...)
+	runCases(t, e, []caseT{
+		{name: "the agent says approved with the ledger's token", event: "issue_comment",
+			body:   issueCommentJSON("created", 901, botLogin, "NONE", "approved"),
+			status: 200, drop: route.DropUnauthorized},
+		{name: "the agent labels with the ledger's token", event: "issues", body: issuesJSON("labeled", botLogin, "github.com"),
+			status: 200, drop: route.DropUnauthorized},
+		{name: "a record naming the ledger login instructs nothing", event: "issue_comment",
+			body:   issueCommentJSON("created", 902, botLogin, "NONE", envelopeFor(t, testKey, "slack:EvBot", "gate.feedback", envelope.LedgerActor{GitHub: botLogin}, "approved")),
+			status: 202, want: []wantEvent{{"ledger.record", ref15, ""}}},
+	})
 }

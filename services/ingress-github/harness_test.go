@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,7 @@ import (
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+	"github.com/the-loop/bus/services/ingress-github/internal/route"
 	"github.com/the-loop/bus/services/runtime"
 )
 
@@ -65,13 +67,13 @@ func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-// records returns the event-log records of type event.
-func (c *logCapture) records(event string) []map[string]any {
+// records returns the event-log records of the types events, in order.
+func (c *logCapture) records(events ...string) []map[string]any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []map[string]any
 	for _, r := range c.recs {
-		if r["event"] == event {
+		if ev, ok := r["event"].(string); ok && slices.Contains(events, ev) {
 			out = append(out, r)
 		}
 	}
@@ -330,23 +332,37 @@ func (e *env) postTo(url, event, delivery string, body []byte, sig, ctype string
 	return r
 }
 
-// drops returns the reasons of the routing.dropped records so far.
+// drops returns the reasons of the routing.dropped records so far, with
+// "forged-envelope" for each routing.forged_envelope record among them.
 func (e *env) drops() []string {
 	var out []string
-	for _, r := range e.logs.records("routing.dropped") {
-		out = append(out, fmt.Sprint(r["reason"]))
+	for _, r := range e.logs.records("routing.dropped", "routing.forged_envelope") {
+		switch r["event"] {
+		case "routing.dropped":
+			out = append(out, fmt.Sprint(r["reason"]))
+		case "routing.forged_envelope":
+			out = append(out, route.NoteForgedEnvelope)
+		}
 	}
 	return out
 }
 
-// envelopeFor returns a comment body carrying a signed envelope for a
-// recorded event raised by actor.
+// envelopeFor returns a comment body on issue 15 of octo/repo (where the
+// cases' payloads put it) carrying a signed envelope for a recorded event
+// raised by actor.
 func envelopeFor(t *testing.T, key, id, typ string, actor envelope.LedgerActor, text string) string {
 	t.Helper()
-	env, err := envelope.EncodeLedger([]byte(key), envelope.Ledger{ID: id, Type: typ, Source: "slack", Actor: actor,
-		Conversation: envelope.LedgerConversation{Channel: "C1", ThreadTS: "1700000000.000100"}}, nil)
+	return envelopeAt(t, key, envelope.Binding{Repo: "octo/repo", Number: 15}, id, typ, actor, text)
+}
+
+// envelopeAt is envelopeFor for the record at b.
+func envelopeAt(t *testing.T, key string, b envelope.Binding, id, typ string, actor envelope.LedgerActor, text string) string {
+	t.Helper()
+	body, err := envelope.SealLedger([]byte(key), envelope.Ledger{ID: id, Type: typ, Source: "slack", Actor: actor,
+		Conversation: envelope.LedgerConversation{Channel: "C1", ThreadTS: "1700000000.000100"}}, nil, b,
+		func(env string) string { return strings.TrimSpace(text) + "\n\n" + env })
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.TrimSpace(text) + "\n\n" + env
+	return body
 }

@@ -135,6 +135,12 @@ type Service struct {
 	validator Validator
 	insecure  bool
 	login     *ledgerLogin
+	// guard is the ledger login check of the operator config (see
+	// guardLogin); refused carries a failure found after Run began.
+	guardMu  sync.Mutex
+	guarded  string
+	guardErr error
+	refused  chan error
 	// webhookOff says why the webhook listener is off ("" when on).
 	webhookOff string
 	// pollOff says why the poller is off ("" when on or not asked for).
@@ -164,9 +170,18 @@ func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
 	if len(deps.EnvelopeKey) == 0 {
 		return nil, errors.New("ingress-github: no envelope key: it verifies ledger envelopes with LOOP_ENVELOPE_KEY")
 	}
-	s := &Service{deps: deps, opts: opts, m: newMetrics(deps.Registry), listening: make(chan struct{})}
+	s := &Service{deps: deps, opts: opts, m: newMetrics(deps.Registry), listening: make(chan struct{}), refused: make(chan error, 1)}
 	s.intake = &intake{s: s}
 	s.login = newLedgerLogin(deps.GitHub, opts.Now)
+	s.login.onLearn = func(login string) {
+		if err := s.guardLogin(login); err != nil {
+			s.deps.Log.Error("ingress-github: stopping: the operator config in force lists the ledger's own login", "err", err)
+			select {
+			case s.refused <- err:
+			default:
+			}
+		}
+	}
 	secret := deps.GitHub.WebhookSecret
 	switch {
 	case opts.Validator != nil:
@@ -195,6 +210,24 @@ func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
 		}
 	}
 	return s, nil
+}
+
+// guardLogin refuses an operator config whose routing.authorizedUsers lists
+// the ledger's own login (docs/decisions/027-ledger-login-is-not-a-person.md):
+// the config in force (its error is returned) and every reload. Once per
+// login.
+func (s *Service) guardLogin(login string) error {
+	s.guardMu.Lock()
+	defer s.guardMu.Unlock()
+	if login == "" || strings.EqualFold(login, s.guarded) {
+		return s.guardErr
+	}
+	s.guarded = login
+	s.guardErr = s.deps.GuardConfig(config.RefuseLedgerLogin(login))
+	if s.guardErr != nil {
+		s.guardErr = fmt.Errorf("ingress-github: operator config refused: %w", s.guardErr)
+	}
+	return s.guardErr
 }
 
 // policy is the routing policy in force: read per delivery, as the operator
@@ -251,12 +284,26 @@ func (s *Service) ready() error {
 // readiness first, then stops accepting requests and lets in-flight ones
 // finish their PubAcks (httpserver.Serve's bounded shutdown).
 func (s *Service) Run(ctx context.Context) error {
+	// The ledger's login, if it can be known now: a config that lists it
+	// is refused before anything is routed by it.
+	if err := s.guardLogin(s.login.get(ctx)); err != nil {
+		return err
+	}
 	s.deps.Ready.Add(Name, s.ready)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		<-gctx.Done()
 		s.stopping.Store(true)
 		return nil
+	})
+	g.Go(func() error {
+		// The login learned later (GET /user answered at last).
+		select {
+		case err := <-s.refused:
+			return err
+		case <-gctx.Done():
+			return nil
+		}
 	})
 	if s.opts.Mode.webhook() {
 		if s.webhookOff != "" {

@@ -106,10 +106,12 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 	for _, n := range dec.Notes {
 		switch n {
 		case route.NoteForgedEnvelope, route.NoteMalformedEnvelope:
-			// The envelope is dropped; the comment is still judged below.
-			s.deps.Events.Emit(ctx, "routing.dropped", append(append([]slog.Attr{
-				slog.String("reason", route.NoteForgedEnvelope), slog.String("detail", n),
-				slog.String("judged_as", "comment")}, base...), who...)...)
+			// The envelope is not one — another key, a copy from another
+			// record, an edited text, an old version — and the comment is
+			// judged by its poster (dec says how). Ids only, never text.
+			s.deps.Events.Emit(ctx, "routing.forged_envelope", append(append([]slog.Attr{
+				slog.String("detail", n), slog.String("event_id", dec.CommentEvent),
+				slog.String("judged_as", judgedAs(dec))}, base...), who...)...)
 		default:
 			log.Warn("routing note", "note", n)
 		}
@@ -196,4 +198,13 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 		slog.String("event_type", string(dec.Kind)), slog.Any("event_ids", out.IDs),
 		slog.Bool("authorized", len(dec.Events) > 0 && route.Authorized(dec.Events[0])))...)
 	return out, nil
+}
+
+// judgedAs says what became of a comment whose envelope was refused: the
+// event it was published as, or its drop reason.
+func judgedAs(dec route.Decision) string {
+	if dec.Drop != "" {
+		return "dropped:" + dec.Drop
+	}
+	return string(dec.Kind)
 }

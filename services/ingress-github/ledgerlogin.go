@@ -13,13 +13,15 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 )
 
-// ledgerLogin is the ledger's own GitHub login (AMB-5): LOOP_GITHUB_LOGIN,
-// else GET /user with the token, asked at most once a minute until it
-// answers and then remembered.
+// ledgerLogin is the ledger's own GitHub login: LOOP_GITHUB_LOGIN, else
+// GET /user with the token, asked at most once a minute until it answers and
+// then remembered. onLearn, when set, hears of a login learned from GET /user
+// (LOOP_GITHUB_LOGIN is known from the start).
 type ledgerLogin struct {
-	cfg    config.GitHub
-	now    func() time.Time
-	client *http.Client
+	cfg     config.GitHub
+	now     func() time.Time
+	client  *http.Client
+	onLearn func(login string)
 
 	mu    sync.Mutex
 	login string
@@ -34,20 +36,30 @@ func newLedgerLogin(cfg config.GitHub, now func() time.Time) *ledgerLogin {
 
 // get returns the login, or "" when it is not known (yet).
 func (l *ledgerLogin) get(ctx context.Context) string {
+	login, learned := l.lookup(ctx)
+	if learned && l.onLearn != nil {
+		l.onLearn(login)
+	}
+	return login
+}
+
+// lookup is get without the notice; learned says this call fetched it.
+func (l *ledgerLogin) lookup(ctx context.Context) (login string, learned bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.login != "" || !l.cfg.Token.IsSet() {
-		return l.login
+		return l.login, false
 	}
 	if !l.tried.IsZero() && l.now().Sub(l.tried) < loginRetry {
-		return ""
+		return "", false
 	}
 	l.tried = l.now()
 	login, err := l.fetch(ctx)
-	if err == nil {
-		l.login = login
+	if err != nil {
+		return "", false
 	}
-	return l.login
+	l.login = login
+	return login, true
 }
 
 func (l *ledgerLogin) fetch(ctx context.Context) (string, error) {

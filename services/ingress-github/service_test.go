@@ -3,7 +3,10 @@ package ingressgithub
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -147,4 +150,91 @@ func TestLedgerLoginFromGitHub(t *testing.T) {
 	if strings.Contains(e.logs.all(), "ledger-token") {
 		t.Error("the token appears in the logs")
 	}
+}
+
+// ledgerLoginConfig is an operator config file authorizing alice and, when
+// withBot, the ledger's own login in another case.
+func ledgerLoginConfig(withBot bool) string {
+	users := "[alice, bob]"
+	if withBot {
+		users = "[alice, bob, " + strings.ToUpper(botLogin) + "]"
+	}
+	return "version: \"0.7.0\"\nrouting:\n  authorizedUsers: " + users + "\n"
+}
+
+// watchConfig gives the service a real config watcher on a file holding body.
+func watchConfig(t *testing.T, body string) (*config.Watcher, string, envOption) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "loop.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := config.NewWatcher(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, path, withDeps(func(d *runtime.Deps) { d.Config, d.Checks = w.Current, w })
+}
+
+// TestLedgerLoginInAuthorizedUsersRefused: attack 4. An operator config
+// that lists the ledger's own login (LOOP_GITHUB_LOGIN here, in another
+// case) is refused: at start Run returns the reason and serves nothing; on a
+// reload the edit is refused and the config in force stays.
+func TestLedgerLoginInAuthorizedUsersRefused(t *testing.T) {
+	t.Run("start", func(t *testing.T) {
+		_, _, opt := watchConfig(t, ledgerLoginConfig(true))
+		e := newEnvBare(t, opt)
+		err := e.svc.Run(context.Background())
+		if !errors.Is(err, config.ErrLedgerLogin) || !strings.Contains(err.Error(), "agents post with its token") {
+			t.Fatalf("Run = %v, want the ledger login refused and why", err)
+		}
+		if addr := e.svc.WebhookAddr(canceled()); addr != nil {
+			t.Errorf("the webhook listens on %v under a refused config", addr)
+		}
+	})
+	t.Run("start, login from GET /user", func(t *testing.T) {
+		gh := ghfake.New(t)
+		gh.AddToken("ledger-token", botLogin)
+		_, _, opt := watchConfig(t, ledgerLoginConfig(true))
+		e := newEnvBare(t, opt, withDeps(func(d *runtime.Deps) {
+			d.GitHub.Login = ""
+			d.GitHub.Token = config.NewSecret("ledger-token")
+			d.GitHub.APIURL = gh.URL()
+		}))
+		if err := e.svc.Run(context.Background()); !errors.Is(err, config.ErrLedgerLogin) {
+			t.Fatalf("Run = %v, want the ledger login refused", err)
+		}
+	})
+	t.Run("reload", func(t *testing.T) {
+		w, path, opt := watchConfig(t, ledgerLoginConfig(false))
+		e := newEnvBare(t, opt)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- e.svc.Run(ctx) }()
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer wcancel()
+		if e.svc.WebhookAddr(wctx) == nil {
+			t.Fatal("the webhook never listened")
+		}
+		good := w.Current()
+		if err := os.WriteFile(path, []byte(ledgerLoginConfig(true)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Reload(); !errors.Is(err, config.ErrLedgerLogin) {
+			t.Fatalf("Reload = %v, want the ledger login refused", err)
+		}
+		if w.Current() != good {
+			t.Fatal("the refused config is in force")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+}
+
+func canceled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }

@@ -3,6 +3,7 @@ package ledgerwriter
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,29 +111,27 @@ func TestPacerWindow(t *testing.T) {
 	}
 }
 
-// TestGitHubDownThenBack: GitHub answers 503 to everything for a while; the
-// events wait in order, nothing is dead-lettered, and once it is back every
-// event is recorded exactly once in publish order.
-func TestGitHubDownThenBack(t *testing.T) {
+// TestGitHubFailuresWithinTheBound: GitHub answers 502 to the first
+// MaxDeliver-1 requests on each work item's comments — writes and read-backs
+// alike; the events wait in order, nothing is dead-lettered, and every event
+// is recorded exactly once in publish order.
+func TestGitHubFailuresWithinTheBound(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, testTopology())
+	topo := testTopology()
+	e := newEnv(t, topo)
+	for item := 1; item <= 4; item++ {
+		e.gh.Inject(ghfake.Rule{Path: fmt.Sprintf("/repos/*/*/issues/%d/comments", item), Times: topo.MaxDeliver - 1, Status: http.StatusBadGateway})
+	}
 	e.start("writer", WithPacing(0, 0)) // 40 writes stay under the fake's limits anyway
-	e.gh.SetDown(true)
 	const n = 40
 	for i := range n {
 		e.publish(replyEv(fmt.Sprintf("slack:EvDown-%02d", i), fmt.Sprintf("github:%s#%d", testRepo, i%4+1), "r"))
 	}
-	// Several AckWaits pass while GitHub is down. A writer that handed each
-	// failure back to the runner (a Nak per attempt, 20ms-500ms apart) would
-	// have used up MaxDeliver (5) long before and dead-lettered.
-	waitFor(t, "the writer to hit the outage", 30*time.Second, func() bool { return e.gh.Counts().Injected > 10 })
-	time.Sleep(3 * testTopology().AckWait)
-	if len(e.fan.all()) != 0 {
-		t.Fatal("events were fanned out while GitHub was down")
-	}
-	e.gh.SetDown(false)
 	waitFor(t, "every fan-out", 90*time.Second, func() bool { return len(e.fan.all()) >= n })
 	waitFor(t, "the inbox to drain", 60*time.Second, e.inboxEmpty)
+	if c := e.gh.Counts(); c.Injected != 4*(topo.MaxDeliver-1) {
+		t.Fatalf("the fake failed %d requests, want %d", c.Injected, 4*(topo.MaxDeliver-1))
+	}
 	if d := e.dlq(); len(d) != 0 {
 		t.Fatalf("%d dead letters: %s", len(d), d[0].Reason)
 	}
@@ -143,11 +142,74 @@ func TestGitHubDownThenBack(t *testing.T) {
 		}
 		prev := ""
 		for _, c := range cs {
-			l, err := envelope.ParseLedger(testKey, c.Body)
+			l, err := envelope.ParseLedger(testKey, envelope.Binding{Repo: testRepo, Number: item}, c.Body)
 			if err != nil || l.ID <= prev {
 				t.Errorf("#%d: %s after %s (%v)", item, l.ID, prev, err)
 			}
 			prev = l.ID
 		}
+	}
+}
+
+// TestGitHubFailingForeverDeadLetters: attack 10. GitHub refuses every write
+// on a work item, forever: a 503, or a 429 rate limit with Retry-After. The
+// event is retried a bounded number of times — each delivery handed back to
+// the bus with a jittered backoff, a rate limit first waited out
+// rateLimitWaits times inside the delivery — then fails with its reason:
+// bus.record_failed, the notice to its conversation, LOOP_DLQ after
+// MaxDeliver deliveries. The next event of the same partition, which waited
+// behind it, is recorded once GitHub takes writes again. A writer that
+// retried forever inside one delivery never lets the DLQ entry appear, and the
+// fault is lifted only after it does.
+func TestGitHubFailingForeverDeadLetters(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		reason   string
+		status   int
+		header   http.Header
+		attempts int // writes per delivery
+	}{
+		{"github-unavailable", http.StatusServiceUnavailable, nil, 1},
+		{"rate-limited", http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}, 1 + rateLimitWaits},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			t.Parallel()
+			topo := testTopology()
+			e := newEnv(t, topo)
+			remove := e.gh.Inject(ghfake.Rule{Method: "POST", Path: "/repos/*/*/issues/2/comments", Status: tc.status, Header: tc.header})
+			e.start("writer", WithPacing(0, 0))
+			stuck := gateEv("slack:EvStuck", "github:"+testRepo+"#2", "LGTM")
+			next := gateEv("slack:EvNext", "github:"+testRepo+"#2", "ship it")
+			e.publish(stuck)
+			e.publish(next)
+			waitFor(t, "the DLQ entry", 120*time.Second, func() bool { return len(e.dlq()) == 1 })
+			remove()
+			d := e.dlq()[0]
+			if d.CEID != stuck.GetId() || !strings.Contains(d.Reason, tc.reason) || d.Deliveries != uint64(topo.MaxDeliver) {
+				t.Errorf("DLQ entry = %s after %d deliveries: %q", d.CEID, d.Deliveries, d.Reason)
+			}
+			if c := e.gh.Counts(); c.Injected < topo.MaxDeliver*tc.attempts {
+				t.Errorf("%d writes refused, want %d per delivery", c.Injected, tc.attempts)
+			}
+			var failed []logRec
+			waitFor(t, "bus.record_failed", 30*time.Second, func() bool { failed = e.logs.find("bus.record_failed"); return len(failed) == 1 })
+			if failed[0].attrs["event_id"] != stuck.GetId() || failed[0].attrs["reason"] != tc.reason {
+				t.Errorf("bus.record_failed = %v", failed[0].attrs)
+			}
+			notice := envelope.LoopID("record-failed", stuck.GetId())
+			waitFor(t, "the failure notice", 30*time.Second, func() bool { return len(e.fan.byID(notice)) == 1 })
+			waitFor(t, "the next event of the partition", 60*time.Second, func() bool { return len(e.fan.byID(next.GetId())) == 1 })
+			waitFor(t, "the inbox to drain", 60*time.Second, e.inboxEmpty)
+			if len(e.fan.byID(stuck.GetId())) != 0 {
+				t.Error("the dead-lettered event was fanned out unrecorded")
+			}
+			cs := e.gh.Comments(testRepo, 2)
+			if len(cs) != 1 {
+				t.Fatalf("%d comments on #2, want the next event's only", len(cs))
+			}
+			if l, err := envelope.ParseLedger(testKey, envelope.Binding{Repo: testRepo, Number: 2}, cs[0].Body); err != nil || l.ID != next.GetId() {
+				t.Errorf("the comment on #2 is %s (%v), want %s", l.ID, err, next.GetId())
+			}
+		})
 	}
 }

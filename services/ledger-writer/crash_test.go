@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/github/ghfake"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
@@ -235,5 +237,39 @@ func TestLeaseKeepsSecondWriterOut(t *testing.T) {
 				t.Errorf("%d comments, want %d", n, tc.want)
 			}
 		})
+	}
+}
+
+// TestReadBackIgnoresACopiedEnvelope: an agent, posting with the ledger's
+// token, pre-empts a record: it pastes a copy of E's envelope (as the writer
+// sealed it for another issue) onto the work item before E is written. When
+// the writer's first write fails ambiguously and it reads the work item back,
+// the copy is not E's record — it is bound to the other issue — so the writer
+// writes E's record and the fan-out names that one.
+func TestReadBackIgnoresACopiedEnvelope(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, testTopology())
+	ev := gateEv("slack:EvPreempted", "github:"+testRepo+"#2", "LGTM")
+	l := envelope.Ledger{ID: ev.GetId(), Type: ev.GetType(), Source: "slack",
+		Actor: envelope.LedgerActor{GitHub: "octocat", Slack: "U123", Name: "Mona Lisa"}}
+	copied, err := envelope.SealLedger(testKey, l, nil, envelope.Binding{Repo: testRepo, Number: 7},
+		func(env string) string { return "LGTM\n\n" + env + "\n" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoy := e.gh.AddComment(testRepo, 2, botLogin, copied)
+	e.gh.Inject(ghfake.Rule{Method: "POST", Path: "/repos/*/*/issues/*/comments", Times: 1, Status: http.StatusBadGateway})
+	e.start("writer", crashOpts()...)
+	e.publish(ev)
+	waitFor(t, "the fan-out", 60*time.Second, func() bool { return len(e.fan.byID(ev.GetId())) == 1 })
+	if c := e.gh.Counts(); c.Injected != 1 {
+		t.Fatalf("the fake failed %d writes, want 1: the read-back was never exercised", c.Injected)
+	}
+	cs := e.gh.Comments(testRepo, 2)
+	if len(cs) != 2 {
+		t.Fatalf("%d comments on #2, want the decoy and E's record", len(cs))
+	}
+	if got := e.fan.byID(ev.GetId())[0].ev.GetLedger().GetCommentId(); got == decoy.ID || got != cs[1].ID {
+		t.Errorf("fan-out names comment %d; the decoy is %d, E's record %d", got, decoy.ID, cs[1].ID)
 	}
 }

@@ -16,8 +16,9 @@ import (
 	"github.com/the-loop/bus/pkg/envelope"
 )
 
-// ghClient is the ledger's GitHub side: the four REST calls the writer makes
-// (create a comment, create an issue, list an issue's comments, get an issue)
+// ghClient is the ledger's GitHub side: the five REST calls the writer makes
+// (create a comment, create an issue, list an issue's comments, get an issue,
+// get its own user)
 // and the classification of their failures. It is the only file of the
 // service that imports go-github.
 type ghClient struct {
@@ -101,6 +102,9 @@ type failure struct {
 	// maybeWritten: the request may have been committed (5xx, timeout,
 	// dropped connection), so the next attempt must read back first.
 	maybeWritten bool
+	// held: the credential, not the event, fails (401): every event
+	// alike waits for the operator, as without a token.
+	held bool
 }
 
 func (f *failure) Error() string { return f.err.Error() }
@@ -132,7 +136,7 @@ func classify(err error, now time.Time) *failure {
 			// A bad or revoked token fails every event alike: hold them
 			// all until the operator fixes it, rather than dead-letter
 			// the whole inbox.
-			return &failure{err: err, reason: "unauthorized-token", wait: time.Minute}
+			return &failure{err: err, reason: "unauthorized-token", wait: time.Minute, held: true}
 		case st == http.StatusForbidden && er.Response.Header.Get("X-Ratelimit-Remaining") == "0":
 			return &failure{err: err, reason: "rate-limited", wait: retryAfter(er.Response.Header, now)}
 		case st == http.StatusNotFound:
@@ -194,6 +198,19 @@ func (g *ghClient) createIssue(ctx context.Context, owner, repo, title, body str
 	return written{Repo: owner + "/" + repo, Number: is.GetNumber(), URL: is.GetHTMLURL()}, nil
 }
 
+// login is the token's own GitHub login (GET /user): the ledger's login.
+func (g *ghClient) login(ctx context.Context) (string, error) {
+	u, resp, err := g.c.Users.Get(ctx, "")
+	g.observe(resp)
+	if err != nil {
+		return "", g.fail(ctx, err)
+	}
+	if u.GetLogin() == "" {
+		return "", errors.New("GET /user: no login in the answer")
+	}
+	return u.GetLogin(), nil
+}
+
 // findComment reads back every comment of the work item (paginated) and
 // returns the one whose verified envelope names id.
 func (g *ghClient) findComment(ctx context.Context, r repoRef, key []byte, id string) (written, bool, error) {
@@ -205,7 +222,7 @@ func (g *ghClient) findComment(ctx context.Context, r repoRef, key []byte, id st
 			return written{}, false, g.fail(ctx, err)
 		}
 		for _, c := range cs {
-			if carries(key, c.GetBody(), id) {
+			if carries(key, envelope.Binding{Repo: r.FullName(), Number: r.Number}, c.GetBody(), id) {
 				return written{Repo: r.FullName(), Number: r.Number, CommentID: c.GetID(), URL: c.GetHTMLURL()}, true, nil
 			}
 		}
@@ -238,7 +255,7 @@ func (g *ghClient) findIssue(ctx context.Context, owner, repo string, after int,
 			}
 			return written{}, false, f
 		}
-		if carries(key, is.GetBody(), id) {
+		if carries(key, envelope.IssueBody(owner+"/"+repo), is.GetBody(), id) {
 			return written{Repo: owner + "/" + repo, Number: is.GetNumber(), URL: is.GetHTMLURL()}, true, nil
 		}
 	}
@@ -253,12 +270,14 @@ func (g *ghClient) fail(ctx context.Context, err error) error {
 	return classify(err, time.Now())
 }
 
-// carries reports whether body holds a verified envelope for event id. A
-// valid signature means the ledger-writer wrote it: nobody else has the key.
-func carries(key []byte, body, id string) bool {
+// carries reports whether body, read from the record at b, holds a verified
+// envelope for event id. A valid signature means the ledger-writer wrote it
+// there (nobody else has the key), so a copy of E's envelope on another record
+// or under other words is not E's record.
+func carries(key []byte, b envelope.Binding, body, id string) bool {
 	if !strings.Contains(body, "the-loop:envelope") {
 		return false
 	}
-	l, err := envelope.ParseLedger(key, body)
+	l, err := envelope.ParseLedger(key, b, body)
 	return err == nil && l.ID == id
 }

@@ -171,8 +171,9 @@ func (s *Service) record(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 		return written{}, s.fail(ctx, ev, d, &o, "invalid", err)
 	}
 
-	for attempt := 1; ; attempt++ {
-		w, err := s.attempt(ctx, stop, ev, rec, &o, attempt)
+	limited := 0 // rate-limit waits inside this delivery
+	for {
+		w, err := s.attempt(ctx, stop, ev, rec, &o, int(d.NumDelivered))
 		if err == nil {
 			if err := s.step(stepWritten, id); err != nil {
 				return written{}, err
@@ -191,13 +192,26 @@ func (s *Service) record(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 			return written{}, s.fail(ctx, ev, d, &o, f.reason, f)
 		}
 		o.readBack = o.readBack || f.maybeWritten
-		wait := f.wait
-		if wait <= 0 {
-			wait = s.backoff(attempt)
-		}
 		s.m.retried.WithLabelValues(f.reason).Inc()
+		wait := f.wait
+		switch {
+		case f.held:
+			// A rejected token fails every event alike until the
+			// operator fixes it: hold the delivery here, as a writer
+			// without a token does, rather than spend its deliveries
+			// and dead-letter the whole inbox one partition head at a
+			// time.
+		case f.wait > 0 && limited < rateLimitWaits:
+			// A rate limit is the credential's, shared by every
+			// partition, and GitHub says when it lifts: wait it out
+			// here a few times before spending a delivery on it.
+			limited++
+			wait = s.namedWait(f.wait)
+		default:
+			return written{}, s.retryLater(ctx, ev, d, &o, f)
+		}
 		s.deps.Log.LogAttrs(ctx, slog.LevelWarn, "ledger-writer: GitHub failed; waiting to retry",
-			s.logAttrs(ev, d, slog.String("reason", f.reason), slog.Duration("wait", wait), slog.Int("attempt", attempt), slog.Any("err", f))...)
+			s.logAttrs(ev, d, slog.String("reason", f.reason), slog.Duration("wait", wait), slog.Any("err", f))...)
 		if err := sleep(ctx, stop, wait); err != nil {
 			s.release(ctx, &o)
 			return written{}, s.interrupted(err)
@@ -208,6 +222,42 @@ func (s *Service) record(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 			return written{}, s.interrupted(err)
 		}
 	}
+}
+
+// retryLater hands a transient GitHub failure (5xx, a timeout, a dropped
+// connection, a 403/429 rate limit past rateLimitWaits) back to the bus, so
+// the bound on attempts is the consumer's MaxDeliver and the partition stays
+// in order (one message in flight): the claim is released, saying whether a
+// write may have landed so the next delivery reads back first, and the
+// message is redelivered after the wait GitHub named (namedWait), or after a
+// jittered backoff. On the last delivery the event fails with
+// the failure's reason: bus.record_failed, the notice, the DLQ
+// (docs/decisions/028-bounded-ledger-writer-retries.md).
+func (s *Service) retryLater(ctx context.Context, ev *loopv1.Event, d *bus.Delivery, o *owned, f *failure) error {
+	if d.Last() {
+		return s.fail(ctx, ev, d, o, f.reason, fmt.Errorf("still failing after %d deliveries: %w", d.NumDelivered, f))
+	}
+	wait := s.backoff(int(d.NumDelivered))
+	if f.wait > 0 {
+		wait = s.namedWait(f.wait)
+	}
+	s.release(ctx, o)
+	s.deps.Log.LogAttrs(ctx, slog.LevelWarn, "ledger-writer: GitHub failed; retrying on a later delivery",
+		s.logAttrs(ev, d, slog.String("reason", f.reason), slog.Duration("wait", wait),
+			slog.Int("max_deliver", d.MaxDeliver), slog.Any("err", f))...)
+	return bus.Retry(f, wait)
+}
+
+// rateLimitWaits is how many rate limits one delivery waits out before it
+// hands the event back to the bus (spending a delivery).
+const rateLimitWaits = 3
+
+// namedWait is the wait before retrying after GitHub named one (Retry-After,
+// a rate-limit reset): that wait, at most the retry cap, plus up to one
+// retry base of jitter so that the partitions a limit stopped together do
+// not all return at once.
+func (s *Service) namedWait(d time.Duration) time.Duration {
+	return min(d, s.opts.retryMax) + bus.Backoff(1, s.opts.retryBase, s.opts.retryBase)
 }
 
 // lostClaim: another delivery took ledger/E over; this one must not write.
@@ -418,6 +468,9 @@ var noticeText = map[string]string{
 	"bad-ref":            "names no GitHub work item",
 	"forbidden":          "was refused by GitHub (the ledger's token may not write there)",
 	"invalid":            "was refused by GitHub as invalid",
+	"github-unavailable": "could not be written to GitHub, which kept failing (if it did land after all, it shows on the work item)",
+	"github-unreachable": "could not be written to GitHub, which could not be reached (if it did land after all, it shows on the work item)",
+	"rate-limited":       "could not be written to GitHub: its rate limit held it back too long",
 }
 
 func (s *Service) publishNotice(ctx context.Context, ev *loopv1.Event, d *bus.Delivery, reason string) error {

@@ -24,14 +24,18 @@
 // can still have in flight, so two workers never both write. The crash table
 // this satisfies is reference/nats-jetstream.md §1.6.
 //
-// Transient GitHub failures (5xx, timeouts, dropped responses, 401, 403/429
-// rate limits) are waited out inside the delivery, honouring Retry-After and
-// x-ratelimit-reset, with the runner keeping the delivery alive; they never
-// use up MaxDeliver, so GitHub being down for an hour loses nothing and keeps
-// the partition in order. Permanent ones (404, 410, 422, 400, another 403, a
-// ref that is not github:owner/repo#N, an actor no longer authorized, kickoff
-// disabled) emit bus.record_failed, publish a ledger.record_failed notice for
-// channel-originated events (AMB-26), and go to the DLQ. A gate, control or
+// Transient GitHub failures (5xx, timeouts, dropped responses, 403/429 rate
+// limits) hand the delivery back with a delay (bus.Retry: NakWithDelay, the
+// partition stays in order) — GitHub's Retry-After or reset up to a cap, else
+// a jittered backoff — and after the consumer's MaxDeliver deliveries the
+// event fails with the failure's reason, so one message cannot stall its
+// partition for more than a bounded time (README, Operations). A rejected
+// token (401) is the credential's failure, not the event's: like a missing
+// token it is held inside the delivery until fixed. Permanent ones (404, 410,
+// 422, 400, another 403, a ref that is not github:owner/repo#N, an actor no
+// longer authorized, kickoff disabled) and transient ones that used up their
+// deliveries emit bus.record_failed, publish a ledger.record_failed notice
+// for channel-originated events, and go to the DLQ. A gate, control or
 // kickoff event is never fanned out unrecorded.
 package ledgerwriter
 
@@ -47,6 +51,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/redact"
 	"github.com/the-loop/bus/pkg/threads"
@@ -108,8 +113,10 @@ func WithClaimLease(d time.Duration) Option {
 	return func(o *options) { o.lease = d }
 }
 
-// WithRetryBackoff shapes the wait between attempts after a transient failure
-// that names no wait of its own (default 1s doubling to 1m).
+// WithRetryBackoff shapes the wait between deliveries after a transient
+// failure: a jittered backoff of at most base doubling to maxWait (default 1s
+// doubling to 1m, bus.Backoff), and maxWait also caps a wait GitHub names
+// (Retry-After, a rate-limit reset).
 func WithRetryBackoff(base, maxWait time.Duration) Option {
 	return func(o *options) { o.retryBase, o.retryMax = base, maxWait }
 }
@@ -198,15 +205,77 @@ func (s *Service) Run(ctx context.Context) error {
 		reason := errors.New(s.held + ": events that need a GitHub record are held in the inbox (none is lost); configure it and restart")
 		s.deps.Ready.Add(Name+"/github", func() error { return reason })
 	}
+	ctx, refuse := context.WithCancelCause(ctx)
+	defer refuse(nil)
+	if err := s.guardLedgerLogin(ctx, refuse); err != nil {
+		return err
+	}
 	if err := s.open(ctx); err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return refused(ctx)
 		}
 		return err
 	}
-	return runtime.Consume(ctx, s.deps, Name, bus.StreamInbox, func(hctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
+	err := runtime.Consume(ctx, s.deps, Name, bus.StreamInbox, func(hctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
 		return s.handle(hctx, ctx.Done(), ev, d)
 	})
+	if err == nil {
+		err = refused(ctx)
+	}
+	return err
+}
+
+// errConfigRefused wraps why the writer stopped on its operator config.
+var errConfigRefused = errors.New("operator config refused")
+
+// refused is the error the writer stopped with when a check of its operator
+// config cancelled ctx, or nil for an ordinary shutdown.
+func refused(ctx context.Context) error {
+	if err := context.Cause(ctx); errors.Is(err, errConfigRefused) {
+		return err
+	}
+	return nil
+}
+
+// guardLedgerLogin refuses an operator config whose routing.authorizedUsers
+// lists the ledger's own login (docs/decisions/027-ledger-login-is-not-a-person.md):
+// the config in force now (an error: the writer does not start) and every
+// reload. The login is LOOP_GITHUB_LOGIN, else the token's (GET /user); when
+// GitHub does not answer yet it is asked again every minute, and a config in
+// force that lists it then stops the writer through stop.
+func (s *Service) guardLedgerLogin(ctx context.Context, stop context.CancelCauseFunc) error {
+	guard := func(login string) error {
+		if err := s.deps.GuardConfig(config.RefuseLedgerLogin(login)); err != nil {
+			return fmt.Errorf("%s: %w: %w", Name, errConfigRefused, err)
+		}
+		s.deps.Log.Info("ledger-writer: the operator config may not list the ledger's own login", "login", login)
+		return nil
+	}
+	if login := s.deps.GitHub.Login; login != "" {
+		return guard(login)
+	}
+	if s.gh == nil {
+		return nil // no token: no login, and nothing is written as anyone
+	}
+	login, err := s.gh.login(ctx)
+	if err == nil {
+		return guard(login)
+	}
+	s.deps.Log.Warn("ledger-writer: the ledger's own login is not known yet (GET /user failed); asking again every minute", "err", err)
+	go func() {
+		for sleep(ctx, nil, time.Minute) == nil {
+			login, err := s.gh.login(ctx)
+			if err != nil {
+				continue
+			}
+			if err := guard(login); err != nil {
+				s.deps.Log.Error("ledger-writer: stopping: the operator config in force lists the ledger's own login", "err", err)
+				stop(err)
+			}
+			return
+		}
+	}()
+	return nil
 }
 
 // open binds the KV buckets, waiting for the connection and provisioning.
@@ -249,13 +318,9 @@ func (s *Service) renderInput() (renderInput, error) {
 }
 
 // backoff is the wait before attempt n (1-based) after a transient failure
-// that named no wait.
+// that named no wait: the bus's jittered backoff, at most retryMax.
 func (s *Service) backoff(n int) time.Duration {
-	d := s.opts.retryBase
-	for i := 1; i < n && d < s.opts.retryMax; i++ {
-		d *= 2
-	}
-	return min(d, s.opts.retryMax)
+	return bus.Backoff(n, s.opts.retryBase, s.opts.retryMax)
 }
 
 // errStopping: the service is shutting down; the delivery is handed back.

@@ -47,7 +47,7 @@ func TestTwoReplicasKeepOrder(t *testing.T) {
 	for n := 1; n <= items; n++ {
 		last := -1
 		for _, c := range e.gh.Comments(testRepo, n) {
-			l, err := envelope.ParseLedger(testKey, c.Body)
+			l, err := envelope.ParseLedger(testKey, envelope.Binding{Repo: testRepo, Number: n}, c.Body)
 			if err != nil {
 				t.Fatalf("#%d comment %d: %v", n, c.ID, err)
 			}

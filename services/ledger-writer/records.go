@@ -65,48 +65,43 @@ func refuse(reason, format string, args ...any) error {
 }
 
 // render builds the record of ev per seed 001 R3.3–R3.6 (channels-ledger
-// §1.7, §6).
+// §1.7, §6). The envelope is sealed to the record: the work item's repository
+// and number (a kickoff's new issue: its repository and number 0) and the
+// body's visible text (docs/decisions/025-envelope-bound-to-its-record.md).
 func render(in renderInput, ev *loopv1.Event, kind catalog.Record) (record, error) {
 	person, err := resolveActor(in.people, ev, kind)
 	if err != nil {
 		return record{}, err
 	}
-	env, err := envelope.EncodeLedger(in.key, envelope.Ledger{
-		ID: ev.GetId(), Type: ev.GetType(), Source: ev.GetSource(),
-		Actor: envelope.LedgerActor{GitHub: person.GitHub, Slack: person.Slack, Name: person.Name},
-		Conversation: envelope.LedgerConversation{
-			Channel: ev.GetConversation().GetChannel(), ThreadTS: threadOf(ev),
-		},
-	}, in.grammar.Keywords())
-	if err != nil {
-		if errors.Is(err, envelope.ErrUnsafe) {
-			return record{}, refuse("unsafe-envelope", "envelope of %s: %w", ev.GetId(), err)
-		}
-		return record{}, err
-	}
 	rec := record{kind: kind}
+	var at envelope.Binding
 	if kind != catalog.RecordIssue {
 		r, ok := parseRef(ev.GetSubject())
 		if !ok {
 			return record{}, refuse("bad-ref", "work item %q is not a github:owner/repo#N ref", ev.GetSubject())
 		}
 		rec.ref = r
+		at = envelope.Binding{Repo: r.FullName(), Number: r.Number}
 	}
 	member := memberID(ev)
+	// compose builds the body around the envelope comment.
+	var compose func(env string) string
 	switch kind {
 	case catalog.RecordQuestion:
-		// R3.3: the question comment itself, as the agent wrote it (today's
-		// ask posts it raw), carrying the envelope so ingress-github does
-		// not also publish it as comment.agent (AMB-6).
-		rec.body = envelope.MarkSelfAuthored(capText(ev.GetQuestion().GetText()) + "\n\n" + env)
+		// R3.3: the question comment itself, carrying the envelope so
+		// ingress-github does not also publish it as comment.agent. The
+		// agent wrote it and may have been told to paste its environment
+		// ("$(env)"): it is scrubbed like every relayed text before it
+		// is published.
+		text := capText(in.scrub(ev.GetQuestion().GetText()))
+		compose = func(env string) string { return envelope.MarkSelfAuthored(text + "\n\n" + env) }
 	case catalog.RecordMirror:
 		// R3.4: exactly today's mirror (§1.7) plus the envelope before the
 		// marker. Marker-stamped, so both ingresses drop it.
 		text := in.grammar.Defang(in.scrub(ev.GetReply().GetText()))
-		rec.body = envelope.MarkSelfAuthored(
-			"🗣️ **the-loop** — reply from `" + member + "` on the **" + ev.GetSource() +
-				"** channel, recorded here as the answer of record:\n\n" +
-				redact.Quote(capText(text)) + "\n\n" + env)
+		head := "🗣️ **the-loop** — reply from `" + member + "` on the **" + ev.GetSource() +
+			"** channel, recorded here as the answer of record:\n\n" + redact.Quote(capText(text))
+		compose = func(env string) string { return envelope.MarkSelfAuthored(head + "\n\n" + env) }
 	case catalog.RecordAttributed:
 		// R3.5: unmarked, so the ledger's ingress judges it like a human's
 		// comment. The relayed text stands alone between the attribution
@@ -131,7 +126,8 @@ func render(in renderInput, ev *loopv1.Event, kind catalog.Record) (record, erro
 		default:
 			return record{}, refuse("invalid", "%s has no relayable body", ev.GetType())
 		}
-		rec.body = attribution("Relayed from", member, ev.GetSource()) + ":\n\n" + capText(text) + "\n\n" + env + "\n"
+		head := attribution("Relayed from", member, ev.GetSource()) + ":\n\n" + capText(text)
+		compose = func(env string) string { return head + "\n\n" + env + "\n" }
 	case catalog.RecordIssue:
 		// R3.6, abuse case 7: the repository and labels come from config
 		// only, the body is scrubbed and carries the envelope and no
@@ -159,11 +155,27 @@ func render(in renderInput, ev *loopv1.Event, kind catalog.Record) (record, erro
 		rec.owner, rec.repo = owner, repo
 		rec.labels = append([]string(nil), in.kickoff.labels...)
 		rec.title = title(in.grammar.Defang(in.scrub(firstLine(titleSrc))), ev.GetSource())
-		rec.body = capText(in.grammar.Defang(in.scrub(strings.TrimSpace(msg)))) + "\n\n" +
-			"_" + attribution("Opened from", member, ev.GetSource()) + "._\n\n" + env + "\n"
+		at = envelope.IssueBody(owner + "/" + repo)
+		head := capText(in.grammar.Defang(in.scrub(strings.TrimSpace(msg)))) + "\n\n" +
+			"_" + attribution("Opened from", member, ev.GetSource()) + "._"
+		compose = func(env string) string { return head + "\n\n" + env + "\n" }
 	default:
 		return record{}, fmt.Errorf("record kind %v is not written by the ledger", kind)
 	}
+	body, err := envelope.SealLedger(in.key, envelope.Ledger{
+		ID: ev.GetId(), Type: ev.GetType(), Source: ev.GetSource(),
+		Actor: envelope.LedgerActor{GitHub: person.GitHub, Slack: person.Slack, Name: person.Name},
+		Conversation: envelope.LedgerConversation{
+			Channel: ev.GetConversation().GetChannel(), ThreadTS: threadOf(ev),
+		},
+	}, in.grammar.Keywords(), at, compose)
+	if err != nil {
+		if errors.Is(err, envelope.ErrUnsafe) {
+			return record{}, refuse("unsafe-envelope", "envelope of %s: %w", ev.GetId(), err)
+		}
+		return record{}, err
+	}
+	rec.body = body
 	return rec, nil
 }
 

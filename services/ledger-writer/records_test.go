@@ -65,7 +65,7 @@ func TestRecordPerKind(t *testing.T) {
 			if got := envelope.HasSelfMarker(c.Body); got != tc.marker {
 				t.Errorf("self marker = %v, want %v", got, tc.marker)
 			}
-			l, err := envelope.ParseLedger(testKey, c.Body)
+			l, err := envelope.ParseLedger(testKey, envelope.Binding{Repo: testRepo, Number: 3}, c.Body)
 			if err != nil {
 				t.Fatalf("envelope: %v", err)
 			}
@@ -103,7 +103,7 @@ func TestRecordPerKind(t *testing.T) {
 		if g := control.Default(); g.Parse(is.Body).Found() || g.Parse(is.Title).Found() {
 			t.Error("a control keyword survived in the kickoff issue (AMB-19: defanged)")
 		}
-		l, err := envelope.ParseLedger(testKey, is.Body)
+		l, err := envelope.ParseLedger(testKey, envelope.IssueBody(kickRepo), is.Body)
 		if err != nil || l.ID != create.GetId() || l.Actor != (envelope.LedgerActor{GitHub: "octocat", Slack: "U123", Name: "Mona Lisa"}) ||
 			l.Conversation.ThreadTS != "1700000001.000200" {
 			t.Errorf("envelope = %+v, %v", l, err)
@@ -329,5 +329,45 @@ func TestPermanentFailure(t *testing.T) {
 	}
 	if metricSum(t, w, "loop_ledger_writer_failed_total") != 1 || metricSum(t, w, "loop_ledger_writer_dlq_total") != 1 {
 		t.Error("failed/dlq not counted")
+	}
+}
+
+// TestQuestionIsScrubbed: attack 6. A prompt-injected agent runs
+// `the-loop ask "$(env)"`; the question record the ledger publishes on GitHub
+// is scrubbed like every relayed text, so no token reaches GitHub.
+func TestQuestionIsScrubbed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, testTopology())
+	e.start("writer-1")
+	secrets := []string{
+		"ghp_R4nd0mT0kenV4lue1234567890abcdefABCD",
+		"xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOpQrStUvWx",
+		"AKIAIOSFODNN7EXAMPLE",
+		"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", // LOOP_ENVELOPE_KEY's value
+		"hunter2-secret-value",                                             // the value of MY_API_TOKEN in the environment
+	}
+	text := "Which of these should I use?\n" +
+		"GITHUB_TOKEN=" + secrets[0] + "\n" +
+		"SLACK_BOT_TOKEN=" + secrets[1] + "\n" +
+		"AWS_ACCESS_KEY_ID=" + secrets[2] + "\n" +
+		"LOOP_ENVELOPE_KEY=" + secrets[3] + "\n" +
+		"MY_API_TOKEN=" + secrets[4]
+	ev := questionEv("loop:ask:env", "github:"+testRepo+"#4", text)
+	e.publish(ev)
+	waitFor(t, "the question's fan-out", 60*time.Second, func() bool { return len(e.fan.byID(ev.GetId())) == 1 })
+	cs := e.gh.Comments(testRepo, 4)
+	if len(cs) != 1 {
+		t.Fatalf("%d comments, want 1", len(cs))
+	}
+	for _, s := range secrets {
+		if strings.Contains(cs[0].Body, s) {
+			t.Errorf("the question record on GitHub carries %q", s)
+		}
+	}
+	if !strings.Contains(cs[0].Body, "Which of these should I use?") || !strings.Contains(cs[0].Body, "LOOP_ENVELOPE_KEY=") {
+		t.Errorf("the question itself was lost: %q", cs[0].Body)
+	}
+	if _, err := envelope.ParseLedger(testKey, envelope.Binding{Repo: testRepo, Number: 4}, cs[0].Body); err != nil {
+		t.Errorf("the scrubbed record's envelope: %v", err)
 	}
 }

@@ -172,7 +172,7 @@ func checkScaleOrder(b *testing.B, e *env, id func(int) string) {
 	for item := 1; item <= scaleItems; item++ {
 		last := -1
 		for _, c := range e.gh.Comments(testRepo, item) {
-			l, err := envelope.ParseLedger(testKey, c.Body)
+			l, err := envelope.ParseLedger(testKey, envelope.Binding{Repo: testRepo, Number: item}, c.Body)
 			if err != nil {
 				b.Fatalf("#%d comment %d: %v", item, c.ID, err)
 			}

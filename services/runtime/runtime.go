@@ -32,6 +32,10 @@ type Deps struct {
 	// Config returns the operator config in force; it changes when the file
 	// is edited (reload without restart), so read it per use, never keep it.
 	Config func() *config.Config
+	// Checks, when set, is the watcher behind Config: a service adds the
+	// rules only it knows there (see GuardConfig). Nil: the config never
+	// reloads.
+	Checks ConfigChecks
 	// GitHub and Slack are the process settings of those sides.
 	GitHub     config.GitHub
 	Slack      config.Slack
@@ -42,6 +46,22 @@ type Deps struct {
 	// EnvelopeKey signs and verifies ledger envelopes; set for the services
 	// that need it (ledger-writer, ingress-github), nil otherwise.
 	EnvelopeKey []byte
+}
+
+// ConfigChecks takes rules every reloaded operator config must pass
+// (*config.Watcher).
+type ConfigChecks interface {
+	AddCheck(config.Check) error
+}
+
+// GuardConfig makes check a rule of the service's operator config: the config
+// in force now fails it with the error returned (refuse to start), and a
+// reload that fails it is refused, keeping the previous config.
+func (d Deps) GuardConfig(check config.Check) error {
+	if d.Checks != nil {
+		return d.Checks.AddCheck(check)
+	}
+	return check(d.Config())
 }
 
 // Validate reports a missing dependency.

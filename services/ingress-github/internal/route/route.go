@@ -41,7 +41,11 @@ const (
 
 // Notes are facts worth a log record that do not drop the delivery.
 const (
-	NoteForgedEnvelope    = "forged-envelope"    // judged as an ordinary comment by its poster
+	// NoteForgedEnvelope: an envelope that does not verify for the record it
+	// sits in — another key, a copy from another record, an edited text, or
+	// a version 1 envelope. The comment is judged as an ordinary comment by
+	// its poster.
+	NoteForgedEnvelope    = "forged-envelope"
 	NoteMalformedEnvelope = "malformed-envelope" // likewise
 	NoteEnvelopeUnread    = "envelope-unread"    // an untrusted poster's envelope, dropped unparsed (abuse 4)
 	NotePayloadTruncated  = "payload-truncated"
@@ -82,8 +86,10 @@ type Policy struct {
 	// Directory is routing.authorizedUsers.
 	Directory *identity.Directory
 	// LedgerLogin is the ledger's own GitHub login ("" when unknown): its
-	// envelope-carrying comments are records whatever Directory says
-	// (AMB-5), and its marker-stamped comments are the agent's.
+	// envelope-carrying comments are records whatever Directory says, and
+	// its marker-stamped comments are the agent's. It is never a person:
+	// agents post with its token, so an entry naming it authorizes nothing
+	// (docs/decisions/027-ledger-login-is-not-a-person.md).
 	LedgerLogin string
 	// EnvelopeKey verifies ledger envelopes.
 	EnvelopeKey []byte
@@ -106,6 +112,9 @@ type Decision struct {
 	Refs   []string
 	// Notes are log-worthy facts (forged-envelope, …).
 	Notes []string
+	// CommentEvent is, for a comment, the id its event has (or would have
+	// had): what a routing.forged_envelope record names.
+	CommentEvent string
 }
 
 // Route classifies one delivery, whose payload Decode parsed.
@@ -158,7 +167,10 @@ func Route(d Delivery, payload Payload, pol Policy) Decision {
 // never instruct anything.
 func routeActivity(dec *Decision, d Delivery, p obj, pol Policy) {
 	closing := (d.Event == "issues" || d.Event == "pull_request") && dec.Action == "closed"
-	actor := resolve(pol.Directory, dec.Actor)
+	var actor *loopv1.Actor
+	if !isLedger(pol, dec.Actor) {
+		actor = resolve(pol.Directory, dec.Actor)
+	}
 	if dec.Actor != "" && actor == nil && !closing {
 		dec.Drop = DropUnauthorized
 		return
@@ -190,10 +202,14 @@ func routeActivity(dec *Decision, d Delivery, p obj, pol Policy) {
 func routeComment(dec *Decision, d Delivery, p obj, c obj, pol Policy) {
 	poster := login(c)
 	dec.Actor = poster
+	dec.CommentEvent = commentID(d, c)
 	body := c.str("body")
-	person := resolve(pol.Directory, poster)
+	ledger := isLedger(pol, poster)
+	var person *loopv1.Actor
+	if !ledger {
+		person = resolve(pol.Directory, poster)
+	}
 	authorized := person != nil
-	ledger := poster != "" && pol.LedgerLogin != "" && strings.EqualFold(poster, pol.LedgerLogin)
 	trusted := authorized || ledger
 	hasEnvelope := strings.Contains(body, envelopeOpen)
 
@@ -211,10 +227,12 @@ func routeComment(dec *Decision, d Delivery, p obj, c obj, pol Policy) {
 		return
 	}
 	if hasEnvelope && trusted {
-		l, err := envelope.ParseLedger(pol.EnvelopeKey, body)
+		// Verified against the record the comment is on, as GitHub says,
+		// never as the envelope or the text says.
+		l, err := envelope.ParseLedger(pol.EnvelopeKey, recordOf(d.Event, p), body)
 		switch {
 		case err == nil:
-			actor := reattribute(pol.Directory, l, person)
+			actor := reattribute(pol, l, person)
 			build(dec, d, p, c, catalog.LedgerRecord, actor, l.ID, &l)
 			return
 		case errors.Is(err, envelope.ErrForged):
@@ -273,10 +291,11 @@ func resolve(dir *identity.Directory, login string) *loopv1.Actor {
 }
 
 // reattribute is a record's actor: the envelope's person when that person's
-// own entry names a GitHub login that is authorized, otherwise the poster
-// (abuse 3), or nobody when the poster is the ledger login and not itself
-// authorized (AMB-5: still a record, but it instructs nothing).
-func reattribute(dir *identity.Directory, l envelope.Ledger, poster *loopv1.Actor) *loopv1.Actor {
+// own entry names a GitHub login that is authorized (and is not the ledger's
+// own), otherwise the poster (abuse 3), or nobody when the poster is the
+// ledger login (still a record, but it instructs nothing).
+func reattribute(pol Policy, l envelope.Ledger, poster *loopv1.Actor) *loopv1.Actor {
+	dir := pol.Directory
 	var pr identity.Person
 	var ok bool
 	if l.Actor.GitHub != "" {
@@ -284,10 +303,28 @@ func reattribute(dir *identity.Directory, l envelope.Ledger, poster *loopv1.Acto
 	} else if l.Actor.Slack != "" {
 		pr, ok = dir.ByChannel(identity.ChannelSlack, l.Actor.Slack)
 	}
-	if ok && pr.GitHub != "" && dir.Authorized(identity.ChannelGitHub, pr.GitHub) {
+	if ok && pr.GitHub != "" && !isLedger(pol, pr.GitHub) && dir.Authorized(identity.ChannelGitHub, pr.GitHub) {
 		return &loopv1.Actor{Github: pr.GitHub, Slack: pr.Slack, Name: pr.Name}
 	}
 	return poster
+}
+
+// isLedger reports whether login is the ledger's own.
+func isLedger(pol Policy, login string) bool {
+	return login != "" && pol.LedgerLogin != "" && strings.EqualFold(login, pol.LedgerLogin)
+}
+
+// recordOf is the record a comment of event sits on: its repository and the
+// number of its issue or pull request (GitHub numbers both from one sequence,
+// and the ledger writes a pull request's records as issue comments on it).
+// A payload that names no number matches no record: 0 is a new issue's body,
+// which a comment never is.
+func recordOf(event string, p obj) envelope.Binding {
+	n, ok := entity(event, p).int("number")
+	if !ok || n <= 0 {
+		n = -1
+	}
+	return envelope.Binding{Repo: p.obj("repository").str("full_name"), Number: int(n)}
 }
 
 // build makes the comment-derived events. Their ids come from the comment,
@@ -295,10 +332,7 @@ func reattribute(dir *identity.Directory, l envelope.Ledger, poster *loopv1.Acto
 // same comment and the bus stores it once (AMB-9).
 func build(dec *Decision, d Delivery, p, c obj, typ catalog.Type, actor *loopv1.Actor, recorded string, l *envelope.Ledger) {
 	id, _ := c.int("id")
-	base := envelope.GitHubID(d.DeliveryID)
-	if id > 0 {
-		base = "gh:" + commentKind(d.Event) + ":" + strconv.FormatInt(id, 10)
-	}
+	base := commentID(d, c)
 	body := c.str("body")
 	if len(body) > MaxCommentBytes {
 		body = truncateUTF8(body, MaxCommentBytes)
@@ -335,6 +369,15 @@ func build(dec *Decision, d Delivery, p, c obj, typ catalog.Type, actor *loopv1.
 		}
 		ev.Body = &loopv1.Event_Comment{Comment: cm}
 	})
+}
+
+// commentID is the id of a comment's (first) event: from the comment, so the
+// webhook and the poller agree, else from the delivery.
+func commentID(d Delivery, c obj) string {
+	if id, _ := c.int("id"); id > 0 {
+		return "gh:" + commentKind(d.Event) + ":" + strconv.FormatInt(id, 10)
+	}
+	return envelope.GitHubID(d.DeliveryID)
 }
 
 // commentKind names the id space of a comment: GitHub numbers issue
