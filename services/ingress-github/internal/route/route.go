@@ -37,6 +37,7 @@ const (
 	DropForgedMarker   = "forged-marker"   // the marker, posted by someone not trusted (AMB-7)
 	DropCommentChanged = "comment-changed" // an edit or delete: not a new comment
 	DropDuplicateEvent = "duplicate-event" // every event already published (e.g. by the other mode)
+	DropForkCI         = "fork-ci"         // CI from a fork, or not shown to be the repository's own, from an unauthorized sender
 )
 
 // Notes are facts worth a log record that do not drop the delivery.
@@ -106,6 +107,10 @@ type Decision struct {
 	Refs   []string
 	// Notes are log-worthy facts (forged-envelope, …).
 	Notes []string
+	// Sender is who triggered a CI event, and Admitted why it may reach a
+	// session (AdmitAuthorizedSender or AdmitOwnBranch; "" when dropped or
+	// not CI).
+	Sender, Admitted string
 }
 
 // Route classifies one delivery, whose payload Decode parsed.
@@ -162,6 +167,13 @@ func routeActivity(dec *Decision, d Delivery, p obj, pol Policy) {
 	if dec.Actor != "" && actor == nil && !closing {
 		dec.Drop = DropUnauthorized
 		return
+	}
+	if ciEvents[d.Event] {
+		dec.Sender = p.obj("sender").str("login")
+		if dec.Admitted = admitCI(d.Event, p, pol, dec.Sender); dec.Admitted == "" {
+			dec.Drop = DropForkCI
+			return
+		}
 	}
 	raw := d.Payload
 	max := pol.MaxPayload
