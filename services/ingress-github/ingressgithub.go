@@ -121,8 +121,8 @@ func DefaultOptions() Options {
 		BodyBudget:      DefaultBodyBudget,
 		RefusalLogEvery: time.Minute,
 		PublishTimeout:  8 * time.Second,
-		Poll:           PollOptions{Label: DefaultLabel, Interval: time.Minute},
-		Now:            time.Now,
+		Poll:            PollOptions{Label: DefaultLabel, Interval: time.Minute},
+		Now:             time.Now,
 	}
 }
 

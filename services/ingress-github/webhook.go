@@ -52,16 +52,21 @@ func reply(w http.ResponseWriter, code int, status string, extra map[string]any)
 // Refusal reasons of the webhook: the label of
 // loop_ingress_github_rejected_total and of the webhook.rejected records.
 const (
-	refusedOverCapacity  = "over-capacity"
-	refusedSignature     = "invalid-signature"
-	refusedTooLarge      = "payload-too-large"
-	refusedUnreadable    = "unreadable-body"
-	refusedContentType   = "unsupported-content-type"
-	refusedPayload       = "invalid-payload"
-	refusedEvent         = "missing-event"
-	refusedDelivery      = "missing-delivery"
-	refusedBusDown       = "bus-unavailable"
-	refusedBusFull       = "bus-full"
+	refusedOverCapacity = "over-capacity"
+	refusedSignature    = "invalid-signature"
+	refusedTooLarge     = "payload-too-large"
+	refusedUnreadable   = "unreadable-body"
+	refusedContentType  = "unsupported-content-type"
+	refusedPayload      = "invalid-payload"
+	refusedEvent        = "missing-event"
+	refusedDelivery     = "missing-delivery"
+	refusedBusDown      = "bus-unavailable"
+	refusedBusFull      = "bus-full"
+)
+
+// Retry-After of a 503: a slot or room for a body frees in seconds; the
+// bus takes longer to come back.
+const (
 	retryAfterOverloaded = "5"
 	retryAfterBusDown    = "30"
 )
