@@ -4,8 +4,9 @@
 //
 // Order (ingress-dispatch §2.1, §8.1): event filter → work-item extraction →
 // comment classification (self-authored marker, authorization, envelope) or
-// activity authorization (lifecycle closes bypass it). Delivery-id dedup is
-// the caller's (it needs the seen KV).
+// activity authorization (lifecycle closes bypass it; CI events need an
+// authorized sender or the repository's own branch, see ci.go).
+// Delivery-id dedup is the caller's (it needs the seen KV).
 package route
 
 import (
