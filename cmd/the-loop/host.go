@@ -68,6 +68,7 @@ func newIngressGitHub(d runtime.Deps, k hostKind) (runner, error) {
 	o := ingressgithub.DefaultOptions()
 	o.Mode = ingressgithub.Mode(d.GitHub.Mode)
 	o.InsecureNoSignature = d.GitHub.InsecureNoSignature
+	o.MaxConcurrent = d.GitHub.WebhookConcurrency
 	o.RequireWebhookSecret = k.serve
 	o.Poll.Repos = d.GitHub.PollRepoList()
 	o.Poll.Label = d.GitHub.PollLabel

@@ -58,11 +58,16 @@ type ConsumerGroup struct {
 	DeliverNew bool
 }
 
-// Bucket is one KV bucket.
+// Bucket is one KV bucket or object store.
 type Bucket struct {
 	Name string
 	// TTL expires keys this long after their last write; 0 keeps them.
 	TTL time.Duration
+	// MaxBytes caps the bucket (0: the topology's BucketMaxBytes, or
+	// ObjectMaxBytes for an object store). A full bucket refuses writes
+	// (JetStream's KV and object stores discard new): the writer sees an
+	// error and retries, nothing stored is lost.
+	MaxBytes int64
 }
 
 // Topology is everything Provision creates. Start from DefaultTopology and
@@ -77,6 +82,25 @@ type Topology struct {
 	// InboxMaxBytes caps LOOP_INBOX; beyond it publishes fail (Discard New:
 	// back-pressure, never silent loss). Default 1 GiB.
 	InboxMaxBytes int64
+	// EventsMaxBytes caps LOOP_EVENTS (default 3 GiB). At the cap the oldest
+	// events go (Discard Old): the fan-out never blocks, and what is lost is
+	// replay history GitHub, the ledger, still holds (decision 035).
+	EventsMaxBytes int64
+	// DLQMaxBytes caps LOOP_DLQ (default 512 MiB). At the cap a new dead
+	// letter is refused (Discard New), so the evidence an operator has not
+	// replayed yet is never evicted; the message stays unacknowledged until
+	// MaxDeliver, and LOOP_ADVISORIES records it.
+	DLQMaxBytes int64
+	// LogMaxBytes caps LOOP_LOG (default 512 MiB; Discard Old: the newest
+	// records are the ones worth keeping).
+	LogMaxBytes int64
+	// AdvisoryMaxBytes caps LOOP_ADVISORIES (default 64 MiB; Discard Old).
+	AdvisoryMaxBytes int64
+	// BucketMaxBytes caps a KV bucket whose Bucket.MaxBytes is 0 (default
+	// 128 MiB); ObjectMaxBytes likewise caps an object store (default
+	// 1 GiB). On one server the caps are reserved up front and must fit
+	// its max_file_store together: the defaults sum to about 7.2 GiB.
+	BucketMaxBytes, ObjectMaxBytes int64
 	// DuplicateWindow is the Nats-Msg-Id window of the inbox, the events and
 	// the DLQ (default 2h; DESIGN asks for at least 1h).
 	DuplicateWindow time.Duration
@@ -124,6 +148,24 @@ func (t *Topology) setDefaults() {
 	if t.InboxMaxBytes <= 0 {
 		t.InboxMaxBytes = 1 << 30
 	}
+	if t.EventsMaxBytes <= 0 {
+		t.EventsMaxBytes = 3 << 30
+	}
+	if t.DLQMaxBytes <= 0 {
+		t.DLQMaxBytes = 512 << 20
+	}
+	if t.LogMaxBytes <= 0 {
+		t.LogMaxBytes = 512 << 20
+	}
+	if t.AdvisoryMaxBytes <= 0 {
+		t.AdvisoryMaxBytes = 64 << 20
+	}
+	if t.BucketMaxBytes <= 0 {
+		t.BucketMaxBytes = 128 << 20
+	}
+	if t.ObjectMaxBytes <= 0 {
+		t.ObjectMaxBytes = 1 << 30
+	}
 	if t.DuplicateWindow <= 0 {
 		t.DuplicateWindow = 2 * time.Hour
 	}
@@ -165,8 +207,9 @@ func (t *Topology) setDefaults() {
 		t.Buckets = []Bucket{
 			// Claims outlive any redelivery of their event: the inbox is
 			// drained in minutes, a GitHub outage is waited out in hours.
-			{Name: BucketLedger, TTL: 30 * 24 * time.Hour},
-			{Name: BucketSeen, TTL: 72 * time.Hour},
+			// The two buckets written per event get twice the default cap.
+			{Name: BucketLedger, TTL: 30 * 24 * time.Hour, MaxBytes: 2 * t.BucketMaxBytes},
+			{Name: BucketSeen, TTL: 72 * time.Hour, MaxBytes: 2 * t.BucketMaxBytes},
 			{Name: BucketThreads},
 			// Longer than LOOP_EVENTS keeps an event: a redelivery or a
 			// replay of the stream must still find what was posted.
@@ -176,6 +219,21 @@ func (t *Topology) setDefaults() {
 			{Name: BucketCursors},
 		}
 	}
+	t.Buckets = capped(t.Buckets, t.BucketMaxBytes)
+	t.Objects = capped(t.Objects, t.ObjectMaxBytes)
+}
+
+// capped returns bs with every zero MaxBytes set to def, copying rather
+// than writing through to a slice the caller may share.
+func capped(bs []Bucket, def int64) []Bucket {
+	out := make([]Bucket, len(bs))
+	for i, b := range bs {
+		if b.MaxBytes <= 0 {
+			b.MaxBytes = def
+		}
+		out[i] = b
+	}
+	return out
 }
 
 // ConsumerName is the durable name of a service's consumer of partition p:
@@ -246,6 +304,8 @@ func (t Topology) streamConfigs() []jetstream.StreamConfig {
 			Subjects:         []string{catalog.EventsPrefix + ".*.>"},
 			Retention:        jetstream.LimitsPolicy,
 			Storage:          jetstream.FileStorage,
+			Discard:          jetstream.DiscardOld,
+			MaxBytes:         t.EventsMaxBytes,
 			MaxAge:           t.EventsMaxAge,
 			Duplicates:       t.DuplicateWindow,
 			Replicas:         r,
@@ -257,6 +317,8 @@ func (t Topology) streamConfigs() []jetstream.StreamConfig {
 			Subjects:    []string{catalog.DLQPrefix + ".>"},
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
+			Discard:     jetstream.DiscardNew,
+			MaxBytes:    t.DLQMaxBytes,
 			MaxAge:      t.DLQMaxAge,
 			Duplicates:  t.DuplicateWindow,
 			Replicas:    r,
@@ -267,6 +329,8 @@ func (t Topology) streamConfigs() []jetstream.StreamConfig {
 			Subjects:    []string{catalog.LogPrefix + ".>"},
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
+			Discard:     jetstream.DiscardOld,
+			MaxBytes:    t.LogMaxBytes,
 			MaxAge:      t.LogMaxAge,
 			Replicas:    r,
 		},
@@ -276,6 +340,8 @@ func (t Topology) streamConfigs() []jetstream.StreamConfig {
 			Subjects:    advisorySubjects(),
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
+			Discard:     jetstream.DiscardOld,
+			MaxBytes:    t.AdvisoryMaxBytes,
 			MaxAge:      t.AdvisoryMaxAge,
 			Replicas:    r,
 		},
@@ -348,6 +414,7 @@ func (c *Conn) Provision(ctx context.Context, t Topology) error {
 			_, err := c.js.CreateOrUpdateObjectStore(gctx, jetstream.ObjectStoreConfig{
 				Bucket:   b.Name,
 				TTL:      b.TTL,
+				MaxBytes: b.MaxBytes,
 				Storage:  jetstream.FileStorage,
 				Replicas: t.Replicas,
 			})
@@ -363,6 +430,7 @@ func (c *Conn) Provision(ctx context.Context, t Topology) error {
 				Bucket:   b.Name,
 				History:  1,
 				TTL:      b.TTL,
+				MaxBytes: b.MaxBytes,
 				Storage:  jetstream.FileStorage,
 				Replicas: t.Replicas,
 			})

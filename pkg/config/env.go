@@ -127,6 +127,9 @@ type GitHub struct {
 	Login         string `envconfig:"GITHUB_LOGIN" desc:"the ledger's own login; empty: asked of GET /user with the token"`
 	WebhookSecret Secret `envconfig:"GITHUB_WEBHOOK_SECRET" desc:"webhook HMAC secret; ingress-github needs it to accept webhooks"`
 	WebhookAddr   string `envconfig:"GITHUB_WEBHOOK_ADDR" default:":8787" desc:"listen address of POST /gh-webhook"`
+	// WebhookConcurrency bounds what a flood of requests, signed or not,
+	// can hold of ingress-github at once.
+	WebhookConcurrency int `envconfig:"GITHUB_WEBHOOK_CONCURRENCY" default:"64" desc:"webhook requests ingress-github handles at once; one more is answered 503 with Retry-After"`
 	// Mode is how ingress-github learns of GitHub activity.
 	Mode string `envconfig:"GITHUB_MODE" default:"webhook" desc:"ingress-github intake: webhook, poll (for deployments GitHub cannot reach) or both"`
 	// InsecureNoSignature lets ingress-github accept unsigned webhooks.
@@ -275,6 +278,9 @@ func (g GitHub) Validate() error {
 	errs = append(errs, checkAddr("LOOP_GITHUB_WEBHOOK_ADDR", g.WebhookAddr))
 	if g.EnvelopeKey.IsSet() && len(g.EnvelopeKey.Reveal()) < minEnvelopeKey {
 		errs = append(errs, fmt.Errorf("LOOP_ENVELOPE_KEY is too short: it must be at least %d bytes", minEnvelopeKey))
+	}
+	if g.WebhookConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("LOOP_GITHUB_WEBHOOK_CONCURRENCY is %d: it must be at least 1", g.WebhookConcurrency))
 	}
 	if g.WritesPerMinute < 1 || g.WritesPerHour < 1 {
 		errs = append(errs, fmt.Errorf("LOOP_GITHUB_WRITES_PER_MINUTE and LOOP_GITHUB_WRITES_PER_HOUR must be at least 1"))

@@ -32,7 +32,7 @@ func TestProcessDefaults(t *testing.T) {
 	}
 	want := ledgerWriter{
 		Common: Common{AdminAddr: ":9090", LogLevel: slog.LevelInfo, Partitions: 16, Replicas: 1},
-		GitHub: GitHub{Token: NewSecret(token), APIURL: "https://api.github.com/", WebhookAddr: ":8787", EnvelopeKey: NewSecret(envelopeKey),
+		GitHub: GitHub{Token: NewSecret(token), APIURL: "https://api.github.com/", WebhookAddr: ":8787", WebhookConcurrency: 64, EnvelopeKey: NewSecret(envelopeKey),
 			Mode: "webhook", PollLabel: "the-loop: auto-execute", PollInterval: time.Minute, WritesPerMinute: 80, WritesPerHour: 500},
 	}
 	if diff := cmp.Diff(want, cfg, cmp.AllowUnexported(Secret{})); diff != "" {
@@ -93,6 +93,7 @@ func TestProcessErrors(t *testing.T) {
 		{"bad address", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_ADMIN_ADDR": "9090"}, []string{`LOOP_ADMIN_ADDR is "9090"`}},
 		{"bad url", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_GITHUB_API_URL": "api.github.com"}, []string{"LOOP_GITHUB_API_URL", "absolute"}},
 		{"bad nats url", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_NATS_URL": "http://x"}, []string{"LOOP_NATS_URL"}},
+		{"no webhook concurrency", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_GITHUB_WEBHOOK_CONCURRENCY": "0"}, []string{"LOOP_GITHUB_WEBHOOK_CONCURRENCY is 0"}},
 		{"short envelope key", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_ENVELOPE_KEY": "short-DO-NOT-PRINT"}, []string{"LOOP_ENVELOPE_KEY is too short"}},
 		{"all at once", Env{"LOOP_X": "1", "LOOP_GITHUB_TOKEN": token, "LOOP_PARTITIONS": "x", "LOOP_ADMIN_ADDR": "y"}, []string{"LOOP_X", "LOOP_PARTITIONS"}},
 	}
@@ -157,7 +158,7 @@ func TestSettingsMatchEnvconfig(t *testing.T) {
 		"LOOP_ADMIN_ADDR", "LOOP_CONFIG", "LOOP_DISPATCHER_HOST", "LOOP_DISPATCHER_RUNNER", "LOOP_DISPATCHER_SPAWN", "LOOP_DISPATCHER_WORKDIR", "LOOP_ENVELOPE_KEY",
 		"LOOP_GITHUB_API_URL", "LOOP_GITHUB_INSECURE_NO_SIGNATURE", "LOOP_GITHUB_LOGIN",
 		"LOOP_GITHUB_MODE", "LOOP_GITHUB_POLL_INTERVAL", "LOOP_GITHUB_POLL_LABEL", "LOOP_GITHUB_POLL_REPOS", "LOOP_GITHUB_TOKEN",
-		"LOOP_GITHUB_WEBHOOK_ADDR", "LOOP_GITHUB_WEBHOOK_SECRET", "LOOP_GITHUB_WRITES_PER_HOUR", "LOOP_GITHUB_WRITES_PER_MINUTE", "LOOP_HARNESS_BINARY", "LOOP_LOG_LEVEL",
+		"LOOP_GITHUB_WEBHOOK_ADDR", "LOOP_GITHUB_WEBHOOK_CONCURRENCY", "LOOP_GITHUB_WEBHOOK_SECRET", "LOOP_GITHUB_WRITES_PER_HOUR", "LOOP_GITHUB_WRITES_PER_MINUTE", "LOOP_HARNESS_BINARY", "LOOP_LOG_LEVEL",
 		"LOOP_NATS_CREDS_FILE", "LOOP_NATS_LISTEN", "LOOP_NATS_NKEY_FILE", "LOOP_NATS_NKEY_SEED", "LOOP_NATS_PASSWORD",
 		"LOOP_NATS_TLS_CA", "LOOP_NATS_TLS_CERT", "LOOP_NATS_TLS_KEY", "LOOP_NATS_URL", "LOOP_NATS_USER", "LOOP_PARTITIONS",
 		"LOOP_SESSION_ADDR", "LOOP_SESSION_ENV", "LOOP_SESSION_TOKEN", "LOOP_SESSION_URL",

@@ -64,6 +64,18 @@ type Options struct {
 	Events []string
 	// MaxBodyBytes bounds a webhook body (default MaxWebhookBytes).
 	MaxBodyBytes int64
+	// MaxConcurrent caps the webhook requests handled at once; one more is
+	// answered 503 with Retry-After (default DefaultMaxConcurrent).
+	// LOOP_GITHUB_WEBHOOK_CONCURRENCY.
+	MaxConcurrent int
+	// BodyBudget bounds the memory of the bodies being read and checked at
+	// once; a request whose announced size does not fit is answered 503
+	// with Retry-After before a byte is read (default DefaultBodyBudget;
+	// never below what one body of MaxBodyBytes needs).
+	BodyBudget int64
+	// RefusalLogEvery is the least time between two webhook.rejected
+	// records of one reason (default 1m).
+	RefusalLogEvery time.Duration
 	// PublishTimeout bounds the bus work of one delivery, PubAcks included;
 	// past it the webhook answers 503 (default 8s, inside GitHub's 10s).
 	PublishTimeout time.Duration
@@ -89,15 +101,28 @@ type PollOptions struct {
 // DefaultLabel is the original's autoExecuteLabel.
 const DefaultLabel = "the-loop: auto-execute"
 
+// Defaults of the webhook's bounds (decision 037).
+const (
+	// DefaultMaxConcurrent is the default LOOP_GITHUB_WEBHOOK_CONCURRENCY:
+	// far above what GitHub sends one endpoint at once.
+	DefaultMaxConcurrent = 64
+	// DefaultBodyBudget holds two bodies of GitHub's largest size, or
+	// about a thousand ordinary ones, at once.
+	DefaultBodyBudget = 64 << 20
+)
+
 // DefaultOptions are the settings New uses.
 func DefaultOptions() Options {
 	return Options{
-		Mode:           ModeWebhook,
-		Events:         route.DefaultEvents,
-		MaxBodyBytes:   MaxWebhookBytes,
-		PublishTimeout: 8 * time.Second,
-		Poll:           PollOptions{Label: DefaultLabel, Interval: time.Minute},
-		Now:            time.Now,
+		Mode:            ModeWebhook,
+		Events:          route.DefaultEvents,
+		MaxBodyBytes:    MaxWebhookBytes,
+		MaxConcurrent:   DefaultMaxConcurrent,
+		BodyBudget:      DefaultBodyBudget,
+		RefusalLogEvery: time.Minute,
+		PublishTimeout:  8 * time.Second,
+		Poll:            PollOptions{Label: DefaultLabel, Interval: time.Minute},
+		Now:             time.Now,
 	}
 }
 
@@ -111,6 +136,16 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if o.MaxConcurrent <= 0 {
+		o.MaxConcurrent = d.MaxConcurrent
+	}
+	if o.BodyBudget <= 0 {
+		o.BodyBudget = d.BodyBudget
+	}
+	o.BodyBudget = max(o.BodyBudget, chunksFor(o.MaxBodyBytes)*bodyChunk)
+	if o.RefusalLogEvery <= 0 {
+		o.RefusalLogEvery = d.RefusalLogEvery
 	}
 	if o.PublishTimeout <= 0 {
 		o.PublishTimeout = d.PublishTimeout
@@ -133,6 +168,9 @@ type Service struct {
 	m         *metrics
 	intake    *intake
 	validator Validator
+	slots     slots
+	bodies    *bodies
+	refusals  *refusals
 	insecure  bool
 	login     *ledgerLogin
 	// guard is the ledger login check of the operator config (see
@@ -170,7 +208,9 @@ func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
 	if len(deps.EnvelopeKey) == 0 {
 		return nil, errors.New("ingress-github: no envelope key: it verifies ledger envelopes with LOOP_ENVELOPE_KEY")
 	}
-	s := &Service{deps: deps, opts: opts, m: newMetrics(deps.Registry), listening: make(chan struct{}), refused: make(chan error, 1)}
+	s := &Service{deps: deps, opts: opts, m: newMetrics(deps.Registry), listening: make(chan struct{}), refused: make(chan error, 1),
+		slots: make(slots, opts.MaxConcurrent), bodies: newBodies(opts.BodyBudget),
+		refusals: newRefusals(deps.Events, opts.RefusalLogEvery, opts.Now)}
 	s.intake = &intake{s: s}
 	s.login = newLedgerLogin(deps.GitHub, opts.Now)
 	s.login.onLearn = func(login string) {
@@ -324,6 +364,7 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			h := http.Handler(s.Handler())
 			g.Go(func() error { return httpserver.Serve(gctx, ln, h, s.deps.Log) })
+			g.Go(func() error { s.refusals.run(gctx); return nil })
 		}
 	}
 	if s.opts.Mode.poll() {

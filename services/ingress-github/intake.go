@@ -103,6 +103,9 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 	if dec.Actor != "" {
 		who = append(who, slog.String("actor", dec.Actor))
 	}
+	if dec.Sender != "" {
+		who = append(who, slog.String("sender", dec.Sender))
+	}
 	for _, n := range dec.Notes {
 		switch n {
 		case route.NoteForgedEnvelope, route.NoteMalformedEnvelope:
@@ -194,9 +197,13 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 		// window is still dropped by Nats-Msg-Id.
 		log.Warn("events published but not remembered in the seen bucket", "err", err)
 	}
-	s.deps.Events.Emit(ctx, "routing.routed", append(append(base, who...),
+	routed := append(append(base, who...),
 		slog.String("event_type", string(dec.Kind)), slog.Any("event_ids", out.IDs),
-		slog.Bool("authorized", len(dec.Events) > 0 && route.Authorized(dec.Events[0])))...)
+		slog.Bool("authorized", len(dec.Events) > 0 && route.Authorized(dec.Events[0])))
+	if dec.Admitted != "" {
+		routed = append(routed, slog.String("admitted", dec.Admitted))
+	}
+	s.deps.Events.Emit(ctx, "routing.routed", routed...)
 	return out, nil
 }
 

@@ -20,6 +20,7 @@ type metrics struct {
 	poll      *prometheus.CounterVec // GitHub requests of the poller, by result
 	cycles    *prometheus.CounterVec // poll cycles, by result
 	unsigned  prometheus.Counter     // deliveries accepted without a signature check
+	inflight  prometheus.Gauge       // webhook requests holding a slot
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "loop_ingress_github_received_total", Help: "GitHub deliveries received (webhook) or synthesised (poll), by event.",
 		}, []string{"event", "via"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "loop_ingress_github_rejected_total", Help: "Webhook requests refused before routing, by reason.",
+			Name: "loop_ingress_github_rejected_total", Help: "Webhook requests refused before routing, by reason (over-capacity, invalid-signature, payload-too-large, …).",
 		}, []string{"reason"}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_github_published_total", Help: "Catalog events accepted by the bus (PubAck), by type.",
@@ -49,6 +50,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		unsigned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loop_ingress_github_unverified_total", Help: "Webhook deliveries accepted without a signature check (insecure mode).",
 		}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "loop_ingress_github_webhook_inflight", Help: "Webhook requests being handled (at most LOOP_GITHUB_WEBHOOK_CONCURRENCY).",
+		}),
 	}
 	if reg == nil {
 		return m
@@ -61,6 +65,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.poll = runtime.AdoptOrKeep(reg, m.poll)
 	m.cycles = runtime.AdoptOrKeep(reg, m.cycles)
 	m.unsigned = runtime.AdoptOrKeep(reg, m.unsigned)
+	m.inflight = runtime.AdoptOrKeep(reg, m.inflight)
 	return m
 }
 

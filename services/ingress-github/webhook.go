@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -50,64 +49,98 @@ func reply(w http.ResponseWriter, code int, status string, extra map[string]any)
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// serveWebhook: limit → signature on the raw bytes → headers → JSON → ping →
-// bus reachable → dedup and route → publish and PubAck → 202. Nothing is
-// published for a request refused at any step before routing, and 202 is
-// sent only once every event is acknowledged by the bus; a drop is a 200
-// naming its reason.
+// Refusal reasons of the webhook: the label of
+// loop_ingress_github_rejected_total and of the webhook.rejected records.
+const (
+	refusedOverCapacity = "over-capacity"
+	refusedSignature    = "invalid-signature"
+	refusedTooLarge     = "payload-too-large"
+	refusedUnreadable   = "unreadable-body"
+	refusedContentType  = "unsupported-content-type"
+	refusedPayload      = "invalid-payload"
+	refusedEvent        = "missing-event"
+	refusedDelivery     = "missing-delivery"
+	refusedBusDown      = "bus-unavailable"
+	refusedBusFull      = "bus-full"
+)
+
+// Retry-After of a 503: a slot or room for a body frees in seconds; the
+// bus takes longer to come back.
+const (
+	retryAfterOverloaded = "5"
+	retryAfterBusDown    = "30"
+)
+
+// serveWebhook: a free slot → the signature header and the announced size,
+// before a byte of the body is read → the body streamed through the HMAC
+// into held memory → signature → content type, headers, JSON → ping → bus
+// reachable → dedup and route → publish and PubAck → 202. Nothing is
+// published for a request refused at any step before routing, an unsigned
+// body is never parsed, and 202 is sent only once every event is
+// acknowledged by the bus; a drop is a 200 naming its reason.
 func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	event, delivery := github.WebHookType(r), github.DeliveryID(r)
-	log := s.deps.Log.With("delivery_id", safeHeader(delivery), "gh_event", safeHeader(event))
-	reject := func(code int, reason, msg string) {
-		s.m.rejected.WithLabelValues(reason).Inc()
-		s.deps.Events.Emit(ctx, "routing.dropped", slog.String("reason", reason), slog.Int("status", code),
-			slog.String("gh_event", safeHeader(event)), slog.String("delivery_id", safeHeader(delivery)), slog.String("via", viaWebhook))
-		reply(w, code, msg, nil)
-	}
 	if s.insecure {
 		w.Header().Set("X-Loop-Warning", insecureWarning)
-		log.Warn(insecureWarning)
+		s.deps.Log.Warn(insecureWarning, "delivery_id", safeHeader(delivery))
 		s.m.unsigned.Inc()
 	}
-
-	body, err := readBody(w, r, s.opts.MaxBodyBytes)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			reject(http.StatusRequestEntityTooLarge, "payload-too-large", "payload too large")
-			return
-		}
-		reject(http.StatusBadRequest, "unreadable-body", "unreadable body")
+	if !s.slots.enter() {
+		w.Header().Set("Retry-After", retryAfterOverloaded)
+		s.refuse(ctx, w, http.StatusServiceUnavailable, refusedOverCapacity, "over capacity: retry later")
 		return
 	}
+	defer s.slots.leave()
+	s.m.inflight.Inc()
+	defer s.m.inflight.Dec()
+
 	v := s.validator
 	if v == nil {
 		v = NewHMACValidator(nil) // no secret: nothing verifies (fail-closed)
 	}
-	payload, err := v.Validate(r, body)
-	switch {
-	case errors.Is(err, ErrSignature):
-		reject(http.StatusUnauthorized, "invalid-signature", "invalid signature")
+	check, err := v.Begin(r)
+	if err != nil {
+		s.refuse(ctx, w, http.StatusUnauthorized, refusedSignature, "invalid signature")
 		return
+	}
+	body, err := s.bodies.read(w, r, s.opts.MaxBodyBytes, check)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			s.refuse(ctx, w, http.StatusRequestEntityTooLarge, refusedTooLarge, "payload too large")
+		case errors.Is(err, ErrSignature):
+			s.refuse(ctx, w, http.StatusUnauthorized, refusedSignature, "invalid signature")
+		case errors.Is(err, errBusy):
+			w.Header().Set("Retry-After", retryAfterOverloaded)
+			s.refuse(ctx, w, http.StatusServiceUnavailable, refusedOverCapacity, "over capacity: retry later")
+		default:
+			s.refuse(ctx, w, http.StatusBadRequest, refusedUnreadable, "unreadable body")
+		}
+		return
+	}
+	payload, err := payloadOf(r, body)
+	switch {
 	case errors.Is(err, ErrContentType):
-		reject(http.StatusUnsupportedMediaType, "unsupported-content-type", "unsupported content type")
+		s.refuse(ctx, w, http.StatusUnsupportedMediaType, refusedContentType, "unsupported content type")
 		return
 	case err != nil:
-		reject(http.StatusBadRequest, "invalid-payload", "invalid payload")
+		s.refuse(ctx, w, http.StatusBadRequest, refusedPayload, "invalid payload")
 		return
 	}
 	if !validToken(event) {
-		reject(http.StatusBadRequest, "missing-event", "missing or malformed X-GitHub-Event")
+		s.refuse(ctx, w, http.StatusBadRequest, refusedEvent, "missing or malformed X-GitHub-Event")
 		return
 	}
 	if !validDeliveryID(delivery) {
-		reject(http.StatusBadRequest, "missing-delivery", "missing or malformed X-GitHub-Delivery")
+		s.refuse(ctx, w, http.StatusBadRequest, refusedDelivery, "missing or malformed X-GitHub-Delivery")
 		return
 	}
+	log := s.deps.Log.With("delivery_id", delivery, "gh_event", event)
 	p, err := route.Decode(payload)
 	if err != nil {
-		reject(http.StatusBadRequest, "invalid-payload", "invalid payload: not a JSON object")
+		s.refuse(ctx, w, http.StatusBadRequest, refusedPayload, "invalid payload: not a JSON object")
 		return
 	}
 	if event == "ping" {
@@ -116,9 +149,17 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, "pong", nil)
 		return
 	}
+	// From here the delivery is GitHub's (signed, well-formed): a refusal
+	// names it, so the operator can redeliver it once the bus is back.
+	unavailable := func(reason string) {
+		s.m.rejected.WithLabelValues(reason).Inc()
+		s.deps.Events.Emit(ctx, "routing.dropped", slog.String("reason", reason), slog.Int("status", http.StatusServiceUnavailable),
+			slog.String("gh_event", event), slog.String("delivery_id", delivery), slog.String("via", viaWebhook))
+		w.Header().Set("Retry-After", retryAfterBusDown)
+		reply(w, http.StatusServiceUnavailable, "bus unavailable", nil)
+	}
 	if !s.deps.Conn.Connected() {
-		w.Header().Set("Retry-After", "30")
-		reject(http.StatusServiceUnavailable, "bus-unavailable", "bus unavailable")
+		unavailable(refusedBusDown)
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
@@ -126,12 +167,11 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	out, err := s.intake.handle(pctx, route.Delivery{Event: event, DeliveryID: delivery, Payload: payload, Received: s.now()}, p, viaWebhook, true)
 	if err != nil {
 		log.Warn("delivery not accepted: bus unavailable", "err", err)
-		w.Header().Set("Retry-After", "30")
-		reason := "bus-unavailable"
 		if errors.Is(err, bus.ErrStreamFull) {
-			reason = "bus-full"
+			unavailable(refusedBusFull)
+		} else {
+			unavailable(refusedBusDown)
 		}
-		reject(http.StatusServiceUnavailable, reason, "bus unavailable")
 		return
 	}
 	if !out.Accepted {
@@ -145,13 +185,13 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	reply(w, http.StatusAccepted, "accepted", map[string]any{"events": out.IDs})
 }
 
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength > limit {
-		return nil, &http.MaxBytesError{Limit: limit}
-	}
-	rd := http.MaxBytesReader(w, r.Body, limit)
-	defer rd.Close()
-	return io.ReadAll(rd)
+// refuse answers a request refused before it could be judged as GitHub's
+// (unsigned, malformed, too large, over capacity): counted, summed into
+// webhook.rejected records, never one log record per request.
+func (s *Service) refuse(ctx context.Context, w http.ResponseWriter, code int, reason, msg string) {
+	s.m.rejected.WithLabelValues(reason).Inc()
+	s.refusals.add(ctx, reason, code)
+	reply(w, code, msg, nil)
 }
 
 // validToken: an event name is [a-z0-9_]+ (it becomes a metric label and

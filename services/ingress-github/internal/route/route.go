@@ -4,8 +4,9 @@
 //
 // Order (ingress-dispatch §2.1, §8.1): event filter → work-item extraction →
 // comment classification (self-authored marker, authorization, envelope) or
-// activity authorization (lifecycle closes bypass it). Delivery-id dedup is
-// the caller's (it needs the seen KV).
+// activity authorization (lifecycle closes bypass it; CI events need an
+// authorized sender or the repository's own branch, see ci.go).
+// Delivery-id dedup is the caller's (it needs the seen KV).
 package route
 
 import (
@@ -37,6 +38,7 @@ const (
 	DropForgedMarker   = "forged-marker"   // the marker, posted by someone not trusted (AMB-7)
 	DropCommentChanged = "comment-changed" // an edit or delete: not a new comment
 	DropDuplicateEvent = "duplicate-event" // every event already published (e.g. by the other mode)
+	DropForkCI         = "fork-ci"         // CI from a fork, or not shown to be the repository's own, from an unauthorized sender
 )
 
 // Notes are facts worth a log record that do not drop the delivery.
@@ -115,6 +117,10 @@ type Decision struct {
 	// CommentEvent is, for a comment, the id its event has (or would have
 	// had): what a routing.forged_envelope record names.
 	CommentEvent string
+	// Sender is who triggered a CI event, and Admitted why it may reach a
+	// session (AdmitAuthorizedSender or AdmitOwnBranch; "" when dropped or
+	// not CI).
+	Sender, Admitted string
 }
 
 // Route classifies one delivery, whose payload Decode parsed.
@@ -174,6 +180,13 @@ func routeActivity(dec *Decision, d Delivery, p obj, pol Policy) {
 	if dec.Actor != "" && actor == nil && !closing {
 		dec.Drop = DropUnauthorized
 		return
+	}
+	if ciEvents[d.Event] {
+		dec.Sender = p.obj("sender").str("login")
+		if dec.Admitted = admitCI(d.Event, p, pol, dec.Sender); dec.Admitted == "" {
+			dec.Drop = DropForkCI
+			return
+		}
 	}
 	raw := d.Payload
 	max := pol.MaxPayload
