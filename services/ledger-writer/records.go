@@ -9,6 +9,7 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/redact"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
@@ -71,12 +72,20 @@ func render(in renderInput, ev *loopv1.Event, kind catalog.Record) (record, erro
 	if err != nil {
 		return record{}, err
 	}
+	// A button answer names the gate visit it was given for; it is signed
+	// into the envelope so the dispatcher applies the answer to that visit
+	// only (docs/decisions/031-stale-gate-presses-refused.md).
+	visit := ev.GetGateFeedback().GetGateVisit()
+	if _, err := graph.ParseVisit(visit); visit != "" && err != nil {
+		return record{}, refuse("invalid", "gate visit of %s: %w", ev.GetId(), err)
+	}
 	env, err := envelope.EncodeLedger(in.key, envelope.Ledger{
 		ID: ev.GetId(), Type: ev.GetType(), Source: ev.GetSource(),
 		Actor: envelope.LedgerActor{GitHub: person.GitHub, Slack: person.Slack, Name: person.Name},
 		Conversation: envelope.LedgerConversation{
 			Channel: ev.GetConversation().GetChannel(), ThreadTS: threadOf(ev),
 		},
+		Visit: visit,
 	}, in.grammar.Keywords())
 	if err != nil {
 		if errors.Is(err, envelope.ErrUnsafe) {
