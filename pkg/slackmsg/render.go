@@ -83,10 +83,10 @@ const (
 	// ApproveText and RequestChangesText are the buttons' labels. A press
 	// injects the gate's own fixed texts (graph.ApproveText and
 	// graph.RequestChangesText), which the gate's classify-feedback floor
-	// reads as intended (channels-ledger §3.3, AMB-3): "approve" alone would
-	// not match, "Approved" does; "Request changes" matches as it stands.
-	// None holds "but" or "nit", which would turn approved into
-	// approved-with-comments.
+	// reads as intended (docs/decisions/014-gate-classification.md):
+	// "approve" alone would not match, "Approved" does; "Request changes"
+	// matches as it stands. None holds "but" or "nit", which would turn
+	// approved into approved-with-comments.
 	ApproveText        = "Approved"
 	RequestChangesText = "Request changes"
 	// ApproveValue and RequestChangesValue are the values gate buttons

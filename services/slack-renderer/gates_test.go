@@ -80,7 +80,12 @@ func TestOldGateMessageLosesItsButtons(t *testing.T) {
 	if eventIDOf(got) != "loop:notify:v1" {
 		t.Errorf("the retired message's metadata names %q, want the notification's id", eventIDOf(got))
 	}
-	// gate.moved redelivered: nothing to edit any more.
+	// gate.moved redelivered once the retirement is recorded: nothing to
+	// edit any more. (Redelivered before that, it edits again, to the same
+	// text.)
+	waitFor(t, "the retirement recorded", func() bool {
+		return len(e.recs.Find("channel.posted", map[string]any{"op": "retired", "event_id": "loop:notify:v1"})) == 1
+	})
 	if err := in.svc.handle(ctx, moved, &bus.Delivery{NumDelivered: 2}); err != nil {
 		t.Fatal(err)
 	}
