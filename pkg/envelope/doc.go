@@ -9,7 +9,9 @@
 // On the ledger an event's record carries a hidden HTML comment, the ledger
 // envelope, with a JSON object signed by HMAC-SHA256 under LOOP_ENVELOPE_KEY
 // (DESIGN §6). EncodeLedger and ParseLedger write and read it; an envelope
-// whose signature does not verify is ErrForged, never an envelope. The
+// whose signature does not verify is ErrForged, never an envelope. A button
+// answer's envelope also carries the gate visit it was given for, signed
+// with the rest (docs/decisions/030-gate-visits.md). The
 // self-authored marker helpers live here too, so every writer and reader of
 // GitHub bodies agrees on them.
 //

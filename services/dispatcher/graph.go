@@ -34,7 +34,10 @@ import (
 //     artifact's front matter in the session's workspace.
 //   - Every move publishes the entered node's notifications to the inbox
 //     (graphstate.Event): the work item's URL, the artifact's excerpt (R4.4),
-//     and work-item-complete on reaching complete (R6.4).
+//     the gate visit when the node is a gate, and work-item-complete on
+//     reaching complete (R6.4). Leaving a gate publishes gate.moved first.
+//   - A relayed button answer applies only to the gate visit its signed
+//     envelope names (docs/decisions/031-stale-gate-presses-refused.md).
 //
 // The graphs are the operator config's in force (config.Graphs: the
 // built-ins and graphs.files), read per event like the rest of the config,

@@ -97,8 +97,8 @@ func (s *Service) grammar(cfg *config.Config) control.Grammar {
 
 // process runs one message through the pipeline, in the order the issue
 // fixes: ignore what is not a person's message → map → drop bot and own
-// messages → authorize → classify → publish grant → kickoff checks →
-// publish. A returned error is transient (KV or bus): nothing was decided,
+// messages → authorize → check a gate button's visit → classify → publish
+// grant → kickoff checks → publish. A returned error is transient (KV or bus): nothing was decided,
 // and the caller must let the message come again (HTTP 503, no Socket Mode
 // ack, no cursor advance); the event id makes the retry harmless.
 func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
