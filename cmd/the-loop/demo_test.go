@@ -36,8 +36,10 @@ var wantSummary = map[string]int{
 	// work-item.reply; approve: gate.feedback + its ledger.record; the
 	// rest: phase-approval-pending ×2, gate.feedback + ledger.record,
 	// pr-review-pending, comment.human (review), work-item-complete;
-	// kickoff: work-item.create.
-	"events": 16,
+	// kickoff: work-item.create; and the dispatcher's gate.moved for each
+	// of the four gates left (phase selection, the two approvals, the
+	// review).
+	"events": 20,
 	// question, reply, two relayed approvals, the kickoff issue.
 	"ledger records": 5,
 	// alice's start, execute and review; the-loop's question, reply record

@@ -179,7 +179,12 @@ func (s *Stage) Play(ctx context.Context, conn *bus.Conn, out io.Writer) (Summar
 			if err != nil {
 				return err
 			}
-			if err := s.press(ping, root, slackmsg.ApproveActionID, slackmsg.ApproveValue); err != nil {
+			// The button's value names the gate visit it was drawn for.
+			value, ok := slackmsg.ButtonValue(ping.Blocks, slackmsg.ApproveActionID)
+			if !ok {
+				return fmt.Errorf("the approval message has no Approve button")
+			}
+			if err := s.press(ping, root, slackmsg.ApproveActionID, value); err != nil {
 				return err
 			}
 			p.say("person", "alice presses Approve on the approval message")

@@ -52,6 +52,16 @@ const RecordFailed Type = "ledger.record_failed"
 // person who answered, in their conversation.
 const GatePaused Type = "gate.paused"
 
+// GateMoved is neither a catalog type nor a notice but a signal: the
+// dispatcher publishes it to the inbox, as loop.in.<key>.gate.moved (the
+// ledger-writer passes it through unrecorded), when a work item leaves a
+// human gate. Its notification body names the gate, the visit that ended
+// (gate_visit), the outcome and where the work item went; its actor is the
+// person whose answer moved it. A channel that drew answer buttons for that
+// visit edits that message so they are gone; nothing new is posted
+// (docs/decisions/032-old-gate-messages-lose-their-buttons.md).
+const GateMoved Type = "gate.moved"
+
 // IsNotice reports whether t is one of the notices above: not a catalog
 // type, never recorded, and delivered by a channel to the conversation it
 // names whatever the channel subscribes to.

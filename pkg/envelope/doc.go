@@ -12,7 +12,9 @@
 // repository, the issue number and the record's visible text (VisibleText).
 // SealLedger writes a record body with its envelope and ParseLedger reads one
 // back against the record it was found in; an envelope whose signature does
-// not verify there is ErrForged, never an envelope. The
+// not verify there is ErrForged, never an envelope. A button answer's
+// envelope also carries the gate visit it was given for, signed with the rest
+// (docs/decisions/030-gate-visits.md). The
 // self-authored marker helpers live here too, so every writer and reader of
 // GitHub bodies agrees on them.
 //

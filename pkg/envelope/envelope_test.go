@@ -415,3 +415,42 @@ func TestProtojsonIsReadable(t *testing.T) {
 		t.Errorf("body does not decode to the event: %v", err)
 	}
 }
+
+// TestLedgerVisitIsSigned: the gate visit of a button answer is part of the
+// signed envelope: it round-trips, and moving the answer to another visit,
+// removing the visit or adding one breaks the signature. An envelope without
+// a visit keeps its exact bytes (the golden above).
+func TestLedgerVisitIsSigned(t *testing.T) {
+	l := ledgerFixture()
+	l.Visit = "requirements-approval.4.1772357400000"
+	enc, err := EncodeLedger(testKey, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseLedger(testKey, "Approved\n\n"+enc)
+	if err != nil || got.Visit != l.Visit {
+		t.Fatalf("visit did not round-trip: %+v, %v", got, err)
+	}
+	plain, err := EncodeLedger(testKey, ledgerFixture(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plain, "visit") {
+		t.Errorf("an envelope without a visit names one: %s", plain)
+	}
+	const field = `,"visit":"`
+	i := strings.Index(enc, field)
+	if i < 0 {
+		t.Fatalf("no visit field in %s", enc)
+	}
+	sigged := plain[:strings.Index(plain, "}"+envelopeClose)]
+	for name, body := range map[string]string{
+		"other visit":   strings.Replace(enc, ".4.1772357400000", ".5.1772357400000", 1),
+		"visit removed": enc[:i] + "}" + envelopeClose,
+		"visit added":   sigged + field + `review.9.1"}` + envelopeClose,
+	} {
+		if _, err := ParseLedger(testKey, body); !errors.Is(err, ErrForged) {
+			t.Errorf("%s: err = %v, want ErrForged\n%s", name, err, body)
+		}
+	}
+}

@@ -86,6 +86,11 @@ type Ledger struct {
 	Actor        LedgerActor        `json:"actor"`
 	Conversation LedgerConversation `json:"conversation"`
 	Sig          string             `json:"sig,omitempty"`
+	// Visit is the gate visit a button answer was given for (pkg/graph
+	// Visit), signed with the rest, so that the dispatcher applies a relayed
+	// answer only to the visit it was meant for. Empty for everything else,
+	// and then absent from the JSON: envelopes without it keep their bytes.
+	Visit string `json:"visit,omitempty"`
 }
 
 // LedgerActor is every id the actor's authorizedUsers entry declares.

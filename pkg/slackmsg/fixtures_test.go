@@ -61,6 +61,10 @@ func fixtures() []fixture {
 			Url:  "https://github.com/octo/repo/issues/15",
 			Node: "requirements-approval",
 		}
+		if t != catalog.WorkItemComplete && t != catalog.ConflictEscalated {
+			// A gate's notification names its visit, as the dispatcher's do.
+			n.GateVisit = "requirements-approval.4.1772357400000"
+		}
 		if t != catalog.WorkItemComplete {
 			n.Artifact = "requirements.md"
 			n.ArtifactExcerpt = "# Requirements\n\n1. The bus **SHALL** record every event.\n2. Slack renders natively."
@@ -130,6 +134,17 @@ func fixtures() []fixture {
 	gp.Conversation = &loopv1.Conversation{Channel: "C0LOOP", ThreadTs: "1700000000.000100"}
 	add("gate.paused", gp)
 
+	// The dispatcher's signal that a gate was left: the channel edits the
+	// gate's message with it.
+	gm := notification(catalog.GateMoved, &loopv1.Notification{
+		Text: "octo/repo#15: requirements-approval was approved by Jo Coder; the work item moved on to design.",
+		Url:  "https://github.com/octo/repo/issues/15", Node: "requirements-approval",
+		Artifact: "requirements.md", ArtifactExcerpt: "# Requirements\n\n1. The bus **SHALL** record every event.",
+		GateVisit: "requirements-approval.4.1772357400000",
+		Detail:    map[string]string{"outcome": "approved", "to": "design"}})
+	gm.Id, gm.Actor = "loop:gate-moved:1", approver
+	add("gate.moved", gm)
+
 	add("custom.notify-event", notification("custom.notify-event", &loopv1.Notification{Text: "A custom graph fired this."}))
 
 	// Hostile text in every untrusted field.
@@ -154,7 +169,8 @@ func fixtures() []fixture {
 
 	hn := notification(catalog.PhaseApprovalPending, &loopv1.Notification{
 		Text: "Approve <https://evil.example|this>", Url: "javascript:alert(1)", Node: "design-approval",
-		Artifact: "design.md", ArtifactExcerpt: hostileMarkdown + strings.Repeat(" 🚀", 3000),
+		GateVisit: "design-approval.6.1772357400000",
+		Artifact:  "design.md", ArtifactExcerpt: hostileMarkdown + strings.Repeat(" 🚀", 3000),
 		Detail: map[string]string{"k1": "v", "k2": "v", "k3": "v", "k4": "v", "k5": "v", "k6": "v", "k7": "v",
 			"k8": "v", "k9": "v", "k10": "v", "k11": "<!channel>", "k12": strings.Repeat("x", 2000)}})
 	add("hostile.approval", hn)

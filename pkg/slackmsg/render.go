@@ -75,20 +75,25 @@ const (
 	// button still sends a block_actions payload, which must be acked and
 	// otherwise ignored.
 	LinkActionID = "the-loop.link"
-	// ApproveActionID and RequestChangesActionID are the gate buttons.
+	// ApproveActionID and RequestChangesActionID are the gate buttons. Their
+	// value is a GateValue naming the work item and the gate visit they were
+	// drawn for; the action id says the verdict.
 	ApproveActionID        = "the-loop.gate.approve"
 	RequestChangesActionID = "the-loop.gate.request-changes"
-	// ApproveText and RequestChangesText are the buttons' labels, and
-	// ApproveValue and RequestChangesValue their values. Each of the four
-	// is text the gate's classify-feedback floor reads as intended
-	// (channels-ledger §3.3, AMB-3): "approve" alone would not match,
-	// "Approved" does; "Request changes" matches as it stands. None holds
-	// "but" or "nit", which would turn approved into approved-with-comments.
-	// The values are the gate's own fixed texts (pkg/graph), so what a press
-	// injects is defined once, where it is classified.
-	ApproveText         = "Approved"
+	// ApproveText and RequestChangesText are the buttons' labels. A press
+	// injects the gate's own fixed texts (graph.ApproveText and
+	// graph.RequestChangesText), which the gate's classify-feedback floor
+	// reads as intended (docs/decisions/014-gate-classification.md):
+	// "approve" alone would not match, "Approved" does; "Request changes"
+	// matches as it stands. None holds "but" or "nit", which would turn
+	// approved into approved-with-comments.
+	ApproveText        = "Approved"
+	RequestChangesText = "Request changes"
+	// ApproveValue and RequestChangesValue are the values gate buttons
+	// carried before they named a visit (the gate's fixed texts). They are
+	// no longer drawn; a press carrying one is on a message older than gate
+	// visits and is refused (LegacyGateValue).
 	ApproveValue        = graph.ApproveText
-	RequestChangesText  = "Request changes"
 	RequestChangesValue = graph.RequestChangesText
 	// GateBlockID is the actions block that carries the gate buttons.
 	GateBlockID = "the-loop.actions"
@@ -107,8 +112,10 @@ type Options struct {
 	// <= 0 or above MaxSectionText means MaxSectionText.
 	MaxChars int
 	// GateButtons draws Approved / Request changes on approval-shaped
-	// notifications. The caller sets it only when the channel may publish
-	// gate.feedback and reads in a mode that receives presses (R4.3).
+	// notifications that name their gate visit (a button must say which
+	// visit it answers). The caller sets it only when the channel may
+	// publish gate.feedback and reads in a mode that receives presses
+	// (R4.3), and the visit is still the one its buttons may answer.
 	GateButtons bool
 }
 
@@ -222,11 +229,11 @@ func Render(ev *loopv1.Event, o Options) Message {
 		b.URL = c.url
 		buttons = append(buttons, b)
 	}
-	if o.GateButtons && ApprovalShaped(t) {
+	if value, ok := gateValue(ev); o.GateButtons && ApprovalShaped(t) && ok {
 		buttons = append(buttons,
-			slack.NewButtonBlockElement(ApproveActionID, ApproveValue,
+			slack.NewButtonBlockElement(ApproveActionID, value,
 				slack.NewTextBlockObject(slack.PlainTextType, ApproveText, true, false)).WithStyle(slack.StylePrimary),
-			slack.NewButtonBlockElement(RequestChangesActionID, RequestChangesValue,
+			slack.NewButtonBlockElement(RequestChangesActionID, value,
 				slack.NewTextBlockObject(slack.PlainTextType, RequestChangesText, true, false)).WithStyle(slack.StyleDanger),
 		)
 	}
@@ -235,17 +242,38 @@ func Render(ev *loopv1.Event, o Options) Message {
 	}
 
 	return Message{
-		Text:   fallback(ev, c, o),
-		Blocks: blocks,
-		Metadata: slack.SlackMetadata{
-			EventType: MetadataEventType,
-			EventPayload: map[string]any{
-				"event_id":   ev.GetId(),
-				"event_type": ev.GetType(),
-				"work_item":  ev.GetSubject(),
-			},
+		Text:     fallback(ev, c, o),
+		Blocks:   blocks,
+		Metadata: MetadataOf(ev.GetId(), ev.GetType(), ev.GetSubject()),
+	}
+}
+
+// MetadataOf is the metadata of the message of event id (of type typ, on
+// work item ref): ids only, never content.
+func MetadataOf(id, typ, ref string) slack.SlackMetadata {
+	return slack.SlackMetadata{
+		EventType: MetadataEventType,
+		EventPayload: map[string]any{
+			"event_id":   id,
+			"event_type": typ,
+			"work_item":  ref,
 		},
 	}
+}
+
+// gateValue is the value of ev's gate buttons: its work item and the gate
+// visit its notification announces. ok is false when the notification names
+// no visit (or a ref no value can carry): such a message gets no buttons,
+// since a press could not say which visit it answers.
+func gateValue(ev *loopv1.Event) (string, bool) {
+	gv := GateValue{Ref: ev.GetSubject(), Visit: ev.GetNotification().GetGateVisit()}
+	if gv.Visit == "" {
+		return "", false
+	}
+	if _, err := ParseGateValue(gv.String()); err != nil {
+		return "", false
+	}
+	return gv.String(), true
 }
 
 // fallback is the original's line (channels-ledger §1.3) — "the-loop:
@@ -356,6 +384,7 @@ var labels = map[catalog.Type]string{
 	catalog.LedgerRecord:           "Ledger record",
 	catalog.RecordFailed:           "Not recorded on the ledger",
 	catalog.GatePaused:             "Gate not moved: session paused",
+	catalog.GateMoved:              "Gate moved on",
 }
 
 // Label is the header's name for an event type; a custom type is its name.
@@ -436,7 +465,7 @@ func describe(ev *loopv1.Event, o Options) content {
 			c.detail["artifact"] = n.GetArtifact()
 		}
 		maps.Copy(c.detail, n.GetDetail())
-		if catalog.IsNotice(t) {
+		if catalog.IsNotice(t) || t == catalog.GateMoved {
 			c.urlText = "Open the work item"
 		}
 	case *loopv1.Event_Comment:

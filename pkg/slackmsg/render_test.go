@@ -186,21 +186,40 @@ func hasText(t *testing.T, ev *loopv1.Event) bool {
 }
 
 // TestGateButtons: Approved / Request changes appear exactly on the three
-// approval-shaped types, only when the caller allows them (R4.3).
+// approval-shaped types, only when the caller allows them and the
+// notification names its gate visit (R4.3), and both carry the value that
+// names the work item and that visit.
 func TestGateButtons(t *testing.T) {
 	for _, f := range fixtures() {
 		for _, allowed := range []bool{false, true} {
 			m := Render(f.ev, Options{GateButtons: allowed})
-			raw := string(marshal(t, m))
-			has := strings.Contains(raw, ApproveActionID) || strings.Contains(raw, RequestChangesActionID)
-			want := allowed && ApprovalShaped(catalog.Type(f.ev.GetType()))
+			raw := marshal(t, m)
+			has := bytes.Contains(raw, []byte(ApproveActionID)) || bytes.Contains(raw, []byte(RequestChangesActionID))
+			visit := f.ev.GetNotification().GetGateVisit()
+			want := allowed && ApprovalShaped(catalog.Type(f.ev.GetType())) && visit != ""
 			if has != want {
 				t.Errorf("%s (allowed=%v): gate buttons present = %v, want %v", f.name, allowed, has, want)
 			}
-			if want && (!strings.Contains(raw, `"text": "`+ApproveText+`"`) || !strings.Contains(raw, `"value": "`+RequestChangesValue+`"`)) {
-				t.Errorf("%s: gate buttons lack their fixed texts or values:\n%s", f.name, raw)
+			if !want {
+				continue
+			}
+			blocks, _ := json.Marshal(m.Blocks)
+			wantValue := GateValue{Ref: f.ev.GetSubject(), Visit: visit}.String()
+			for _, id := range []string{ApproveActionID, RequestChangesActionID} {
+				if v, ok := ButtonValue(blocks, id); !ok || v != wantValue {
+					t.Errorf("%s: %s value = %q, want %q", f.name, id, v, wantValue)
+				}
+			}
+			if !bytes.Contains(raw, []byte(`"text": "`+ApproveText+`"`)) || bytes.Contains(raw, []byte(`"value": "`+ApproveValue+`"`)) {
+				t.Errorf("%s: gate buttons lack their label or still carry the fixed value:\n%s", f.name, raw)
 			}
 		}
+	}
+	// A gate notification that names no visit gets no buttons: a press
+	// could not say which visit it answers.
+	ev := notification(catalog.PhaseApprovalPending, &loopv1.Notification{Text: "x", Node: "requirements-approval"})
+	if raw := marshal(t, Render(ev, Options{GateButtons: true})); bytes.Contains(raw, []byte(ApproveActionID)) {
+		t.Errorf("buttons without a visit:\n%s", raw)
 	}
 }
 

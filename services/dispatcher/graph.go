@@ -34,7 +34,10 @@ import (
 //     artifact's front matter in the session's workspace.
 //   - Every move publishes the entered node's notifications to the inbox
 //     (graphstate.Event): the work item's URL, the artifact's excerpt (R4.4),
-//     and work-item-complete on reaching complete (R6.4).
+//     the gate visit when the node is a gate, and work-item-complete on
+//     reaching complete (R6.4). Leaving a gate publishes gate.moved first.
+//   - A relayed button answer applies only to the gate visit its signed
+//     envelope names (docs/decisions/031-stale-gate-presses-refused.md).
 //
 // The graphs are the operator config's in force (config.Graphs: the
 // built-ins and graphs.files), read per event like the rest of the config,
@@ -88,8 +91,22 @@ func (s *Service) graphStart(ctx context.Context, in *input, cmd control.Command
 	return s.notify(ctx, in.ref, st, ns, s.set.Workdir)
 }
 
+// staleGateError: a relayed button answer names a gate visit that is not the
+// one the work item waits at (it moved on, or waits at no gate).
+type staleGateError struct {
+	answered, current string
+}
+
+func (e *staleGateError) Error() string {
+	return fmt.Sprintf("answer for gate visit %s, the work item is at %q", e.answered, e.current)
+}
+
 // consultGate offers in's comment to the human gate the work item is parked
-// at and returns the verdict ("" when no gate classified it).
+// at and returns the verdict ("" when no gate classified it). A button
+// answer applies only to the gate visit its envelope names: for any other,
+// the state is left as it is and a *staleGateError returned — ingress-slack
+// refuses such a press already, and this is the check that holds when the
+// gate moved between the press and its record coming back.
 func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Session) (graph.Outcome, error) {
 	if !in.gate || in.actor == "" {
 		// Only an authorized person's comment can answer a gate; one
@@ -108,13 +125,30 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Ses
 	comment := graph.Comment{Author: in.actor, Body: in.gateBody, Provenance: in.prov}
 	var t graph.Transition
 	var g *graph.Graph
+	var stale *staleGateError
+	var left string // the visit the move ends
 	st, err := store.Mutate(ctx, in.ref, func(cur *graph.State) (*graph.State, error) {
-		t, g = graph.Transition{}, nil
+		t, g, stale, left = graph.Transition{}, nil, nil, ""
 		if cur == nil {
+			if in.visit != "" {
+				stale = &staleGateError{answered: in.visit}
+			}
 			return nil, graphstate.ErrNoChange
 		}
 		var ok bool
-		if g, ok = cfg.Graphs.Registry().Get(cur.Graph); !ok || !cur.AtHumanGate(g) {
+		g, ok = cfg.Graphs.Registry().Get(cur.Graph)
+		if !ok {
+			g = nil
+		}
+		left = cur.GateVisit(g)
+		if in.visit != "" && in.visit != left {
+			if !applied(cur, in) {
+				// Not the redelivery of the answer that moved it on.
+				stale = &staleGateError{answered: in.visit, current: left}
+			}
+			return nil, graphstate.ErrNoChange
+		}
+		if g == nil || !cur.AtHumanGate(g) {
 			return nil, graphstate.ErrNoChange
 		}
 		if applied(cur, in) {
@@ -142,6 +176,8 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Ses
 		return "", nil
 	case err != nil:
 		return "", fmt.Errorf("graph state: gate of %s: %w", in.ref, err)
+	case stale != nil:
+		return "", stale
 	case g == nil || t.From == "":
 		return "", nil
 	}
@@ -167,7 +203,28 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Ses
 			s.recordApproval(in, sess.Cwd, n.Artifact, a)
 		}
 	}
+	s.gateMoved(ctx, in, g, t, left, sess.Cwd)
 	return t.Outcome, s.notify(ctx, in.ref, st, t.Notifications, sess.Cwd)
+}
+
+// gateMoved publishes the catalog.GateMoved signal of t, the move that ended
+// gate visit left, before the entered node's notifications, so that a
+// channel retires that visit's answer buttons before it shows the next
+// gate. Best effort: a channel that misses it retires the buttons when the
+// work item's next gate is posted (docs/decisions/032-old-gate-messages-lose-their-buttons.md).
+func (s *Service) gateMoved(ctx context.Context, in *input, g *graph.Graph, t graph.Transition, left, workdir string) {
+	if left == "" {
+		return
+	}
+	ev := graphstate.MovedEvent(in.ref, left, g.Name, t, g.Node(t.From), in.ev.GetActor(), in.ev.GetId(),
+		graphstate.Options{Workdir: workdir, MaxChars: s.deps.Config().Channels.Slack.MaxChars})
+	if _, err := graphstate.Publish(ctx, s.deps.Conn, ev); err != nil {
+		s.deps.Log.Warn("dispatcher: gate.moved not published; channels retire the gate's buttons at its next gate",
+			"work_item", in.ref, "gate_visit", left, "err", err)
+		return
+	}
+	s.deps.Log.Info("dispatcher: gate.moved published", "work_item", in.ref, "gate_visit", left,
+		"outcome", string(t.Outcome), "to", t.To, "event_id", ev.GetId())
 }
 
 // gatePaused tells the person whose relayed answer reached a work item at a
@@ -192,6 +249,11 @@ func (s *Service) gatePaused(ctx context.Context, in *input) error {
 	cfg := s.deps.Config()
 	g, ok := cfg.Graphs.Registry().Get(st.Graph)
 	if !ok || !st.AtHumanGate(g) {
+		return nil
+	}
+	if in.visit != "" && in.visit != st.GateVisit(g) {
+		// A button answer for a visit the work item has left: the gate
+		// it answered is gone, so there is nothing to answer again.
 		return nil
 	}
 	resume := "Once the session is resumed, answer again."

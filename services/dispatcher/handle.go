@@ -37,6 +37,10 @@ const (
 	DropKeptOpen = "kept-open"
 	// DropNoSession: a close of a work item that has no live session.
 	DropNoSession = "no-session"
+	// DropStaleGate: a relayed button answer for a gate visit the work item
+	// has left; it neither moves the gate nor reaches the session
+	// (docs/decisions/031-stale-gate-presses-refused.md).
+	DropStaleGate = "stale-gate"
 )
 
 // Control rejection reasons (control.rejected).
@@ -533,6 +537,13 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 	// an authorized comment before the prompt is rendered, so the session is
 	// told the gate's verdict and where the work item went.
 	verdict, err := s.consultGate(ctx, in, sess)
+	var stale *staleGateError
+	if errors.As(err, &stale) {
+		s.deps.Log.Info("dispatcher: a button answer for a gate visit the work item has left; the gate does not move",
+			"work_item", in.ref, "event_id", in.ev.GetId(), "answered_visit", stale.answered, "current_visit", stale.current)
+		s.drop(ctx, in, DropStaleGate, slog.String("gate_visit", stale.answered), slog.String("current_visit", stale.current))
+		return nil
+	}
 	if err != nil {
 		return err
 	}

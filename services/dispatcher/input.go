@@ -53,6 +53,10 @@ type input struct {
 	gate     bool
 	gateBody string
 	prov     graph.Provenance
+	// visit is the gate visit a relayed button answer was given for, from
+	// its signed envelope ("" for a typed answer, which answers whatever
+	// gate is current).
+	visit string
 }
 
 // read turns ev into an input; ok is false for an event sessions never see
@@ -94,6 +98,7 @@ func (s *Service) read(ev *loopv1.Event) (in *input, ok bool) {
 			in.body, in.parse, in.relayed = text, true, true
 			return in, true
 		case catalog.GateFeedback:
+			in.visit = r.GetGateVisit()
 			return in, true
 		}
 		return nil, false

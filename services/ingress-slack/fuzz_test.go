@@ -2,6 +2,7 @@ package ingressslack
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/control"
+	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/slackmsg"
 )
 
@@ -27,14 +29,22 @@ func seeds(f *testing.F) [][]byte {
 			}
 		}
 	}
+	value := slackmsg.GateValue{Ref: refGate, Visit: "requirements-approval.3.1700000000000"}.String()
 	out = append(out, messageBody("EvF", reply("UALICE", thread1, "the-loop stop")),
-		pressBody("UALICE", testChannel, gate, "", slackmsg.ApproveActionID, slackmsg.ApproveValue), []byte("{}"), []byte("null"))
+		pressBody("UALICE", testChannel, gate, "", slackmsg.ApproveActionID, slackmsg.ApproveValue),
+		pressBody("UALICE", testChannel, gate, "", slackmsg.ApproveActionID, value),
+		pressBody("UALICE", testChannel, gate, "", slackmsg.RequestChangesActionID, value+"x"),
+		pressBody("UALICE", testChannel, gate, "", slackmsg.ApproveActionID, value+" "+strings.Repeat("9", slackmsg.MaxGateValue)),
+		[]byte("{}"), []byte("null"))
 	return out
 }
 
 // FuzzDecodeClassify: the decoders never panic, every message they accept
-// carries a well-formed id, and the classifier returns exactly one of its
-// three types, control whenever the grammar finds a keyword.
+// carries a well-formed id, a gate button's value is either read as the
+// gate value it is (a visit graph.ParseVisit accepts, or a legacy value
+// without one) or refused as invalid — never taken as free text — and the
+// classifier returns exactly one of its three types, control whenever the
+// grammar finds a keyword.
 func FuzzDecodeClassify(f *testing.F) {
 	for _, b := range seeds(f) {
 		f.Add(b, "the-loop stop", true)
@@ -48,6 +58,33 @@ func FuzzDecodeClassify(f *testing.F) {
 		} {
 			in, err := dec()
 			if err != nil || in == nil || in.ignore != "" {
+				continue
+			}
+			if p := in.press; p != nil && (p.actionID == slackmsg.ApproveActionID || p.actionID == slackmsg.RequestChangesActionID) {
+				_, perr := slackmsg.ParseGateValue(p.value)
+				switch {
+				case in.invalid != "":
+					if p.rendered || in.text != "" || !errors.Is(perr, slackmsg.ErrBadGateValue) {
+						t.Errorf("refused gate value read anyway: %+v %+v", in, p)
+					}
+					continue
+				case p.rendered && p.gate.Visit == "":
+					if !slackmsg.LegacyGateValue(p.actionID, p.value) {
+						t.Errorf("a gate press without a visit that is not a legacy value: %+v", p)
+					}
+				case p.rendered:
+					if perr != nil || p.gate.String() != p.value {
+						t.Errorf("gate value %q read as %+v (%v)", p.value, p.gate, perr)
+					}
+				case !errors.Is(perr, slackmsg.ErrNotGateValue):
+					t.Errorf("gate value %q taken as free text: %v", p.value, perr)
+				}
+				if p.rendered && in.text != graph.ApproveText && in.text != graph.RequestChangesText {
+					t.Errorf("gate press injects %q", in.text)
+				}
+			}
+			if in.invalid != "" {
+				t.Errorf("invalid outside a gate button: %+v", in)
 				continue
 			}
 			if !strings.HasPrefix(in.id, "slack:") || in.channel == "" || in.ts == "" {

@@ -32,6 +32,7 @@ import (
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slack/socketfake"
+	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/runtime"
@@ -285,6 +286,31 @@ func (e *env) setGraph(ref string, atGate bool) {
 	if _, err := e.kv(bus.BucketGraph).Put(context.Background(), catalog.SubjectKey(ref), b); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// visit is the gate visit ref's graph state in KV waits at ("" at none).
+func (e *env) visit(ref string) string {
+	e.t.Helper()
+	ent, err := e.kv(bus.BucketGraph).Get(context.Background(), catalog.SubjectKey(ref))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	st, err := graph.Decode(ent.Value)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	g, _ := graph.Builtin(graph.WorkItemGraph)
+	return st.GateVisit(g)
+}
+
+// gateValue is the value the renderer draws on ref's gate buttons now.
+func (e *env) gateValue(ref string) string {
+	e.t.Helper()
+	v := e.visit(ref)
+	if v == "" {
+		e.t.Fatalf("%s waits at no gate", ref)
+	}
+	return slackmsg.GateValue{Ref: ref, Visit: v}.String()
 }
 
 // collect runs the ledger-writer's real partitioned consumers of the inbox

@@ -43,6 +43,10 @@ type inbound struct {
 	// edit, a delete, a join, a link-button click…); the pipeline drops it
 	// with reason "ignored" and this detail.
 	ignore string
+	// invalid, when set, says why a press is refused unread: a gate
+	// button's value that claims to be a gate value and is malformed. The
+	// pipeline drops it with reason "invalid" and this detail.
+	invalid string
 }
 
 // press is one Block Kit button press.
@@ -52,6 +56,11 @@ type press struct {
 	// rendered: the action id and value are a pair the-loop's renderer
 	// draws (slackmsg); anything else is free text (abuse case 9).
 	rendered bool
+	// gate is what a rendered gate button's value names: the work item and
+	// the gate visit the button was drawn for. An empty Visit is a button
+	// drawn before gate visits existed (its value is the legacy fixed text),
+	// which cannot say what it answers.
+	gate slackmsg.GateValue
 }
 
 // topLevel reports whether the message starts no thread of anyone else's: it
@@ -223,11 +232,29 @@ func decodeInteraction(body []byte, via string) (*inbound, error) {
 		return in, nil
 	}
 	p := &press{actionID: a.ActionID, value: a.Value}
+	switch a.ActionID {
+	case slackmsg.ApproveActionID, slackmsg.RequestChangesActionID:
+		gv, err := slackmsg.ParseGateValue(a.Value)
+		switch {
+		case err == nil:
+			p.rendered, p.gate = true, gv
+		case slackmsg.LegacyGateValue(a.ActionID, a.Value):
+			// Drawn before buttons named their visit: the pipeline
+			// refuses it as stale
+			// (docs/decisions/031-stale-gate-presses-refused.md).
+			p.rendered = true
+		case errors.Is(err, slackmsg.ErrBadGateValue):
+			// It claims to be a gate value and is not one: never read
+			// as free text, which would answer the current gate.
+			in.invalid = "malformed-gate-value"
+		}
+	}
 	switch {
-	case a.ActionID == slackmsg.ApproveActionID && a.Value == slackmsg.ApproveValue:
-		p.rendered, in.text = true, graph.ApproveText
-	case a.ActionID == slackmsg.RequestChangesActionID && a.Value == slackmsg.RequestChangesValue:
-		p.rendered, in.text = true, graph.RequestChangesText
+	case in.invalid != "":
+	case p.rendered && a.ActionID == slackmsg.ApproveActionID:
+		in.text = graph.ApproveText
+	case p.rendered:
+		in.text = graph.RequestChangesText
 	default:
 		// Abuse case 9, AMB-22: a value the-loop never rendered is free
 		// text, the raw value (not the label, which the payload also

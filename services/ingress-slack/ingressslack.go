@@ -20,9 +20,9 @@
 //     shards, each read by the one replica holding the shard's lease in KV.
 //
 // Whatever carried it, a message runs through one pipeline (pipeline.go):
-// map → drop bot and own messages → authorize → classify → publish grant →
-// kickoff checks → publish, each drop recorded as channel.dropped with its
-// reason. Event ids are deterministic (channel+ts for a message, channel+ts+
+// map → drop bot and own messages → authorize → (a gate button: the gate
+// visit it names must be current) → classify → publish grant → kickoff
+// checks → publish, each drop recorded as channel.dropped with its reason. Event ids are deterministic (channel+ts for a message, channel+ts+
 // action+presser for a press), so Slack's retries, Socket Mode redeliveries
 // and a poll after a mode change publish once.
 //

@@ -19,6 +19,7 @@ type metrics struct {
 	latency    prometheus.Histogram   // publish to PubAck
 	slackCalls *prometheus.CounterVec // Web API calls of the poller, by method and result
 	ratelimit  *prometheus.CounterVec // Slack 429s, by method
+	told       *prometheus.CounterVec // ephemeral answers to refused gate presses, by result
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -54,6 +55,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		ratelimit: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_ratelimited_total", Help: "Slack answers of 429 (rate limited), by method.",
 		}, []string{"method"}),
+		told: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_slack_presser_told_total", Help: "Ephemeral answers (chat.postEphemeral) to people whose gate button press was refused, by result (ok, error).",
+		}, []string{"result"}),
 	}
 	if reg == nil {
 		return m
@@ -68,5 +72,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.latency = runtime.AdoptOrKeep(reg, m.latency)
 	m.slackCalls = runtime.AdoptOrKeep(reg, m.slackCalls)
 	m.ratelimit = runtime.AdoptOrKeep(reg, m.ratelimit)
+	m.told = runtime.AdoptOrKeep(reg, m.told)
 	return m
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/slack-go/slack"
+
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
@@ -16,6 +18,7 @@ import (
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/slackmsg"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
@@ -30,6 +33,9 @@ const (
 	reasonIgnored          = "ignored"
 	reasonChannelDisabled  = "channel-disabled"
 	reasonInvalid          = "invalid"
+	// reasonStaleGate: a gate button pressed after the work item left the
+	// gate visit the button was drawn for (or on a button that names none).
+	reasonStaleGate = "stale-gate"
 )
 
 // source is the ce-source of every event the service raises.
@@ -91,8 +97,8 @@ func (s *Service) grammar(cfg *config.Config) control.Grammar {
 
 // process runs one message through the pipeline, in the order the issue
 // fixes: ignore what is not a person's message → map → drop bot and own
-// messages → authorize → classify → publish grant → kickoff checks →
-// publish. A returned error is transient (KV or bus): nothing was decided,
+// messages → authorize → check a gate button's visit → classify → publish
+// grant → kickoff checks → publish. A returned error is transient (KV or bus): nothing was decided,
 // and the caller must let the message come again (HTTP 503, no Socket Mode
 // ack, no cursor advance); the event id makes the retry harmless.
 func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
@@ -108,6 +114,9 @@ func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
 	sc := cfg.Channels.Slack
 	if !sc.Enabled {
 		return s.drop(ctx, in, result{reason: reasonChannelDisabled}, ""), nil
+	}
+	if in.invalid != "" {
+		return s.drop(ctx, in, result{reason: reasonInvalid, detail: in.invalid}, in.user), nil
 	}
 
 	// 1. Map. A reply or a press belongs to the work item its thread is
@@ -147,6 +156,30 @@ func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
 	}
 	s.deps.Events.Emit(ctx, "channel.reply_received", s.attrs(in, r, in.user)...)
 
+	// 3b. A gate button answers only the gate visit it was drawn for: once
+	// the work item has left it, the press is refused and the presser told
+	// so, and nothing is published
+	// (docs/decisions/031-stale-gate-presses-refused.md).
+	atGate := func() (bool, error) {
+		if !sc.CanPublish(catalog.GateFeedback) {
+			return false, nil
+		}
+		return s.atHumanGate(ctx, kv.graph, r.ref)
+	}
+	if in.press != nil && in.press.rendered {
+		refusal, err := s.checkVisit(ctx, kv.graph, in.press.gate, r.ref)
+		if err != nil {
+			return result{}, err
+		}
+		if refusal.reason != "" {
+			r.reason, r.detail = refusal.reason, refusal.detail
+			s.tellPresser(ctx, in, refusal.tell)
+			return s.drop(ctx, in, r, in.user), nil
+		}
+		// Just read: the work item waits at the button's visit.
+		atGate = func() (bool, error) { return sc.CanPublish(catalog.GateFeedback), nil }
+	}
+
 	// 4. Classify into exactly one type.
 	var cmd control.Result
 	if kickoff {
@@ -155,12 +188,7 @@ func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
 		// defangs (AMB-19), so a keyword in it is never executed.
 		r.typ = catalog.WorkItemCreate
 	} else {
-		r.typ, cmd, err = classify(s.grammar(cfg), in.text, func() (bool, error) {
-			if !sc.CanPublish(catalog.GateFeedback) {
-				return false, nil
-			}
-			return s.atHumanGate(ctx, kv.graph, r.ref)
-		})
+		r.typ, cmd, err = classify(s.grammar(cfg), in.text, atGate)
 		if err != nil {
 			return result{}, err
 		}
@@ -250,7 +278,9 @@ func (s *Service) event(in *inbound, r result, p identity.Person, cmd control.Re
 	case catalog.GateFeedback:
 		gf := &loopv1.GateFeedback{Text: in.text}
 		if in.press != nil && in.press.rendered {
-			gf.Action = in.press.value
+			// The visit travels on to the signed envelope, so the
+			// dispatcher applies the answer to that visit only.
+			gf.Action, gf.GateVisit = in.press.value, in.press.gate.Visit
 		}
 		ev.Body = &loopv1.Event_GateFeedback{GateFeedback: gf}
 	default:
@@ -300,27 +330,88 @@ func (s *Service) publish(ctx context.Context, ev *loopv1.Event) (dup bool, err 
 // which the graph package sets to waiting exactly on entering such a node,
 // stands in.
 func (s *Service) atHumanGate(ctx context.Context, kvGraph *bus.KV, ref string) (bool, error) {
+	visit, err := s.gateVisit(ctx, kvGraph, ref)
+	return visit != "", err
+}
+
+// gateVisit is the visit of the human gate ref waits at (graph.State
+// GateVisit), "" when it waits at none; read as atHumanGate reads it. KV
+// "graph" is the dispatcher's: this service only reads it.
+func (s *Service) gateVisit(ctx context.Context, kvGraph *bus.KV, ref string) (string, error) {
 	e, err := kvGraph.Get(ctx, catalog.SubjectKey(ref))
 	if errors.Is(err, bus.ErrNotFound) {
-		return false, nil
+		return "", nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("graph state of %s: %w", ref, err)
+		return "", fmt.Errorf("graph state of %s: %w", ref, err)
 	}
 	st, err := graph.Decode(e.Value)
 	if err != nil {
 		s.deps.Log.Warn("ingress-slack: unreadable graph state; treating the work item as not at a gate",
 			"work_item", ref, "err", err)
-		return false, nil
+		return "", nil
 	}
 	if st.Ref != "" && st.Ref != ref {
 		// Two refs share a subject key; this state is another item's.
-		return false, nil
+		return "", nil
 	}
-	if g, ok := s.deps.Config().Graphs.Registry().Get(st.Graph); ok {
-		return st.AtHumanGate(g), nil
+	g, _ := s.deps.Config().Graphs.Registry().Get(st.Graph)
+	return st.GateVisit(g), nil
+}
+
+// refusal is why a gate button's press is refused, and what the presser is
+// told; a zero refusal lets the press through.
+type refusal struct {
+	reason, detail, tell string
+}
+
+// checkVisit decides whether a press of a gate button drawn for gv may
+// answer ref's gate: the button must name ref (the work item its thread is
+// bound to) and a visit, and that visit must be the gate the work item waits
+// at now. Pressing Approve on an old gate's message must not approve the
+// gate that is current (docs/decisions/031-stale-gate-presses-refused.md).
+func (s *Service) checkVisit(ctx context.Context, kvGraph *bus.KV, gv slackmsg.GateValue, ref string) (refusal, error) {
+	item := slackmsg.ShortRef(ref)
+	switch {
+	case gv.Visit == "":
+		return refusal{reason: reasonStaleGate, detail: "no-visit",
+			tell: "This button was drawn before buttons named the gate they answer, so it answers nothing: " +
+				"nothing was recorded for " + item + ". Reply in this thread to answer the gate the work item waits at now."}, nil
+	case gv.Ref != ref:
+		return refusal{reason: reasonInvalid, detail: "gate-button-of-another-work-item",
+			tell: "This button belongs to another work item than this thread's (" + item + "); nothing was recorded."}, nil
 	}
-	return st.Status == graph.StatusWaiting, nil
+	current, err := s.gateVisit(ctx, kvGraph, ref)
+	if err != nil {
+		return refusal{}, err
+	}
+	if current == gv.Visit {
+		return refusal{}, nil
+	}
+	tell := "This gate has moved on: " + item + " is no longer waiting at the gate this button was drawn for, so nothing was recorded."
+	if v, err := graph.ParseVisit(current); err == nil {
+		tell += " It now waits at `" + v.Node + "`: answer on its newest message in this thread."
+	}
+	return refusal{reason: reasonStaleGate, detail: "moved", tell: tell}, nil
+}
+
+// tellPresser answers the person who pressed a refused button with a message
+// only they see (chat.postEphemeral) in the pressed message's thread. Best
+// effort: the refusal stands whether or not Slack takes the message.
+func (s *Service) tellPresser(ctx context.Context, in *inbound, text string) {
+	if text == "" || in.user == "" || !s.deps.Slack.BotToken.IsSet() {
+		return
+	}
+	opts := []slack.MsgOption{slack.MsgOptionText(text, false)}
+	if in.threadTS != "" {
+		opts = append(opts, slack.MsgOptionTS(in.threadTS))
+	}
+	if _, err := s.api().PostEphemeralContext(ctx, in.channel, in.user, opts...); err != nil {
+		s.m.told.WithLabelValues("error").Inc()
+		s.deps.Log.Warn("ingress-slack: the presser of a refused button was not told", "event_id", in.id, "err", err)
+		return
+	}
+	s.m.told.WithLabelValues("ok").Inc()
 }
 
 // drop records a dropped message: channel.dropped with ids and types only
@@ -350,6 +441,7 @@ func (s *Service) attrs(in *inbound, r result, actor string) []slog.Attr {
 	add("actor", actor)
 	if in.press != nil {
 		add("action_id", safeLabel(in.press.actionID))
+		add("gate_visit", in.press.gate.Visit)
 	}
 	return a
 }

@@ -250,17 +250,19 @@ func TestAbuse8ActorFromConfig(t *testing.T) {
 // same checks; a rendered press carries the fixed text.
 func TestAbuse9CraftedActionValue(t *testing.T) {
 	e, s := started(t)
-	// Rendered Approved at a gate: gate.feedback with graph's fixed text.
-	got, rec := e.press(s, pressBody("UALICE", testChannel, gate, "", slackmsg.ApproveActionID, slackmsg.ApproveValue))
+	// Rendered Approved at a gate: gate.feedback with graph's fixed text
+	// and the visit the button names.
+	value := e.gateValue(refGate)
+	got, rec := e.press(s, pressBody("UALICE", testChannel, gate, "", slackmsg.ApproveActionID, value))
 	if got.typ != catalog.GateFeedback {
 		t.Fatalf("rendered approve: %v", got)
 	}
 	gf := e.waitEvent(rec["event_id"].(string)).GetGateFeedback()
-	if gf.GetText() != graph.ApproveText || gf.GetAction() != slackmsg.ApproveValue {
+	if gf.GetText() != graph.ApproveText || gf.GetAction() != value || gf.GetGateVisit() != e.visit(refGate) {
 		t.Errorf("rendered approve = %v", gf)
 	}
 	// Request changes on a message inside the thread.
-	got, rec = e.press(s, pressBody("UALICE", testChannel, "1700000000.000300", gate, slackmsg.RequestChangesActionID, slackmsg.RequestChangesValue))
+	got, rec = e.press(s, pressBody("UALICE", testChannel, "1700000000.000300", gate, slackmsg.RequestChangesActionID, value))
 	if gf := e.waitEvent(rec["event_id"].(string)).GetGateFeedback(); got.typ != catalog.GateFeedback || gf.GetText() != graph.RequestChangesText {
 		t.Errorf("rendered request changes: %v %v", got, gf)
 	}
@@ -296,8 +298,9 @@ func TestAbuse9CraftedActionValue(t *testing.T) {
 func TestPressPerPersonID(t *testing.T) {
 	e, s := started(t)
 	before := e.stored()
+	value := e.gateValue(refGate)
 	for _, u := range []string{"UALICE", "UALICE", "W111"} {
-		e.press(s, pressBody(u, testChannel, gate, "", slackmsg.ApproveActionID, slackmsg.ApproveValue))
+		e.press(s, pressBody(u, testChannel, gate, "", slackmsg.ApproveActionID, value))
 	}
 	if n := e.stored() - before; n != 2 {
 		t.Errorf("stored %d events, want 2 (one per person)", n)

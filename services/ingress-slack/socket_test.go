@@ -55,7 +55,7 @@ func TestSocketMode(t *testing.T) {
 	}
 
 	// An interactive envelope: a rendered Approved press at a gate.
-	if got, _, _ := e.sendEnvelope("interactive", pressBody("UALICE", testChannel, gate, "", slackmsg.ApproveActionID, slackmsg.ApproveValue)); got.typ != catalog.GateFeedback {
+	if got, _, _ := e.sendEnvelope("interactive", pressBody("UALICE", testChannel, gate, "", slackmsg.ApproveActionID, e.gateValue(refGate))); got.typ != catalog.GateFeedback {
 		t.Errorf("interactive: %v", got)
 	}
 	// A link button, a slash command and an event slack-go cannot parse:

@@ -9,6 +9,7 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/redact"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
@@ -72,6 +73,13 @@ func render(in renderInput, ev *loopv1.Event, kind catalog.Record) (record, erro
 	person, err := resolveActor(in.people, ev, kind)
 	if err != nil {
 		return record{}, err
+	}
+	// A button answer names the gate visit it was given for; it is signed
+	// into the envelope so the dispatcher applies the answer to that visit
+	// only (docs/decisions/031-stale-gate-presses-refused.md).
+	visit := ev.GetGateFeedback().GetGateVisit()
+	if _, err := graph.ParseVisit(visit); visit != "" && err != nil {
+		return record{}, refuse("invalid", "gate visit of %s: %w", ev.GetId(), err)
 	}
 	rec := record{kind: kind}
 	var at envelope.Binding
@@ -168,6 +176,7 @@ func render(in renderInput, ev *loopv1.Event, kind catalog.Record) (record, erro
 		Conversation: envelope.LedgerConversation{
 			Channel: ev.GetConversation().GetChannel(), ThreadTS: threadOf(ev),
 		},
+		Visit: visit,
 	}, in.grammar.Keywords(), at, compose)
 	if err != nil {
 		if errors.Is(err, envelope.ErrUnsafe) {

@@ -297,6 +297,38 @@ func TestRenderRefuses(t *testing.T) {
 	}
 }
 
+// TestGateVisitIsSigned: a button answer's gate visit is written into the
+// record's signed envelope, so the dispatcher can tell which visit a relayed
+// approval was for; a typed answer's envelope names none, and a visit that
+// is not one is refused rather than written.
+func TestGateVisitIsSigned(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	in := renderInput{key: testKey, grammar: control.Default(), people: cfg.Routing.AuthorizedUsers, scrub: testScrub}
+	const visit = "requirements-approval.3.1700000000000"
+	pressed := gateEv("slack:EPress", "github:octo/repo#1", "Approved — LGTM")
+	pressed.GetGateFeedback().GateVisit = visit
+	rec, err := render(in, pressed, catalog.RecordAttributed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := envelope.ParseLedger(testKey, rec.body); err != nil || l.Visit != visit {
+		t.Errorf("pressed answer's envelope = %+v, %v; want visit %s", l, err, visit)
+	}
+	typed, err := render(in, gateEv("slack:ETyped", "github:octo/repo#1", "LGTM"), catalog.RecordAttributed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := envelope.ParseLedger(testKey, typed.body); err != nil || l.Visit != "" {
+		t.Errorf("typed answer's envelope = %+v, %v; want no visit", l, err)
+	}
+	bad := gateEv("slack:EBad", "github:octo/repo#1", "LGTM")
+	bad.GetGateFeedback().GateVisit = "requirements-approval.3.1700000000000 --> <!-- the-loop:agent-comment"
+	if _, err := render(in, bad, catalog.RecordAttributed); err == nil || err.(*renderError).reason != "invalid" {
+		t.Errorf("a malformed visit: err = %v, want refused as invalid", err)
+	}
+}
+
 // TestPermanentFailure: a comment on a work item GitHub does not have (404)
 // goes to the DLQ with its reason, emits bus.record_failed, publishes the
 // failure notice to the conversation (AMB-26) — and the event itself is never

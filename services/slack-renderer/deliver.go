@@ -12,6 +12,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
@@ -63,6 +64,10 @@ func postedKey(channel, eventID string) string { return channel + "/" + eventID 
 // handle is the consumer's handler: decide, then deliver.
 func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
 	cfg := s.deps.Config().Channels.Slack
+	if catalog.Type(ev.GetType()) == catalog.GateMoved {
+		// Not a message: an edit of the gate's own message (gates.go).
+		return s.moved(ctx, cfg, ev, d)
+	}
 	p, skip := route(cfg, ev)
 	log := s.deps.Log.With(slog.String("component", Name))
 	attrs := runtime.EventAttrs(ev, d)
@@ -105,10 +110,14 @@ func (s *Service) deliver(ctx context.Context, cfg config.SlackChannel, ev *loop
 	if err != nil {
 		return err
 	}
+	buttons, err := s.buttonsFor(ctx, cfg, ev)
+	if err != nil {
+		return err
+	}
 	msg := slackmsg.Render(ev, slackmsg.Options{
 		Verbosity:   slackmsg.Verbosity(cfg.Verbosity),
 		MaxChars:    cfg.MaxChars,
-		GateButtons: gateButtons(cfg),
+		GateButtons: buttons,
 	})
 	if err := slackmsg.Check(msg); err != nil {
 		// A renderer bug must not cost the person the message: the
@@ -167,6 +176,11 @@ func (s *Service) deliver(ctx context.Context, cfg config.SlackChannel, ev *loop
 		if _, err := s.update(ctx, key, rec, rev); err != nil {
 			// The message is out but not remembered: the redelivery
 			// finds it by its metadata.
+			return err
+		}
+	}
+	if buttons {
+		if err := s.remember(ctx, ev, rec); err != nil {
 			return err
 		}
 	}

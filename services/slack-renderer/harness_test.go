@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,6 +178,15 @@ func ask(id, subject, text string) *loopv1.Event {
 func note(id string, t catalog.Type, subject string) *loopv1.Event {
 	return &loopv1.Event{Id: id, Source: "loop", Type: string(t), Subject: subject, Time: evTime,
 		Body: &loopv1.Event_Notification{Notification: &loopv1.Notification{Text: "at a gate", Url: "https://github.com/octo/repo/issues/15"}}}
+}
+
+// gateNote is the dispatcher's approval ping for the gate visit visit.
+func gateNote(id, subject, visit string) *loopv1.Event {
+	ev := note(id, catalog.PhaseApprovalPending, subject)
+	n := ev.GetNotification()
+	n.Node, n.GateVisit = strings.SplitN(visit, ".", 2)[0], visit
+	n.Artifact, n.ArtifactExcerpt = "requirements.md", "# Requirements\n\nThe widget SHALL frobnicate."
+	return ev
 }
 
 func comment(id, subject string) *loopv1.Event {

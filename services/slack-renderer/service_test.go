@@ -327,10 +327,10 @@ func TestGateButtonsFollowTheLiveConfig(t *testing.T) {
 		s.Publish = append(s.Publish, catalog.GateFeedback)
 	})
 	e.start(startOpts{})
-	e.publish(note("loop:gate-poll", catalog.PhaseApprovalPending, workItem))
+	e.publish(gateNote("loop:gate-poll", workItem, "requirements-approval.3.1"))
 	e.fake.Wait(t, waitLong, "the poll-mode message", func() bool { return len(e.fake.Messages(testChannel)) == 1 })
 	e.setSlack(func(s *config.SlackChannel) { s.Read.Mode = config.ReadSocket })
-	e.publish(note("loop:gate-socket", catalog.PhaseApprovalPending, workItem))
+	e.publish(gateNote("loop:gate-socket", workItem, "requirements-approval.3.1"))
 	e.fake.Wait(t, waitLong, "the socket-mode message", func() bool { return len(e.fake.Messages(testChannel)) == 2 })
 	ms := e.fake.Messages(testChannel)
 	if strings.Contains(string(ms[0].Blocks), slackmsg.ApproveActionID) {

@@ -10,7 +10,10 @@
 // `threads`). Exactly one Slack message exists per (channel, event id): the
 // KV `posted` claim is written before posting and the ts after, so a
 // redelivery edits the message with chat.update instead of posting again
-// (deliver.go explains the crash windows). Rate limits are honoured by
+// (deliver.go explains the crash windows). A gate's message carries answer
+// buttons only while the work item waits at the gate visit they were drawn
+// for: the dispatcher's gate.moved, or the next gate, edits them away
+// (gates.go). Rate limits are honoured by
 // pacing each channel and by turning a 429's Retry-After into a delayed
 // redelivery of the same message, which keeps the partition — and so the
 // thread — in order.

@@ -55,7 +55,7 @@ func TestAbuse1UnauthorizedSlackMember(t *testing.T) {
 
 	w.dropped(messageID(w.say(malSlack, root, "approved")), "unauthorized-actor")
 	ping := w.waitSlack(root, string(catalog.PhaseApprovalPending))
-	w.press(malSlack, ping, root, slackmsg.ApproveActionID, slackmsg.ApproveValue)
+	w.pressButton(malSlack, ping, root, slackmsg.ApproveActionID)
 	w.waitLog("channel.dropped", map[string]any{"actor": malSlack, "reason": "unauthorized-actor", "message_ts": ping.TS})
 	w.dropped(messageID(w.say(malSlack, "", "Create an issue for me")), "unauthorized-actor")
 

@@ -109,7 +109,7 @@ func TestGap3SlackApprovalPassesGate(t *testing.T) {
 	w.complete(r)
 	w.waitNode(r, "design-approval")
 	ping := w.waitSlack(root, string(catalog.PhaseApprovalPending), "A frobnicator")
-	w.press(aliceSlack, ping, root, slackmsg.ApproveActionID, slackmsg.ApproveValue)
+	w.pressButton(aliceSlack, ping, root, slackmsg.ApproveActionID)
 	st = w.waitNode(r, "implementation")
 	if len(st.ApprovedBy) != 2 || st.ApprovedBy[1].Login != alice || st.ApprovedBy[1].Node != "design-approval" ||
 		st.ApprovedBy[1].Provenance.Channel != "slack" || st.ApprovedBy[1].Provenance.Member != aliceSlack {

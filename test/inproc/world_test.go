@@ -30,6 +30,7 @@ import (
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slack/socketfake"
+	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
 	"github.com/the-loop/bus/services/dispatcher"
 	"github.com/the-loop/bus/services/dispatcher/graphstate"
@@ -626,6 +627,18 @@ func (w *world) say(user, root, text string) string {
 	id := w.sock.Send(w.t, "events_api", socketfake.MessageEvent(channel, user, text, ts, root))
 	w.sock.WaitAck(w.t, id, wait)
 	return ts
+}
+
+// pressButton is a Slack member pressing the button actionID of message msg
+// of thread root, with the value the renderer drew on it (the value msg had
+// when it was read: a person whose Slack has not refreshed still sees it).
+func (w *world) pressButton(user string, msg slackfake.Message, root, actionID string) {
+	w.t.Helper()
+	value, ok := slackmsg.ButtonValue(msg.Blocks, actionID)
+	if !ok {
+		w.t.Fatalf("message %s has no %s button:\n%s", msg.TS, actionID, msg.Blocks)
+	}
+	w.press(user, msg, root, actionID, value)
 }
 
 // press is a Slack member pressing a button (actionID, value) on message

@@ -1,6 +1,7 @@
 // Package slackfake is an in-process fake of the part of Slack's Web API the
 // services of the-loop call: chat.postMessage, chat.update,
-// conversations.replies, conversations.history and auth.test, with message
+// chat.postEphemeral, conversations.replies, conversations.history and
+// auth.test, with message
 // metadata, threads, cursor pagination and Slack's `ok`/`error` envelope
 // (contract: testdata/slack/web_api in the shared workspace). Tests point a
 // real client at it — slack-go through slack.OptionAPIURL(Server.URL()), or
@@ -88,6 +89,20 @@ type Message struct {
 	Posted time.Time
 }
 
+// Ephemeral is one chat.postEphemeral message: shown to one member only,
+// never part of the channel's history (Messages does not list it).
+type Ephemeral struct {
+	Channel string
+	// User is the member the message is shown to.
+	User string
+	// ThreadTS is the thread it is shown in, "" for the channel.
+	ThreadTS string
+	Text     string
+	Blocks   json.RawMessage
+	// TS is the message_ts Slack answers with.
+	TS string
+}
+
 // Request is one call the fake answered.
 type Request struct {
 	Method string // Web API method, e.g. "chat.postMessage"
@@ -128,6 +143,7 @@ type Server struct {
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced on every change
 	msgs      map[string][]*Message
+	ephemeral []Ephemeral
 	lastTS    int64 // microseconds of the last ts handed out
 	requests  []Request
 	limited   map[string]*limit
@@ -178,6 +194,7 @@ func Start(opts ...Option) *Server {
 		"auth.test":             s.authTest,
 		"chat.postMessage":      s.postMessage,
 		"chat.update":           s.update,
+		"chat.postEphemeral":    s.postEphemeral,
 		"conversations.replies": s.replies,
 		"conversations.history": s.history,
 	}
@@ -269,6 +286,19 @@ func (s *Server) Messages(channel string) []Message {
 	out := make([]Message, 0, len(s.msgs[channel]))
 	for _, m := range s.msgs[channel] {
 		out = append(out, *m)
+	}
+	return out
+}
+
+// Ephemerals returns the ephemeral messages shown in channel, in order.
+func (s *Server) Ephemerals(channel string) []Ephemeral {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Ephemeral
+	for _, e := range s.ephemeral {
+		if e.Channel == channel {
+			out = append(out, e)
+		}
 	}
 	return out
 }
@@ -605,6 +635,28 @@ func (s *Server) postMessage(c *call) response {
 		resp.drop = true
 	}
 	return resp
+}
+
+// postEphemeral shows a message to one member of a channel. Slack refuses
+// it without a user (user_not_found here: the fake knows no member list).
+func (s *Server) postEphemeral(c *call) response {
+	ch, user := c.args.Get("channel"), c.args.Get("user")
+	if !s.channelOK(ch) {
+		return errResp("channel_not_found")
+	}
+	if user == "" {
+		return errResp("user_not_found")
+	}
+	text, blocks, _, code := content(c)
+	if code != "" {
+		return errResp(code)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := Ephemeral{Channel: ch, User: user, ThreadTS: c.args.Get("thread_ts"), Text: text, Blocks: blocks, TS: s.nextTSLocked()}
+	s.ephemeral = append(s.ephemeral, e)
+	s.notifyLocked()
+	return okResp(map[string]any{"message_ts": e.TS})
 }
 
 func (s *Server) findLocked(ch, ts string) *Message {

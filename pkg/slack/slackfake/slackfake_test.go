@@ -91,6 +91,8 @@ func TestAnswersHaveSlacksShape(t *testing.T) {
 			[]string{"messages.last_read", "messages.subscribed", "messages.unread_count"}},
 		{"conversations.replies.error.json", "conversations.replies", with("channel", "C1", "ts", "9.9"), nil},
 		{"conversations.history.ok.json", "conversations.history", with("channel", "C1", "limit", "1"), []string{"pin_count"}},
+		{"chat.postEphemeral.ok.json", "chat.postEphemeral", with("channel", "C1", "user", "U1", "text", "only you"), nil},
+		{"chat.postEphemeral.error.json", "chat.postEphemeral", with("channel", "C1", "text", "nobody"), nil},
 	}
 	for _, c := range cases {
 		t.Run(c.example, func(t *testing.T) {
@@ -195,6 +197,18 @@ func TestSlackGoRoundTrip(t *testing.T) {
 	}
 	if a, err := api.AuthTestContext(ctx); err != nil || a.UserID != BotUserID || a.BotID != BotID {
 		t.Errorf("auth.test = %+v, %v", a, err)
+	}
+	// An ephemeral message is shown to one member and is not in the
+	// channel's history.
+	ets, err := api.PostEphemeralContext(ctx, "C1", "U1", slack.MsgOptionText("only you", false), slack.MsgOptionTS(root))
+	if err != nil || ets == "" {
+		t.Fatalf("chat.postEphemeral = %q, %v", ets, err)
+	}
+	if e := s.Ephemerals("C1"); len(e) != 1 || e[0].User != "U1" || e[0].ThreadTS != root || e[0].Text != "only you" || e[0].TS != ets {
+		t.Errorf("Ephemerals = %+v", e)
+	}
+	if n := len(s.Messages("C1")); n != 2 {
+		t.Errorf("the ephemeral message joined the channel's messages: %d", n)
 	}
 }
 

@@ -579,7 +579,11 @@ type Notification struct {
 	// Excerpt of that artifact, capped at channels.slack.maxChars.
 	ArtifactExcerpt string `protobuf:"bytes,5,opt,name=artifact_excerpt,json=artifactExcerpt,proto3" json:"artifact_excerpt,omitempty"`
 	// Context detail shown at verbose.
-	Detail        map[string]string `protobuf:"bytes,6,rep,name=detail,proto3" json:"detail,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Detail map[string]string `protobuf:"bytes,6,rep,name=detail,proto3" json:"detail,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The gate visit the notification announces (pkg/graph Visit): set when
+	// the node entered is where the work item now waits, so that a channel's
+	// answer buttons name the one visit they may answer.
+	GateVisit     string `protobuf:"bytes,7,opt,name=gate_visit,json=gateVisit,proto3" json:"gate_visit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -654,6 +658,13 @@ func (x *Notification) GetDetail() map[string]string {
 		return x.Detail
 	}
 	return nil
+}
+
+func (x *Notification) GetGateVisit() string {
+	if x != nil {
+		return x.GateVisit
+	}
+	return ""
 }
 
 // Comment is the body of comment.human and comment.agent.
@@ -790,7 +801,10 @@ type GateFeedback struct {
 	// The verdict text relayed to the gate.
 	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	// The rendered button value that produced it, if a button did.
-	Action        string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// The gate visit the pressed button was drawn for (pkg/graph Visit);
+	// empty for a typed answer, which answers whatever gate is current.
+	GateVisit     string `protobuf:"bytes,3,opt,name=gate_visit,json=gateVisit,proto3" json:"gate_visit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -835,6 +849,13 @@ func (x *GateFeedback) GetText() string {
 func (x *GateFeedback) GetAction() string {
 	if x != nil {
 		return x.Action
+	}
+	return ""
+}
+
+func (x *GateFeedback) GetGateVisit() string {
+	if x != nil {
+		return x.GateVisit
 	}
 	return ""
 }
@@ -1061,7 +1082,10 @@ type LedgerRecord struct {
 	// Catalog type of the recorded event.
 	EventType string `protobuf:"bytes,2,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
 	// The comment that carries the record.
-	Comment       *Comment `protobuf:"bytes,3,opt,name=comment,proto3" json:"comment,omitempty"`
+	Comment *Comment `protobuf:"bytes,3,opt,name=comment,proto3" json:"comment,omitempty"`
+	// The gate visit the recorded answer was given for, read from the signed
+	// envelope; empty when the answer names none.
+	GateVisit     string `protobuf:"bytes,4,opt,name=gate_visit,json=gateVisit,proto3" json:"gate_visit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1117,6 +1141,13 @@ func (x *LedgerRecord) GetComment() *Comment {
 	return nil
 }
 
+func (x *LedgerRecord) GetGateVisit() string {
+	if x != nil {
+		return x.GateVisit
+	}
+	return ""
+}
+
 var File_loop_v1_event_proto protoreflect.FileDescriptor
 
 const file_loop_v1_event_proto_rawDesc = "" +
@@ -1160,14 +1191,16 @@ const file_loop_v1_event_proto_rawDesc = "" +
 	"\bQuestion\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x02 \x01(\tR\tsessionId\"\x85\x02\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\"\xa4\x02\n" +
 	"\fNotification\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x12\n" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x1a\n" +
 	"\bartifact\x18\x04 \x01(\tR\bartifact\x12)\n" +
 	"\x10artifact_excerpt\x18\x05 \x01(\tR\x0fartifactExcerpt\x129\n" +
-	"\x06detail\x18\x06 \x03(\v2!.loop.v1.Notification.DetailEntryR\x06detail\x1a9\n" +
+	"\x06detail\x18\x06 \x03(\v2!.loop.v1.Notification.DetailEntryR\x06detail\x12\x1d\n" +
+	"\n" +
+	"gate_visit\x18\a \x01(\tR\tgateVisit\x1a9\n" +
 	"\vDetailEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
@@ -1179,10 +1212,12 @@ const file_loop_v1_event_proto_rawDesc = "" +
 	"\x12author_association\x18\x04 \x01(\tR\x11authorAssociation\x12\x12\n" +
 	"\x04body\x18\x05 \x01(\tR\x04body\"\x1b\n" +
 	"\x05Reply\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\":\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"Y\n" +
 	"\fGateFeedback\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n" +
-	"\x06action\x18\x02 \x01(\tR\x06action\">\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1d\n" +
+	"\n" +
+	"gate_visit\x18\x03 \x01(\tR\tgateVisit\">\n" +
 	"\x0eControlCommand\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\"f\n" +
@@ -1198,12 +1233,14 @@ const file_loop_v1_event_proto_rawDesc = "" +
 	"deliveryId\x12\x18\n" +
 	"\apayload\x18\x04 \x01(\fR\apayload\x12\x1f\n" +
 	"\vpayload_ref\x18\x05 \x01(\tR\n" +
-	"payloadRef\"t\n" +
+	"payloadRef\"\x93\x01\n" +
 	"\fLedgerRecord\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
 	"event_type\x18\x02 \x01(\tR\teventType\x12*\n" +
-	"\acomment\x18\x03 \x01(\v2\x10.loop.v1.CommentR\acommentB.Z,github.com/the-loop/bus/proto/loop/v1;loopv1b\x06proto3"
+	"\acomment\x18\x03 \x01(\v2\x10.loop.v1.CommentR\acomment\x12\x1d\n" +
+	"\n" +
+	"gate_visit\x18\x04 \x01(\tR\tgateVisitB.Z,github.com/the-loop/bus/proto/loop/v1;loopv1b\x06proto3"
 
 var (
 	file_loop_v1_event_proto_rawDescOnce sync.Once

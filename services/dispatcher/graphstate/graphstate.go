@@ -271,6 +271,11 @@ func Event(n graph.Notification, st *graph.State, o Options) (ev *loopv1.Event, 
 			"attempt": strconv.Itoa(attempt),
 		},
 	}
+	if n.Node == st.Current {
+		// The visit a channel's answer buttons may answer: set only while
+		// the work item waits at this node's gate.
+		body.GateVisit = st.GateVisit(nil)
+	}
 	if n.Artifact != "" {
 		name, text, err := ReadArtifact(o.Workdir, n.Artifact)
 		switch {
@@ -294,6 +299,63 @@ func Event(n graph.Notification, st *graph.State, o Options) (ev *loopv1.Event, 
 		Time:    envelope.NewTime(now),
 		Body:    &loopv1.Event_Notification{Notification: body},
 	}, note
+}
+
+// MovedEvent is the catalog.GateMoved signal of t, the move that ended ref's
+// gate visit at node from of graph g (docs/decisions/032-old-gate-messages-lose-their-buttons.md):
+// the gate, the visit, the outcome and where the work item went, the
+// person whose answer (event causation) moved it, and — so a channel can
+// keep showing what was decided — the gate's artifact excerpt as it stands
+// now. Its id derives from the visit, so a redelivery publishes it once.
+func MovedEvent(ref, visit, g string, t graph.Transition, from *graph.Node, actor *loopv1.Actor, causation string, o Options) *loopv1.Event {
+	who := ""
+	switch {
+	case actor.GetName() != "":
+		who = " by " + actor.GetName()
+	case actor.GetGithub() != "":
+		who = " by @" + actor.GetGithub()
+	}
+	var what string
+	switch t.Outcome {
+	case graph.OutcomeApproved:
+		what = "was approved" + who
+	case graph.OutcomeApprovedWithComments:
+		what = "was approved with comments" + who
+	case graph.OutcomeChangesRequested:
+		what = "had changes requested" + who
+	case graph.OutcomeEscalate:
+		what = "was escalated" + who
+	case graph.OutcomeExecute:
+		what = "was passed (execute)" + who
+	default:
+		what = "was decided (" + string(t.Outcome) + ")" + who
+	}
+	body := &loopv1.Notification{
+		Text:      fmt.Sprintf("%s: %s %s; the work item moved on to %s.", ref, t.From, what, t.To),
+		Url:       WorkItemURL(ref),
+		Node:      t.From,
+		GateVisit: visit,
+		Detail:    map[string]string{"graph": g, "outcome": string(t.Outcome), "to": t.To},
+	}
+	if from != nil && from.Artifact != "" {
+		if name, text, err := ReadArtifact(o.Workdir, from.Artifact); err == nil {
+			body.Artifact, body.ArtifactExcerpt = name, Excerpt(text, o.MaxChars)
+		}
+	}
+	now := o.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return &loopv1.Event{
+		Id:          envelope.LoopID("gate-moved", ref, visit),
+		Source:      "loop",
+		Type:        string(catalog.GateMoved),
+		Subject:     ref,
+		Time:        envelope.NewTime(now),
+		Actor:       actor,
+		CausationId: causation,
+		Body:        &loopv1.Event_Notification{Notification: body},
+	}
 }
 
 // Publish puts ev on the inbox with its id as Nats-Msg-Id and waits for the

@@ -374,7 +374,8 @@ func build(dec *Decision, d Delivery, p, c obj, typ catalog.Type, actor *loopv1.
 		ev.Actor = actor
 		ev.Ledger = ledgerRef
 		if l != nil {
-			ev.Body = &loopv1.Event_LedgerRecord{LedgerRecord: &loopv1.LedgerRecord{EventId: l.ID, EventType: l.Type, Comment: cm}}
+			// The gate visit travels on from the verified envelope only.
+			ev.Body = &loopv1.Event_LedgerRecord{LedgerRecord: &loopv1.LedgerRecord{EventId: l.ID, EventType: l.Type, Comment: cm, GateVisit: l.Visit}}
 			if l.Conversation.Channel != "" {
 				ev.Conversation = &loopv1.Conversation{Channel: l.Conversation.Channel, ThreadTs: l.Conversation.ThreadTS}
 			}
