@@ -423,15 +423,17 @@ func TestProtojsonIsReadable(t *testing.T) {
 func TestLedgerVisitIsSigned(t *testing.T) {
 	l := ledgerFixture()
 	l.Visit = "requirements-approval.4.1772357400000"
-	enc, err := EncodeLedger(testKey, l, nil)
+	at := Binding{Repo: "octo/repo", Number: 1}
+	compose := func(env string) string { return "Approved\n\n" + env }
+	enc, err := SealLedger(testKey, l, nil, at, compose)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ParseLedger(testKey, "Approved\n\n"+enc)
+	got, err := ParseLedger(testKey, at, enc)
 	if err != nil || got.Visit != l.Visit {
 		t.Fatalf("visit did not round-trip: %+v, %v", got, err)
 	}
-	plain, err := EncodeLedger(testKey, ledgerFixture(), nil)
+	plain, err := SealLedger(testKey, ledgerFixture(), nil, at, compose)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +451,7 @@ func TestLedgerVisitIsSigned(t *testing.T) {
 		"visit removed": enc[:i] + "}" + envelopeClose,
 		"visit added":   sigged + field + `review.9.1"}` + envelopeClose,
 	} {
-		if _, err := ParseLedger(testKey, body); !errors.Is(err, ErrForged) {
+		if _, err := ParseLedger(testKey, at, body); !errors.Is(err, ErrForged) {
 			t.Errorf("%s: err = %v, want ErrForged\n%s", name, err, body)
 		}
 	}

@@ -14,13 +14,14 @@ import (
 func TestRecordCarriesGateVisit(t *testing.T) {
 	e := newEnv(t)
 	const visit = "requirements-approval.3.1700000000000"
-	env, err := envelope.EncodeLedger([]byte(testKey), envelope.Ledger{ID: "slack:EvVisit", Type: "gate.feedback", Source: "slack",
+	at := envelope.Binding{Repo: "octo/repo", Number: 15}
+	body, err := envelope.SealLedger([]byte(testKey), envelope.Ledger{ID: "slack:EvVisit", Type: "gate.feedback", Source: "slack",
 		Actor:        envelope.LedgerActor{GitHub: "alice", Slack: "UALICE"},
-		Conversation: envelope.LedgerConversation{Channel: "C1", ThreadTS: "1700000000.000100"}, Visit: visit}, nil)
+		Conversation: envelope.LedgerConversation{Channel: "C1", ThreadTS: "1700000000.000100"}, Visit: visit}, nil, at,
+		func(env string) string { return "Approved — LGTM\n\n" + env })
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := "Approved — LGTM\n\n" + env
 	moved := strings.Replace(body, ".3.1700000000000", ".5.1700000000000", 1)
 	runCases(t, e, []caseT{
 		{name: "a signed button answer", event: "issue_comment", body: issueCommentJSON("created", 701, botLogin, "NONE", body),
@@ -29,7 +30,7 @@ func TestRecordCarriesGateVisit(t *testing.T) {
 	if got := e.waitEvents("gh:issue-comment:701")[0].GetLedgerRecord().GetGateVisit(); got != visit {
 		t.Errorf("record's gate visit = %q, want %q", got, visit)
 	}
-	if _, err := envelope.ParseLedger([]byte(testKey), moved); err == nil {
+	if _, err := envelope.ParseLedger([]byte(testKey), at, moved); err == nil {
 		t.Error("an envelope whose visit was edited still verifies")
 	}
 }

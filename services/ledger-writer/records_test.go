@@ -312,14 +312,15 @@ func TestGateVisitIsSigned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := envelope.ParseLedger(testKey, rec.body); err != nil || l.Visit != visit {
+	at := envelope.Binding{Repo: "octo/repo", Number: 1}
+	if l, err := envelope.ParseLedger(testKey, at, rec.body); err != nil || l.Visit != visit {
 		t.Errorf("pressed answer's envelope = %+v, %v; want visit %s", l, err, visit)
 	}
 	typed, err := render(in, gateEv("slack:ETyped", "github:octo/repo#1", "LGTM"), catalog.RecordAttributed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := envelope.ParseLedger(testKey, typed.body); err != nil || l.Visit != "" {
+	if l, err := envelope.ParseLedger(testKey, at, typed.body); err != nil || l.Visit != "" {
 		t.Errorf("typed answer's envelope = %+v, %v; want no visit", l, err)
 	}
 	bad := gateEv("slack:EBad", "github:octo/repo#1", "LGTM")

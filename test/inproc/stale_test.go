@@ -134,7 +134,7 @@ func TestAttack5StaleVisitAtTheDispatcher(t *testing.T) {
 
 	stale := w.relayedPress(r, root, oldVisit)
 	record := w.waitRecord(number, stale.GetId())
-	l, err := envelope.ParseLedger([]byte(envelopeKey), record)
+	l, err := envelope.ParseLedger([]byte(envelopeKey), envelope.Binding{Repo: repo, Number: number}, record)
 	if err != nil || l.Visit != oldVisit {
 		t.Fatalf("the record's envelope: %+v, %v; want visit %s signed", l, err, oldVisit)
 	}
@@ -190,7 +190,7 @@ func (w *world) waitRecord(number int, id string) string {
 	var body string
 	w.eventually(fmt.Sprintf("the record of %s on GitHub", id), func() bool {
 		for _, c := range w.gh.Comments(repo, number) {
-			if l, err := envelope.ParseLedger([]byte(envelopeKey), c.Body); err == nil && l.ID == id {
+			if l, err := envelope.ParseLedger([]byte(envelopeKey), envelope.Binding{Repo: repo, Number: number}, c.Body); err == nil && l.ID == id {
 				body = c.Body
 				return true
 			}
