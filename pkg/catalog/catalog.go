@@ -67,6 +67,17 @@ const GateMoved Type = "gate.moved"
 // names whatever the channel subscribes to.
 func IsNotice(t Type) bool { return t == RecordFailed || t == GatePaused }
 
+// Sources of the events that no chat channel raises (ce-source): the GitHub
+// ingress, the loop's graph, an agent session (through the dispatcher's
+// session endpoint) and an operator's CLI verb. Chat channels use their own
+// name ("slack").
+const (
+	SourceGitHub  = "github"
+	SourceLoop    = "loop"
+	SourceSession = "session"
+	SourceCLI     = "cli"
+)
+
 // Record says what the ledger does with an event that starts off the ledger.
 type Record int
 

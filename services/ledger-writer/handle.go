@@ -87,6 +87,9 @@ type owned struct {
 }
 
 func (s *Service) handle(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, d *bus.Delivery) error {
+	if err := mayClaim(ev, d.Subject); err != nil {
+		return s.failed(ctx, ev, d, claimReason, err)
+	}
 	entry, _ := catalog.Lookup(catalog.Type(ev.GetType()))
 	if !entry.Record.Recorded() || standingReply(ev, entry.Record) {
 		return s.fanOut(ctx, stop, ev, d, nil)
@@ -462,6 +465,7 @@ func channelOriginated(ev *loopv1.Event) bool {
 // noticeText is what the originating conversation is told; no message text.
 var noticeText = map[string]string{
 	"unauthorized-actor": "is not from a member listed in routing.authorizedUsers",
+	claimReason:          "was raised by a service that may not raise it",
 	"kickoff-disabled":   "asked for a new work item, but channels.slack.kickoff.repo is empty",
 	"not-found":          "names a work item or repository GitHub does not know",
 	"gone":               "names a work item that was deleted",

@@ -351,7 +351,7 @@ func controlEv(id, ref, command, text string) *loopv1.Event {
 }
 
 func questionEv(id, ref, text string) *loopv1.Event {
-	return &loopv1.Event{Id: id, Source: "loop", Type: string(catalog.SessionAwaitingInput), Subject: ref, Time: envelope.NewTime(evTime),
+	return &loopv1.Event{Id: id, Source: catalog.SourceSession, Type: string(catalog.SessionAwaitingInput), Subject: ref, Time: envelope.NewTime(evTime),
 		Actor: &loopv1.Actor{Name: "session"}, Body: &loopv1.Event_Question{Question: &loopv1.Question{Text: text, SessionId: "s1"}}}
 }
 

@@ -32,7 +32,7 @@ const Poll = 200 * time.Millisecond
 var ErrFailed = errors.New("the ledger could not record the question")
 
 // Source is the source of what a session raises.
-const Source = "session"
+const Source = catalog.SourceSession
 
 // Event is the question as a catalog event. Its source is "session" and its
 // actor the session itself (by its terminal's name), never a person: an

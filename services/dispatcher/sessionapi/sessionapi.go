@@ -134,7 +134,9 @@ type Error struct {
 	Message string
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("the session endpoint refused: %s (%d)", e.Message, e.Status) }
+func (e *Error) Error() string {
+	return fmt.Sprintf("the session endpoint refused: %s (%d)", e.Message, e.Status)
+}
 
 // Client calls the session endpoint with the session's token.
 type Client struct {
