@@ -66,7 +66,7 @@ func (s *Service) serveSessions(ctx context.Context, ln net.Listener) error {
 }
 
 // sessionHandler answers one session's request about its own work item.
-type sessionHandler func(ctx context.Context, r *http.Request, ref string, sess *registry.Session) (int, any)
+type sessionHandler func(ctx context.Context, r *http.Request, ref string, sess *registry.Session, token string) (int, any)
 
 // withSession authenticates the request's token against the registry: the
 // token must name a live session of this host whose stored hash it matches.
@@ -103,7 +103,7 @@ func (s *Service) withSession(h sessionHandler) http.HandlerFunc {
 			s.refuseSession(w, r, ref, refusedElsewhere, http.StatusUnauthorized, "the session is hosted by another dispatcher")
 			return
 		}
-		status, body := h(r.Context(), r, ref, rec.Session)
+		status, body := h(r.Context(), r, ref, rec.Session, token)
 		if e, ok := body.(refusal); ok {
 			s.refuseSession(w, r, ref, e.reason, status, e.message)
 			return
@@ -139,7 +139,7 @@ func ownRef(asked, ref string) (refusal, bool) {
 // sessionAsk publishes the session's question, scrubbed, as
 // session.awaiting_input with the session as its actor, and waits for the
 // ledger to record it.
-func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, sess *registry.Session) (int, any) {
+func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, sess *registry.Session, token string) (int, any) {
 	var req sessionapi.AskRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		return http.StatusBadRequest, refusal{refusedBadRequest, "bad request: want JSON {\"question\": \"…\"}"}
@@ -147,7 +147,9 @@ func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, s
 	if e, ok := ownRef(req.Ref, ref); !ok {
 		return http.StatusForbidden, e
 	}
-	question := s.scrub(req.Question)
+	// The session's own token is in its environment, which an agent may
+	// be talked into pasting ("$(env)"): it never leaves with the text.
+	question := s.scrub(strings.ReplaceAll(req.Question, token, "[session token]"))
 	if strings.TrimSpace(question) == "" {
 		return http.StatusBadRequest, refusal{refusedEmptyAsk, "the question is empty"}
 	}
@@ -173,7 +175,7 @@ func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, s
 }
 
 // sessionComplete completes the session's own agent node.
-func (s *Service) sessionComplete(ctx context.Context, r *http.Request, ref string, _ *registry.Session) (int, any) {
+func (s *Service) sessionComplete(ctx context.Context, r *http.Request, ref string, _ *registry.Session, _ string) (int, any) {
 	var req sessionapi.CompleteRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		return http.StatusBadRequest, refusal{refusedBadRequest, "bad request: want JSON {}"}
@@ -185,7 +187,7 @@ func (s *Service) sessionComplete(ctx context.Context, r *http.Request, ref stri
 }
 
 // sessionStatus is the session's own work item's graph state.
-func (s *Service) sessionStatus(ctx context.Context, _ *http.Request, ref string, _ *registry.Session) (int, any) {
+func (s *Service) sessionStatus(ctx context.Context, _ *http.Request, ref string, _ *registry.Session, _ string) (int, any) {
 	return s.graphAnswer(s.graphStatus(ctx, mustRequest(ref)))
 }
 

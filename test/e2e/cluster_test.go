@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/pkg/harness/standin"
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 )
@@ -222,6 +223,13 @@ type cluster struct {
 	client   *http.Client
 	issues   []int // work-item issue numbers on the fake
 	stopOnce sync.Once
+	// auth is the directory `the-loop auth init` wrote the bus identities
+	// to ("" with authorization off): auth/nats/<identity>.nk.
+	auth string
+	// workdir is the agent sessions' working directory.
+	workdir string
+	// env is the environment every service process starts with.
+	env []string
 }
 
 type clusterOptions struct {
@@ -229,6 +237,20 @@ type clusterOptions struct {
 	replicas int
 	// logLevel of the services (default info).
 	logLevel string
+	// noAuth runs NATS without authorization (the bench's baseline);
+	// by default every service connects as its own identity.
+	noAuth bool
+	// obey makes the stand-in agent run the commands its prompts carry
+	// (standin.RunMarker), as a prompt-injected agent would.
+	obey bool
+}
+
+// seed is the file of identity's NKey seed ("" with authorization off).
+func (c *cluster) seed(identity string) string {
+	if c.auth == "" {
+		return ""
+	}
+	return filepath.Join(c.auth, "nats", identity+".nk")
 }
 
 func freePortTB(t testing.TB) int {
@@ -303,6 +325,17 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	conf := filepath.Join(dir, "nats.conf")
 	natsConf := fmt.Sprintf("server_name: e2e\nlisten: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n",
 		c.natsPort, filepath.Join(dir, "jetstream"))
+	if !o.noAuth {
+		// The deployment's way: `the-loop auth init` issues one NKey per
+		// identity and the authorization block nats.conf includes.
+		c.auth = filepath.Join(dir, "auth")
+		init := exec.Command(loop, "auth", "init", c.auth)
+		init.Env = baseEnv()
+		if out, err := init.CombinedOutput(); err != nil {
+			t.Fatalf("the-loop auth init: %v\n%s", err, out)
+		}
+		natsConf += "include \"auth/auth.conf\"\n"
+	}
 	if err := os.WriteFile(conf, []byte(natsConf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -317,12 +350,12 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	c.waitNATS(30 * time.Second)
 
 	// The operator config: Slack on in events mode; Alice (GitHub and
-	// Slack) and the ledger's own login authorized.
+	// Slack) authorized. Never the ledger's own login: agents post with
+	// its token.
 	cfgPath := filepath.Join(dir, "the-loop.yaml")
 	opCfg := fmt.Sprintf(`version: "0.7.0"
 routing:
   authorizedUsers:
-    - %s
     - {github: %s, slack: %s, name: Alice}
 channels:
   ledger: github
@@ -333,7 +366,7 @@ channels:
     publish: [work-item.reply]
     read:
       mode: events
-`, ledgerLogin, alice, aliceSlack, slackChannel)
+`, alice, aliceSlack, slackChannel)
 	if err := os.WriteFile(cfgPath, []byte(opCfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -350,8 +383,12 @@ channels:
 		t.Fatal(err)
 	}
 	wrapper := filepath.Join(dir, "harness.sh")
-	script := fmt.Sprintf("#!/bin/sh\n%s=%q %q \"$@\"\n%s=%q exec %q \"$@\"\n",
-		envBootMark, c.standIn, exe, tmuxtest.EnvDir, c.standIn, exe)
+	obey := ""
+	if o.obey {
+		obey = standin.EnvObey + "=1 "
+	}
+	script := fmt.Sprintf("#!/bin/sh\n%s=%q %q \"$@\"\n%s%s=%q exec %q \"$@\"\n",
+		envBootMark, c.standIn, exe, obey, tmuxtest.EnvDir, c.standIn, exe)
 	if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -359,6 +396,7 @@ channels:
 	if err := os.MkdirAll(workdir, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	c.workdir = workdir
 
 	common := append(baseEnv(),
 		fmt.Sprintf("LOOP_NATS_URL=nats://127.0.0.1:%d", c.natsPort),
@@ -380,9 +418,13 @@ channels:
 		"LOOP_DISPATCHER_WORKDIR="+workdir,
 		"LOOP_DISPATCHER_SPAWN=always",
 	)
+	c.env = common
 	add := func(svc string, replica int, extra ...string) *proc {
 		admin := fmt.Sprintf("127.0.0.1:%d", freePortTB(t))
 		env := append(append([]string(nil), common...), "LOOP_ADMIN_ADDR="+admin)
+		if c.auth != "" {
+			env = append(env, "LOOP_NATS_NKEY_FILE="+c.seed(svc))
+		}
 		env = append(env, extra...)
 		name := fmt.Sprintf("%s-%d", svc, replica)
 		p := &proc{name: name, bin: loop, args: []string{"serve", svc}, env: env,
@@ -399,7 +441,10 @@ channels:
 	for i := range o.replicas {
 		sock := newTmuxSocket(t)
 		c.sockets = append(c.sockets, sock)
-		add("dispatcher", i, "LOOP_TMUX_SOCKET="+sock, fmt.Sprintf("LOOP_DISPATCHER_HOST=dispatcher-%d", i))
+		// A fixed session endpoint per replica: tmux sessions outlive a
+		// restart of their dispatcher and keep its address.
+		add("dispatcher", i, "LOOP_TMUX_SOCKET="+sock, fmt.Sprintf("LOOP_DISPATCHER_HOST=dispatcher-%d", i),
+			fmt.Sprintf("LOOP_SESSION_ADDR=127.0.0.1:%d", freePortTB(t)))
 	}
 	ghAddr := fmt.Sprintf("127.0.0.1:%d", freePortTB(t))
 	add("ingress-github", 0, "LOOP_GITHUB_WEBHOOK_ADDR="+ghAddr)
