@@ -25,7 +25,11 @@ func TestMayClaim(t *testing.T) {
 		{"a Slack gate answer", gateEv("slack:E1", ref, "approved"), subject(catalog.GateFeedback), ""},
 		{"a session's question", questionEv("loop:ask:1", ref, "which one?"), subject(catalog.SessionAwaitingInput), ""},
 		{"a graph notification", notifyEv("loop:n:1", ref), subject(catalog.PhaseApprovalPending), ""},
-		{"an operator's control", func() *loopv1.Event { e := controlEv("cli:1", ref, "pause", ""); e.Source = catalog.SourceCLI; return e }(),
+		{"an operator's control", func() *loopv1.Event {
+			e := controlEv("cli:1", ref, "pause", "")
+			e.Source = catalog.SourceCLI
+			return e
+		}(),
 			subject(catalog.ControlCommand), ""},
 		{"a gate answer inside a question's subject", gateEv("slack:E2", ref, "approved"), subject(catalog.SessionAwaitingInput), "says type"},
 		{"a gate answer from the loop", func() *loopv1.Event { e := gateEv("loop:E3", ref, "approved"); e.Source = catalog.SourceLoop; return e }(),
@@ -38,7 +42,11 @@ func TestMayClaim(t *testing.T) {
 			subject(catalog.SessionAwaitingInput), "names a person"},
 		{"a session's question naming a Slack member", withActor(questionEv("loop:ask:3", ref, "q"), &loopv1.Actor{Slack: "UALICE"}),
 			subject(catalog.SessionAwaitingInput), "names a person"},
-		{"a comment.human from Slack", func() *loopv1.Event { e := gateEv("slack:E6", ref, "x"); e.Type = string(catalog.CommentHuman); return e }(),
+		{"a comment.human from Slack", func() *loopv1.Event {
+			e := gateEv("slack:E6", ref, "x")
+			e.Type = string(catalog.CommentHuman)
+			return e
+		}(),
 			subject(catalog.CommentHuman), "does not raise it"},
 		{"no type on the subject", gateEv("slack:E7", ref, "approved"), "loop.in.3", "says type"},
 	}
