@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -262,4 +263,34 @@ func (s *Server) wipe(t testing.TB) {
 			t.Fatalf("bustest: delete stream %s: %v", n, err)
 		}
 	}
+}
+
+// StartFromConfig starts an in-process nats-server from a nats.conf file, as
+// a deployment runs it, with what cannot run in a test replaced: a free
+// port, no monitoring port, the JetStream store in a temporary directory, no
+// cluster routes (a cluster's peers are not there). What the test is about —
+// authorization, limits, JetStream settings — stays as the file says. The
+// server stops when t ends.
+func StartFromConfig(t testing.TB, confPath string) *Server {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(confPath)
+	if err != nil {
+		t.Fatalf("bustest: %s: %v", confPath, err)
+	}
+	opts.Host, opts.Port, opts.HTTPPort = "127.0.0.1", -1, 0
+	opts.StoreDir = t.TempDir()
+	opts.Cluster = server.ClusterOpts{}
+	opts.Routes = nil
+	opts.NoSigs, opts.NoLog = true, true
+	opts.PidFile = ""
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("bustest: %s: %v", confPath, err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatalf("bustest: the server of %s did not start", confPath)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return &Server{url: srv.ClientURL(), external: true}
 }
