@@ -60,7 +60,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	raw := startRaw(b, c)
 
 	posted := watchPosts(c.slack)
-	ledgered := watchStreams(b, c.natsPort, "loop.ev.>", "raw.ev.>")
+	ledgered := watchStreams(b, c, "loop.ev.>", "raw.ev.>")
 	seq := 0
 	next := func() (number, n int) {
 		seq++
@@ -159,6 +159,104 @@ func BenchmarkEndToEnd(b *testing.B) {
 	})
 }
 
+// natsOptions are the options of a plain NATS client of the test: named, and
+// with authorization on, the operator's identity.
+func (c *cluster) natsOptions(b testing.TB, name string) []nats.Option {
+	b.Helper()
+	opts := []nats.Option{nats.Name(name)}
+	if c.auth != "" {
+		o, err := nats.NkeyOptionFromSeed(c.seed("operator"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		opts = append(opts, o)
+	}
+	return opts
+}
+
+// BenchmarkEndToEndAuth is what authorization costs: the pipeline's own
+// throughput — signed webhooks from 8 concurrent senders until every event
+// is on loop.ev (ingress-github, the inbox, the ledger-writer recording on
+// the GitHub fake, the fan-out) — on two systems started side by side, one
+// with NATS authorization off and one with every service its own NKey
+// identity. Rounds alternate between the two so that both see the same
+// machine; each sub-benchmark reports the events/s of its rounds, and `make
+// bench` prints auth=on against auth=off.
+func BenchmarkEndToEndAuth(b *testing.B) {
+	systems := map[string]*cluster{
+		"auth=off": startCluster(b, clusterOptions{logLevel: "warn", noAuth: true, replicas: 1}),
+		"auth=on":  startCluster(b, clusterOptions{logLevel: "warn", replicas: 1}),
+	}
+	order := []string{"auth=off", "auth=on"}
+	watches := map[string]*watch{}
+	for _, name := range order {
+		c := systems[name]
+		c.addIssues(8)
+		watches[name] = watchStreams(b, c, "loop.ev.>")
+	}
+	// A fixed load: a parent benchmark that runs sub-benchmarks runs once,
+	// with b.N 1.
+	const rounds, perRound = 4, 150
+	elapsed := map[string]time.Duration{}
+	sent := map[string]int{}
+	seq := 0
+	for r := range rounds {
+		for i := range order {
+			// Alternate which system goes first in a round.
+			name := order[(i+r)%len(order)]
+			c := systems[name]
+			var keys []string
+			type job struct{ number, n int }
+			jobs := make(chan job, perRound)
+			for range perRound {
+				seq++
+				number, n := c.issues[seq%len(c.issues)], 5000+seq
+				jobs <- job{number, n}
+				keys = append(keys, tokenFor(number, n))
+			}
+			close(jobs)
+			start := time.Now()
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := range jobs {
+						if err := c.githubComment(context.Background(), j.number, deliveryID(j.number, j.n), "auth bench "+tokenFor(j.number, j.n)); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				b.Fatal(err)
+			}
+			var last time.Time
+			for _, k := range keys {
+				at, err := watches[name].wait(k, 10*time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if at.After(last) {
+					last = at
+				}
+			}
+			elapsed[name] += last.Sub(start)
+			sent[name] += perRound
+		}
+	}
+	for _, name := range order {
+		b.Run(name, func(b *testing.B) {
+			b.ReportMetric(float64(sent[name])/elapsed[name].Seconds(), "events/s")
+			b.ReportMetric(float64(elapsed[name].Nanoseconds())/float64(sent[name]), "ns/event")
+		})
+	}
+}
+
 func reportPercentiles(b *testing.B, lat []time.Duration) {
 	if len(lat) == 0 {
 		return
@@ -194,10 +292,10 @@ func watchPosts(s *slackfake.Server) *watch {
 
 // watchStreams watches the messages published on subjects, through a
 // plain NATS subscription (no consumer: it takes nothing from the streams).
-func watchStreams(b *testing.B, natsPort int, subjects ...string) *watch {
+func watchStreams(b *testing.B, c *cluster, subjects ...string) *watch {
 	b.Helper()
 	w := newWatch(fmt.Sprintf("published on %v", subjects))
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", natsPort), nats.Name("bench-watch"))
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort), c.natsOptions(b, "bench-watch")...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -255,7 +353,7 @@ const rawSecret = "raw-webhook-secret"
 func startRaw(b *testing.B, c *cluster) *rawPath {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort), nats.Name("bench-raw"))
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort), c.natsOptions(b, "bench-raw")...)
 	if err != nil {
 		b.Fatal(err)
 	}

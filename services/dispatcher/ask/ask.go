@@ -1,5 +1,5 @@
 // Package ask is the question an agent session asks a person on its work
-// item (docs/requirements.md, the question record): session.awaiting_input on
+// item (docs/architecture.md, "The ledger"): session.awaiting_input on
 // the inbox, and the wait until the ledger has recorded it — the record is the
 // question comment itself, one comment — returning its URL.
 //
