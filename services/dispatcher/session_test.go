@@ -466,7 +466,9 @@ func TestSessionTokenRotatesOnRespawn(t *testing.T) {
 		t.Errorf("registry after the respawn: the new token is not the session's alone (next %q)", rec.NextTokenHash)
 	}
 	e.wantRefused("the token of the process before the respawn", http.StatusUnauthorized, refusedBadToken, ref, sessionapi.PathStatus,
-		func() (int, []byte) { return e.call(old.URL, http.MethodGet, sessionapi.PathStatus, bearer(old.Token), nil) })
+		func() (int, []byte) {
+			return e.call(old.URL, http.MethodGet, sessionapi.PathStatus, bearer(old.Token), nil)
+		})
 	if status, body := e.call(cur.URL, http.MethodGet, sessionapi.PathStatus, bearer(cur.Token), nil); status != http.StatusOK {
 		t.Errorf("the new token: %d %s", status, body)
 	}
@@ -511,7 +513,9 @@ func TestSessionTokenOfAnInterruptedSpawn(t *testing.T) {
 		t.Errorf("registry after the finished spawn: status %s, token not the running process's alone", rec.Status)
 	}
 	e.wantRefused("the claim's token, which no process holds", http.StatusUnauthorized, refusedBadToken, ref, sessionapi.PathStatus,
-		func() (int, []byte) { return e.call(agent.URL, http.MethodGet, sessionapi.PathStatus, bearer(stale), nil) })
+		func() (int, []byte) {
+			return e.call(agent.URL, http.MethodGet, sessionapi.PathStatus, bearer(stale), nil)
+		})
 
 	// The crash came after tmux started the claim's process: it keeps its token.
 	const ref2 = "github:octo/repo#67"
