@@ -198,12 +198,27 @@ func (h *host) run(ctx context.Context) (err error) {
 		return nil
 	})
 
+	// A credential the server refuses ends provisioning at once with the
+	// reason, rather than after its timeout with none.
+	rctx, refused := context.WithCancelCause(ctx)
+	defer refused(nil)
+	for _, c := range conns {
+		go func() {
+			if err := c.Refused(rctx); err != nil {
+				refused(err)
+			}
+		}()
+	}
 	topo := bus.DefaultTopology()
 	topo.Partitions = h.settings.Common.Partitions
 	topo.Replicas = h.settings.Common.Replicas
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	pctx, cancel := context.WithTimeout(rctx, 30*time.Second)
 	err = conns[h.defs[0].name].Provision(pctx, topo)
 	cancel()
+	var ae *bus.AuthError
+	if cause := context.Cause(rctx); errors.As(cause, &ae) {
+		return cause
+	}
 	if err != nil {
 		return fmt.Errorf("provision streams and consumers: %w", err)
 	}

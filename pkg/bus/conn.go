@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -68,6 +69,9 @@ type Conn struct {
 	// Drain, or the server refusing the credential twice).
 	closed  chan struct{}
 	denials *denials
+	// otherIdentity is closed when the server denies the connection its
+	// own reply subjects: the credential is another identity's.
+	otherIdentity chan struct{}
 }
 
 // ErrClosed is returned by operations on a connection that was closed.
@@ -102,6 +106,8 @@ func connect(ctx context.Context, opts Options, extra ...nats.Option) (*Conn, er
 	log := opts.Logger.With("component", "bus", "conn", opts.Name)
 	closed := make(chan struct{})
 	denied := newDenials()
+	otherIdentity := make(chan struct{})
+	var otherOnce sync.Once
 	nopts := []nats.Option{
 		nats.Name(opts.Name),
 		// The nats.go default gives up after 60 attempts (about 2 minutes):
@@ -136,6 +142,14 @@ func connect(ctx context.Context, opts Options, extra ...nats.Option) (*Conn, er
 				log.Error("nats: publish denied by the connection's permissions", "subject", subject, "identity", opts.Identity)
 				return
 			}
+			if inboxDenied(err, opts.Identity) {
+				otherOnce.Do(func() {
+					log.Error("nats: the server denies this connection its own reply subjects: the credential is another identity's",
+						"identity", opts.Identity, "credential", opts.Credentials.Kind(), "setting", opts.Credentials.Setting)
+					close(otherIdentity)
+				})
+				return
+			}
 			subj := ""
 			if sub != nil {
 				subj = sub.Subject
@@ -160,7 +174,7 @@ func connect(ctx context.Context, opts Options, extra ...nats.Option) (*Conn, er
 		nc.Close()
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
 	}
-	return &Conn{nc: nc, js: js, log: log, opts: opts, closed: closed, denials: denied}, nil
+	return &Conn{nc: nc, js: js, log: log, opts: opts, closed: closed, denials: denied, otherIdentity: otherIdentity}, nil
 }
 
 func (o Options) authError(err error) *AuthError {
@@ -171,21 +185,37 @@ func (o Options) authError(err error) *AuthError {
 	return &AuthError{Conn: o.Name, Setting: setting, Kind: o.Credentials.Kind(), Err: err}
 }
 
-// Refused blocks until ctx ends (nil) or the connection is closed because
-// the server refused its credential (an *AuthError naming the connection
-// and the setting). A host runs it beside its services so that a wrong or
-// missing credential stops the process with a clear error rather than
-// leaving it unready forever.
+// ErrOtherIdentity: the server admits the credential but denies the
+// connection the reply subjects of the identity it connects as, so the
+// credential is another identity's (two services' secrets swapped).
+var ErrOtherIdentity = errors.New("the credential is not this identity's: the server denies it the identity's reply subjects")
+
+// Refused blocks until ctx ends (nil) or the server refuses the
+// connection's credential: it closed the connection for it, or denied it
+// the reply subjects of its identity (ErrOtherIdentity). Either is an
+// *AuthError naming the connection and the setting. A host runs it beside
+// its services so that a wrong or missing credential stops the process with
+// a clear error rather than leaving it unready forever, or every request
+// timing out.
 func (c *Conn) Refused(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return nil
+	case <-c.otherIdentity:
+		return c.opts.authError(fmt.Errorf("%w (%s)", ErrOtherIdentity, c.opts.Identity))
 	case <-c.closed:
 	}
 	if err := c.nc.LastError(); isAuthErr(err) {
 		return c.opts.authError(err)
 	}
 	return nil
+}
+
+// inboxDenied reports whether err is the server denying a subscription to
+// identity's own reply subjects.
+func inboxDenied(err error, identity string) bool {
+	return identity != "" && errors.Is(err, nats.ErrPermissionViolation) &&
+		strings.Contains(err.Error(), `Subscription to "`+InboxPrefix(identity)+".")
 }
 
 // RedactURL strips user info (user, password, token) from every URL of a

@@ -39,6 +39,7 @@ const (
 	refusedElsewhere   = "hosted-elsewhere"
 	refusedEmptyAsk    = "empty-question"
 	refusedBadRequest  = "bad-request"
+	refusedTooLarge    = "too-large"
 	refusedUnavailable = "registry-unavailable"
 )
 
@@ -128,6 +129,22 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// readBody decodes the request's JSON body into v, or refuses it: a body
+// over sessionapi.MaxRequestBytes says so (a question that long is no
+// malformed request), anything else that is not shape is a bad request.
+func readBody(r *http.Request, v any, shape string) (int, refusal, bool) {
+	err := json.NewDecoder(r.Body).Decode(v)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge, refusal{refusedTooLarge,
+			fmt.Sprintf("the request is larger than %d bytes", tooLarge.Limit)}, false
+	case err != nil:
+		return http.StatusBadRequest, refusal{refusedBadRequest, "bad request: want JSON " + shape}, false
+	}
+	return 0, refusal{}, true
+}
+
 // ownRef refuses a request that names a work item other than the session's.
 func ownRef(asked, ref string) (refusal, bool) {
 	if asked != "" && asked != ref {
@@ -141,15 +158,16 @@ func ownRef(asked, ref string) (refusal, bool) {
 // ledger to record it.
 func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, sess *registry.Session, token string) (int, any) {
 	var req sessionapi.AskRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		return http.StatusBadRequest, refusal{refusedBadRequest, "bad request: want JSON {\"question\": \"…\"}"}
+	if status, e, ok := readBody(r, &req, `{"question": "…"}`); !ok {
+		return status, e
 	}
 	if e, ok := ownRef(req.Ref, ref); !ok {
 		return http.StatusForbidden, e
 	}
 	// The session's own token is in its environment, which an agent may
-	// be talked into pasting ("$(env)"): it never leaves with the text.
-	question := s.scrub(strings.ReplaceAll(req.Question, token, "[session token]"))
+	// be talked into pasting ("$(env)"): it never leaves with the text, nor
+	// does any other session's.
+	question := s.scrub(sessionapi.Scrub(req.Question, token))
 	if strings.TrimSpace(question) == "" {
 		return http.StatusBadRequest, refusal{refusedEmptyAsk, "the question is empty"}
 	}
@@ -159,11 +177,9 @@ func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, s
 	}
 	wait = min(wait, askWaitMax)
 	ev := ask.Event(ref, question, sess.HarnessSessionID, sess.TmuxTarget, time.Now())
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	url, err := ask.Publish(wctx, s.deps.Conn, ev)
+	url, err := ask.Publish(ctx, s.deps.Conn, ev, wait)
 	switch {
-	case errors.Is(err, context.DeadlineExceeded) && url == "":
+	case errors.Is(err, ask.ErrPending):
 		return http.StatusAccepted, sessionapi.AskAnswer{ID: ev.GetId(), Pending: true}
 	case errors.Is(err, ask.ErrFailed):
 		return http.StatusBadGateway, map[string]string{"error": err.Error(), "id": ev.GetId()}
@@ -177,8 +193,8 @@ func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, s
 // sessionComplete completes the session's own agent node.
 func (s *Service) sessionComplete(ctx context.Context, r *http.Request, ref string, _ *registry.Session, _ string) (int, any) {
 	var req sessionapi.CompleteRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		return http.StatusBadRequest, refusal{refusedBadRequest, "bad request: want JSON {}"}
+	if status, e, ok := readBody(r, &req, `{}`); !ok {
+		return status, e
 	}
 	if e, ok := ownRef(req.Ref, ref); !ok {
 		return http.StatusForbidden, e

@@ -37,8 +37,13 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 		prev, recovering = nil, false
 		if r.Session.Live() {
 			if r.Session.Status == registry.Spawning && r.Session.Pending == evID && r.Session.Host == s.set.Host {
+				// Our own claim from before a crash. A process that claim
+				// started holds the token of that attempt; one started now
+				// gets this token, whose hash replaces the old one only once
+				// it runs.
 				recovering, id = true, r.Session.HarnessSessionID
-				return registry.ErrNoChange
+				r.Session.NextTokenHash = tokenHash
+				return nil
 			}
 			return errLive
 		}
@@ -72,6 +77,7 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 	p := s.render(in, true, s.graphs.context(ctx, s.deps.Conn, s.deps.Config().Graphs.Registry(), in.ref, ""))
 	argv := append([]string{h.Command()}, h.SpawnArgv(p, id)...)
 	err = s.tmux.Spawn(ctx, target, s.set.Workdir, s.sessionEnv(token), argv)
+	started := err == nil
 	if err != nil && recovering && errors.Is(err, tmux.ErrOccupied) {
 		err = nil // our own spawn from before the crash: it booted with this event
 	}
@@ -102,6 +108,10 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 			return registry.ErrNoChange
 		}
 		r.Session.Status = registry.Active
+		if started {
+			r.Session.TokenHash = tokenHash
+		}
+		r.Session.NextTokenHash = ""
 		r.Session.Remember(evID, time.Now().UTC())
 		return nil
 	})
@@ -210,7 +220,9 @@ func (s *Service) averted(ctx context.Context, store *registry.Store, in *input,
 	if err := s.tmux.Deliver(ctx, target, p); err != nil {
 		return s.failed(ctx, store, in, sess, err)
 	}
-	if err := s.delivered(ctx, store, in, func(*registry.Session) {}); err != nil {
+	// The occupant keeps its own token; the one made for the respawn went
+	// to no process.
+	if err := s.delivered(ctx, store, in, func(ss *registry.Session) { ss.NextTokenHash = "" }); err != nil {
 		return err
 	}
 	s.m.deliveries.WithLabelValues("delivered").Inc()

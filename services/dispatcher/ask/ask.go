@@ -53,14 +53,25 @@ func Event(ref, question, sessionID, terminal string, now time.Time) *loopv1.Eve
 	}
 }
 
-// Publish puts the question on the inbox and waits (bounded by ctx) for its
-// record, returning the record's URL. On a timeout the question is on the
-// bus and will be recorded.
-func Publish(ctx context.Context, c *bus.Conn, ev *loopv1.Event) (string, error) {
+// ErrPending: the wait ended before the ledger recorded the question, which
+// is on the bus and will be recorded.
+var ErrPending = errors.New("the question is on the bus but not recorded yet")
+
+// Publish puts the question on the inbox (bounded by ctx) and then waits up
+// to wait for its record, returning the record's URL, or ErrPending when the
+// wait ends first. The wait bounds only the wait: however short, it never
+// cuts the publish off, so ErrPending always means the question is stored.
+func Publish(ctx context.Context, c *bus.Conn, ev *loopv1.Event, wait time.Duration) (string, error) {
 	if _, err := graphstate.Publish(ctx, c, ev); err != nil {
 		return "", fmt.Errorf("publish the question: %w", err)
 	}
-	return Await(ctx, c, ev.GetId(), ev.GetSubject())
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	url, err := Await(wctx, c, ev.GetId(), ev.GetSubject())
+	if err != nil && !errors.Is(err, ErrFailed) && wctx.Err() != nil && ctx.Err() == nil {
+		return "", ErrPending
+	}
+	return url, err
 }
 
 // claim is what the ledger-writer keeps in KV "ledger" per event id

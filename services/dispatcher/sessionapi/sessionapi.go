@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -82,6 +83,27 @@ func TokenRef(token string) (string, bool) {
 		return "", false
 	}
 	return string(ref), true
+}
+
+// TokenPlaceholder stands where Scrub removed a session token.
+const TokenPlaceholder = "[session token]"
+
+// tokenPattern is a whole session token, whichever session's: sessions run
+// as one OS user, so an agent can read another session's environment too.
+var tokenPattern = regexp.MustCompile(`lst1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43}`)
+
+// Scrub removes session tokens from text a session sends toward GitHub and
+// Slack: every well-formed token, and own's secret part wherever it stands
+// (alone it is enough to rebuild the token, the rest being the work item's
+// public ref). The general scrubber (pkg/redact) misses a token's secret
+// when it happens to hold no digit, and cuts a token apart before a pattern
+// could find it, so this runs first.
+func Scrub(text, own string) string {
+	text = tokenPattern.ReplaceAllLiteralString(text, TokenPlaceholder)
+	if _, secret, ok := strings.Cut(strings.TrimPrefix(own, tokenPrefix), "."); ok && len(secret) == 43 {
+		text = strings.ReplaceAll(text, secret, TokenPlaceholder)
+	}
+	return text
 }
 
 // AskRequest asks a person on the session's work item.

@@ -2,14 +2,40 @@ package tmux
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 )
+
+// envDump, set in a process's environment, makes this test binary write
+// its environment (a JSON object) to the file it names and exit: the
+// command of a session whose environment a test checks.
+const envDump = "TMUX_TEST_ENV_DUMP"
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(envDump); path != "" {
+		env := map[string]string{}
+		for _, kv := range os.Environ() {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		b, _ := json.Marshal(env)
+		if err := os.WriteFile(path+".tmp", b, 0o600); err == nil {
+			_ = os.Rename(path+".tmp", path)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
 
 func TestTarget(t *testing.T) {
 	for ref, want := range map[string]string{
@@ -115,4 +141,125 @@ func TestContains(t *testing.T) {
 			t.Errorf("Contains(%q) = %v, want %v", tt.text, got, tt.want)
 		}
 	}
+}
+
+// waitFile waits for path to exist and returns its contents.
+func waitFile(t *testing.T, path string) []byte {
+	t.Helper()
+	for i := 0; i < 3000; i++ {
+		if b, err := os.ReadFile(path); err == nil {
+			return b
+		}
+		_ = exec.Command("sleep", "0.02").Run()
+	}
+	t.Fatalf("%s was never written", path)
+	return nil
+}
+
+// TestSpawnEnvironmentIsExactlyItsOwn: a session's command starts with the
+// environment Spawn is given and nothing else, even on a tmux server an
+// operator started from a shell full of secrets (a pane otherwise inherits
+// the server's global environment).
+func TestSpawnEnvironmentIsExactlyItsOwn(t *testing.T) {
+	socket := tmuxtest.Socket(t)
+	op := exec.Command("tmux", "-L", socket, "new-session", "-d", "-s", "operator", "--", "sleep", "600")
+	op.Env = append(os.Environ(), "OPERATOR_SECRET=operator-secret-19ab")
+	if out, err := op.CombinedOutput(); err != nil {
+		t.Fatalf("tmux new-session: %v: %s", err, out)
+	}
+	if out, err := exec.Command("tmux", "-L", socket, "set-environment", "-g", "DIRTY_GLOBAL", "dirty").CombinedOutput(); err != nil {
+		t.Fatalf("tmux set-environment: %v: %s", err, out)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "env.json")
+	want := map[string]string{envDump: out, "PLAIN": "1", "SPACED": "a b", "TRAILING": "ends;", "EQUALS": "k=v"}
+	s := &Server{Socket: socket, RemainOnExit: true}
+	if err := s.Spawn(context.Background(), "loop-env-1", t.TempDir(), want, []string{exe}); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]string
+	if err := json.Unmarshal(waitFile(t, out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the session's environment (-want +got):\n%s", diff)
+	}
+}
+
+// TestServerStartsWithItsOwnEnvironment: a tmux server started by a
+// Server's command keeps Server.Env as its global environment, not the
+// caller's (the dispatcher's, with its bus credential).
+func TestServerStartsWithItsOwnEnvironment(t *testing.T) {
+	t.Setenv("DISPATCHER_SECRET", "dispatcher-secret-77c1")
+	s := &Server{Socket: tmuxtest.Socket(t), Env: []string{"PATH=" + os.Getenv("PATH"), "KEEP=1"}}
+	ctx := context.Background()
+	if err := s.Spawn(ctx, "loop-env-2", "", nil, []string{"sleep", "600"}); err != nil {
+		t.Fatal(err)
+	}
+	global, _, err := s.run(ctx, nil, "show-environment", "-g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(global, "KEEP=1\n") || strings.Contains(global, "DISPATCHER_SECRET") {
+		t.Errorf("the server's global environment:\n%s", global)
+	}
+}
+
+func TestPasteable(t *testing.T) {
+	for _, tt := range []struct{ name, in, want string }{
+		{"plain text", "Please look at the parser.", "Please look at the parser."},
+		{"tabs and newlines", "a\tb\nc\r\nd", "a\tb\nc\r\nd"},
+		{"ordinary Unicode", "ünïcode — 日本語 🎉 \u00a0nbsp", "ünïcode — 日本語 🎉 \u00a0nbsp"},
+		{"ESC", "a\x1bb", "ab"},
+		{"the end of a bracketed paste", "text\x1b[201~rm -rf ~\r", "text[201~rm -rf ~\r"},
+		{"an OSC title with BEL", "\x1b]0;pwned\x07x", "]0;pwnedx"},
+		{"C1 CSI in UTF-8", "\u009b31mred", "31mred"},
+		{"C1 NEL and OSC", "a\u0085b\u009dc", "abc"},
+		{"a raw C1 byte", "a\x9b1m", "a\uFFFD1m"},
+		{"DEL", "a\x7fb", "ab"},
+		{"NUL", "a\x00b", "ab"},
+		{"backspace, ^C, ^D, vertical tab, form feed", "a\bb\x03c\x04d\ve\ff", "abcdef"},
+	} {
+		if got := Pasteable(tt.in); got != tt.want {
+			t.Errorf("%s: Pasteable(%q) = %q, want %q", tt.name, tt.in, got, tt.want)
+		}
+	}
+}
+
+// FuzzPasteable: whatever the text, what is pasted is valid UTF-8 with no
+// control character a terminal acts on but tab, newline and carriage
+// return; it is stable; and text without such characters is untouched.
+func FuzzPasteable(f *testing.F) {
+	for _, s := range []string{"", "plain", "a\x1b[201~b", "\u009b2J", "\x9b", "\x7f\x00\t\n\r", "ünï\u0085", "\xff\xfe\x1b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		out := Pasteable(in)
+		if !utf8.ValidString(out) {
+			t.Fatalf("Pasteable(%q) = %q: not valid UTF-8", in, out)
+		}
+		for _, r := range out {
+			if r == '\t' || r == '\n' || r == '\r' {
+				continue
+			}
+			if r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f {
+				t.Fatalf("Pasteable(%q) = %q keeps %U", in, out, r)
+			}
+		}
+		if Pasteable(out) != out {
+			t.Fatalf("Pasteable is not stable on %q", in)
+		}
+		clean := utf8.ValidString(in)
+		for _, r := range in {
+			if r != '\t' && r != '\n' && r != '\r' && (r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f) {
+				clean = false
+			}
+		}
+		if clean && out != in {
+			t.Fatalf("Pasteable changed clean text %q to %q", in, out)
+		}
+	})
 }
