@@ -35,9 +35,19 @@ const (
 type ServiceError struct {
 	Code        string
 	Description string
+	// Err is the error answered, when there is one (FailWith): what a
+	// caller in the same process may test with errors.Is.
+	Err error
 }
 
 func (e *ServiceError) Error() string { return e.Description + " (" + e.Code + ")" }
+
+func (e *ServiceError) Unwrap() error { return e.Err }
+
+// FailWith is Fail answering err's text, keeping err for errors.Is.
+func FailWith(code string, err error) error {
+	return &ServiceError{Code: code, Description: err.Error(), Err: err}
+}
 
 // Fail is the error a RequestHandler returns to answer with code and description.
 // Any other error is answered as CodeInternal with the error's text, so a

@@ -64,7 +64,7 @@ var types = []Type{
 	{"session.paused", slog.LevelInfo, "An agent session was paused."},
 	{"session.resumed", slog.LevelInfo, "An agent session was resumed."},
 	{"session.closed", slog.LevelInfo, "An agent session was closed."},
-	{"session.refused", slog.LevelWarn, "A request to the session endpoint was refused; reason is one of no-token, bad-token, no-session, other-work-item, hosted-elsewhere, empty-question, bad-request, too-large, registry-unavailable."},
+	{"session.refused", slog.LevelWarn, "A request to the session endpoint was refused; reason is one of no-token, bad-token, no-session, other-work-item, hosted-elsewhere, empty-question, bad-request, too-large, registry-unavailable, human-gate."},
 	{"graph.advanced", slog.LevelInfo, "A work item's graph moved to another node."},
 	{"graph.completed", slog.LevelInfo, "A work item's graph reached a terminal node."},
 	{"config.reloaded", slog.LevelInfo, "The operator config was reloaded."},

@@ -153,6 +153,12 @@ func (s *Service) graphComplete(ctx context.Context, data []byte) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
+	return s.complete(ctx, ref, catalog.SourceCLI)
+}
+
+// complete moves ref's agent node on; source says who asked (an operator's
+// CLI, or the work item's own session), for the log.
+func (s *Service) complete(ctx context.Context, ref, source string) ([]byte, error) {
 	store, err := s.graphs.open(ctx, s.deps.Conn)
 	if err != nil {
 		return nil, bus.Fail(bus.CodeUnavailable, "graph state unavailable: %v", err)
@@ -161,16 +167,16 @@ func (s *Service) graphComplete(ctx context.Context, data []byte) ([]byte, error
 	st, t, err := store.CompleteAndPublish(ctx, s.deps.Conn, cfg.Graphs.Registry(), ref, cfg.Channels.Slack.MaxChars)
 	switch {
 	case errors.Is(err, graphstate.ErrNoState):
-		return nil, bus.Fail(bus.CodeNotFound, "%v", err)
+		return nil, bus.FailWith(bus.CodeNotFound, err)
 	case errors.Is(err, graphstate.ErrHumanGate), errors.Is(err, graph.ErrTerminal),
 		errors.Is(err, graphstate.ErrUnknownGraph), errors.Is(err, graphstate.ErrOtherRef):
-		return nil, bus.Fail(bus.CodeConflict, "%v", err)
+		return nil, bus.FailWith(bus.CodeConflict, err)
 	case err != nil && (st == nil || t.To == ""):
 		return nil, err
 	}
 	// Moved (the notifications may have failed: err says so, after the log).
 	attrs := []slog.Attr{slog.String("work_item", ref), slog.String("graph", st.Graph), slog.String("from", t.From),
-		slog.String("to", t.To), slog.String("outcome", string(t.Outcome)), slog.String("source", "cli")}
+		slog.String("to", t.To), slog.String("outcome", string(t.Outcome)), slog.String("source", source)}
 	s.deps.Events.Emit(ctx, "graph.advanced", attrs...)
 	if st.Terminal() {
 		s.deps.Events.Emit(ctx, "graph.completed", slog.String("work_item", ref), slog.String("graph", st.Graph),

@@ -46,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		sessionRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_dispatcher_session_refused_total",
-			Help: "Requests to the session endpoint refused, by reason: no-token, bad-token, no-session, other-work-item, hosted-elsewhere, empty-question, bad-request, too-large, registry-unavailable.",
+			Help: "Requests to the session endpoint refused, by reason: no-token, bad-token, no-session, other-work-item, hosted-elsewhere, empty-question, bad-request, too-large, registry-unavailable, human-gate.",
 		}, []string{"reason"}),
 		depth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "loop_dispatcher_queue_depth",

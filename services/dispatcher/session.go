@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/redact"
 	"github.com/the-loop/bus/services/dispatcher/ask"
+	"github.com/the-loop/bus/services/dispatcher/graphstate"
 	"github.com/the-loop/bus/services/dispatcher/registry"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
@@ -41,6 +43,7 @@ const (
 	refusedBadRequest  = "bad-request"
 	refusedTooLarge    = "too-large"
 	refusedUnavailable = "registry-unavailable"
+	refusedHumanGate   = "human-gate"
 )
 
 // listenSessions opens the session endpoint's listener and returns the URL
@@ -185,7 +188,7 @@ func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, s
 		return http.StatusBadGateway, map[string]string{"error": err.Error(), "id": ev.GetId()}
 	case err != nil:
 		s.deps.Log.Warn("dispatcher: session ask", "work_item", ref, "event_id", ev.GetId(), "err", err)
-		return http.StatusServiceUnavailable, map[string]string{"error": "the question could not be put on the bus; try again", "id": ev.GetId()}
+		return http.StatusServiceUnavailable, map[string]string{"error": "the question could not be published, or its record not read; asking again is safe (one question is stored once per request)", "id": ev.GetId()}
 	}
 	return http.StatusOK, sessionapi.AskAnswer{ID: ev.GetId(), URL: url}
 }
@@ -199,7 +202,13 @@ func (s *Service) sessionComplete(ctx context.Context, r *http.Request, ref stri
 	if e, ok := ownRef(req.Ref, ref); !ok {
 		return http.StatusForbidden, e
 	}
-	return s.graphAnswer(s.graphComplete(ctx, mustRequest(ref)))
+	data, err := s.complete(ctx, ref, catalog.SourceSession)
+	if errors.Is(err, graphstate.ErrHumanGate) {
+		// A session trying to pass a human gate is the attack this
+		// endpoint exists to stop: refused, and recorded as such.
+		return http.StatusConflict, refusal{refusedHumanGate, err.Error()}
+	}
+	return s.graphAnswer(data, err)
 }
 
 // sessionStatus is the session's own work item's graph state.
