@@ -215,4 +215,3 @@ func TestKubernetesIdentities(t *testing.T) {
 		}
 	}
 }
-

@@ -188,7 +188,7 @@ func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, s
 		return http.StatusBadGateway, map[string]string{"error": err.Error(), "id": ev.GetId()}
 	case err != nil:
 		s.deps.Log.Warn("dispatcher: session ask", "work_item", ref, "event_id", ev.GetId(), "err", err)
-		return http.StatusServiceUnavailable, map[string]string{"error": "the question could not be published, or its record not read; asking again is safe (one question is stored once per request)", "id": ev.GetId()}
+		return http.StatusServiceUnavailable, map[string]string{"error": "the question could not be published, or its record could not be read; the dispatcher log says which", "id": ev.GetId()}
 	}
 	return http.StatusOK, sessionapi.AskAnswer{ID: ev.GetId(), URL: url}
 }
