@@ -267,14 +267,31 @@ func (c *cluster) seed(identity string) string {
 	return filepath.Join(c.auth, "nats", identity+".nk")
 }
 
+// handedOut are the ports freePortTB returned in this test binary: a port
+// is free once its probe closes, so the kernel may offer it again to the
+// next probe — and a cluster gave one port to both a dispatcher's admin
+// server and its session endpoint.
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[int]bool{}
+)
+
 func freePortTB(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOutMu.Lock()
+	defer handedOutMu.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !handedOut[port] {
+			handedOut[port] = true
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // baseEnv is the test's environment without any LOOP_* variable (the
