@@ -232,17 +232,17 @@ func (h *host) run(ctx context.Context) (err error) {
 	g, gctx := errgroup.WithContext(ctx)
 	current := func() *config.Config { return defaultConfig }
 	var checks runtime.ConfigChecks
+	var watcher *config.Watcher
 	if path := h.settings.Common.ConfigPath; path != "" {
-		watcher, err := config.NewWatcher(path, h.log)
+		watcher, err = config.NewWatcher(path, h.log)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("operator config: %w", err)
 		}
 		current, checks = watcher.Current, watcher
-		g.Go(func() error { return watcher.Run(gctx) })
 	}
 	names := make([]string, 0, len(h.defs))
-	for _, def := range h.defs {
+	for i, def := range h.defs {
 		conn := conns[def.name]
 		deps := runtime.Deps{
 			Conn:       conn,
@@ -262,6 +262,11 @@ func (h *host) run(ctx context.Context) (err error) {
 		if def.needsKey {
 			deps.EnvelopeKey = h.envelopeKey
 		}
+		if watcher != nil && i == 0 {
+			// One watcher serves the host's services: its reloads are
+			// recorded once, by the first of them.
+			reportReloads(gctx, watcher, deps.Events)
+		}
 		svc, err := def.new(deps, hostKind{serve: h.serve})
 		if err != nil {
 			ln.Close()
@@ -278,12 +283,29 @@ func (h *host) run(ctx context.Context) (err error) {
 			return err
 		})
 	}
+	if watcher != nil {
+		g.Go(func() error { return watcher.Run(gctx) })
+	}
 	g.Go(func() error { return httpserver.Serve(gctx, ln, httpserver.AdminMux(ready, reg), h.log) })
 	fmt.Fprintf(h.stdout, "%s: running %s; Ctrl-C drains and stops\n", h.name, strings.Join(names, ", "))
 	if h.started != nil {
 		h.started(ready)
 	}
 	return g.Wait()
+}
+
+// reportReloads records the watcher's reloads in the event log: a good edit
+// as config.reloaded, a refused one — broken, or failing a service's check
+// such as the ledger login's (docs/decisions/027-ledger-login-is-not-a-person.md)
+// — as config.reload_failed with why, the previous config staying in force.
+func reportReloads(ctx context.Context, w *config.Watcher, events *eventlog.Logger) {
+	w.OnReload(func(err error) {
+		if err != nil {
+			events.Emit(ctx, "config.reload_failed", slog.String("error", err.Error()))
+			return
+		}
+		events.Emit(ctx, "config.reloaded")
+	})
 }
 
 // logPublisher sends event-log records to loop.log.> with a core publish: the

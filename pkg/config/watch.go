@@ -43,6 +43,7 @@ type Watcher struct {
 	warnings []Warning
 	subs     map[chan *Config]struct{}
 	checks   []Check
+	reports  []func(error)
 }
 
 // WatcherOption configures a Watcher.
@@ -135,6 +136,19 @@ func (w *Watcher) AddCheck(check Check) error {
 	return check(w.cur.Load())
 }
 
+// OnReload registers report to hear of every reload of a changed file: nil
+// once the new config is in force, or the error that kept the previous one
+// (a broken edit, a Check it failed). A host turns these into its event-log
+// records (config.reloaded, config.reload_failed), so an operator sees a
+// refused edit where the rest of the loop's refusals are, not only in one
+// process's log. report runs with the watcher's lock held: it must not call
+// the watcher.
+func (w *Watcher) OnReload(report func(err error)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.reports = append(w.reports, report)
+}
+
 // Reload re-reads the file now (for SIGHUP, or a test). It returns the error
 // that kept the last good config in force, if any.
 func (w *Watcher) Reload() error { return w.reload(true) }
@@ -171,6 +185,9 @@ func (w *Watcher) reload(force bool) error {
 	w.cur.Store(cfg)
 	w.log.Info("config reloaded", slog.String("file", w.path), slog.String("version", cfg.Version))
 	LogWarnings(w.log, w.path, ws)
+	for _, report := range w.reports {
+		report(nil)
+	}
 	for ch := range w.subs {
 		select { // drop a stale config nobody read yet, then send the new one
 		case <-ch:
@@ -212,6 +229,9 @@ func rereadGraphFiles(files []graphFile) []graphFile {
 func (w *Watcher) refused(err error) {
 	w.err = err
 	w.log.Error("config change refused; keeping the last good config", slog.String("file", w.path), slog.Any("error", err))
+	for _, report := range w.reports {
+		report(err)
+	}
 }
 
 // Run watches the file until ctx ends, then returns nil. If file-system

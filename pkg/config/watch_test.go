@@ -246,6 +246,13 @@ func TestLedgerLoginRefused(t *testing.T) {
 	if err := w.AddCheck(RefuseLedgerLogin("loop-bot")); err != nil {
 		t.Fatalf("a config without the ledger login refused: %v", err)
 	}
+	var reportsMu sync.Mutex
+	var reports []error
+	w.OnReload(func(err error) {
+		reportsMu.Lock()
+		defer reportsMu.Unlock()
+		reports = append(reports, err)
+	})
 	good := w.Current()
 	replace(t, path, withBotMap)
 	if err := w.Reload(); !errors.Is(err, ErrLedgerLogin) {
@@ -257,6 +264,22 @@ func TestLedgerLoginRefused(t *testing.T) {
 	if !strings.Contains(logs.String(), "config change refused; keeping the last good config") || !strings.Contains(logs.String(), "agents post with its token") {
 		t.Errorf("refusal not logged with its reason: %s", logs.String())
 	}
+	// The host hears of the refusal (its config.reload_failed record), and
+	// of the good edit that follows (config.reloaded).
+	replace(t, path, slackOn)
+	if err := w.Reload(); err != nil {
+		t.Fatalf("Reload of a good edit = %v", err)
+	}
+	reportsMu.Lock()
+	if len(reports) < 2 || !errors.Is(reports[0], ErrLedgerLogin) || reports[len(reports)-1] != nil {
+		t.Errorf("reports = %v, want the refusal, then nil", reports)
+	}
+	for _, err := range reports { // the poll may have seen an edit first
+		if err != nil && !errors.Is(err, ErrLedgerLogin) {
+			t.Errorf("reports = %v, want only the refusal and nil", reports)
+		}
+	}
+	reportsMu.Unlock()
 	// A check with no login known checks nothing.
 	if err := RefuseLedgerLogin("")(w.Current()); err != nil {
 		t.Errorf("empty login: %v", err)

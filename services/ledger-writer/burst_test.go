@@ -152,10 +152,11 @@ func TestGitHubFailuresWithinTheBound(t *testing.T) {
 }
 
 // TestGitHubFailingForeverDeadLetters: attack 10. GitHub refuses every write
-// on a work item, forever: a 503, or a 429 rate limit with Retry-After. The
-// event is retried a bounded number of times — each delivery handed back to
-// the bus with a jittered backoff, a rate limit first waited out
-// rateLimitWaits times inside the delivery — then fails with its reason:
+// on a work item, forever: a 503 (with or without Retry-After), or a 429 rate
+// limit with Retry-After. The event is retried a bounded number of times —
+// each delivery handed back to the bus after the 503's Retry-After or a
+// jittered backoff, a rate limit first waited out rateLimitWaits times inside
+// the delivery — then fails with its reason:
 // bus.record_failed, the notice to its conversation, LOOP_DLQ after
 // MaxDeliver deliveries. The next event of the same partition, which waited
 // behind it, is recorded once GitHub takes writes again. A writer that
@@ -170,9 +171,13 @@ func TestGitHubFailingForeverDeadLetters(t *testing.T) {
 		attempts int // writes per delivery
 	}{
 		{"github-unavailable", http.StatusServiceUnavailable, nil, 1},
+		// A 503 naming its Retry-After spaces the deliveries by it, one
+		// write each: it is not a rate limit waited out inside the
+		// delivery (decision 040).
+		{"github-unavailable", http.StatusServiceUnavailable, http.Header{"Retry-After": {"1"}}, 1},
 		{"rate-limited", http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}, 1 + rateLimitWaits},
 	} {
-		t.Run(tc.reason, func(t *testing.T) {
+		t.Run(tc.reason+tc.header.Get("Retry-After"), func(t *testing.T) {
 			t.Parallel()
 			topo := testTopology()
 			e := newEnv(t, topo)
@@ -190,6 +195,10 @@ func TestGitHubFailingForeverDeadLetters(t *testing.T) {
 			}
 			if c := e.gh.Counts(); c.Injected < topo.MaxDeliver*tc.attempts {
 				t.Errorf("%d writes refused, want %d per delivery", c.Injected, tc.attempts)
+			} else if tc.status != http.StatusTooManyRequests && c.Injected >= 2*topo.MaxDeliver {
+				// (the next event may meet the fault once or twice
+				// before it is lifted)
+				t.Errorf("%d writes refused in %d deliveries: a 5xx was retried inside a delivery", c.Injected, topo.MaxDeliver)
 			}
 			var failed []logRec
 			waitFor(t, "bus.record_failed", 30*time.Second, func() bool { failed = e.logs.find("bus.record_failed"); return len(failed) == 1 })

@@ -99,6 +99,10 @@ type failure struct {
 	reason string
 	// wait is how long to wait before the next attempt (0: back off).
 	wait time.Duration
+	// limited: a rate limit, the credential's and shared by every
+	// partition: waited out inside the delivery a few times before it
+	// spends one. Any other wait (a 5xx's Retry-After) spaces deliveries.
+	limited bool
 	// maybeWritten: the request may have been committed (5xx, timeout,
 	// dropped connection), so the next attempt must read back first.
 	maybeWritten bool
@@ -119,26 +123,26 @@ func classify(err error, now time.Time) *failure {
 	case errors.As(err, &rl):
 		// Primary limit exhausted; go-github refuses further requests
 		// until the reset, so wait for it. Nothing was written.
-		return &failure{err: err, reason: "rate-limited", wait: max(rl.Rate.Reset.Time.Sub(now), 0) + time.Second}
+		return &failure{err: err, reason: "rate-limited", wait: max(rl.Rate.Reset.Time.Sub(now), 0) + time.Second, limited: true}
 	case errors.As(err, &abuse):
 		w := time.Minute // GitHub: "otherwise wait at least one minute"
 		if abuse.RetryAfter != nil {
 			w = *abuse.RetryAfter
 		}
-		return &failure{err: err, reason: "secondary-rate-limited", wait: w}
+		return &failure{err: err, reason: "secondary-rate-limited", wait: w, limited: true}
 	case errors.As(err, &er) && er.Response != nil:
 		st := er.Response.StatusCode
 		switch {
 		case st == http.StatusTooManyRequests:
 			// go-github v62 does not special-case 429: read the headers.
-			return &failure{err: err, reason: "rate-limited", wait: retryAfter(er.Response.Header, now)}
+			return &failure{err: err, reason: "rate-limited", wait: retryAfter(er.Response.Header, now), limited: true}
 		case st == http.StatusUnauthorized:
 			// A bad or revoked token fails every event alike: hold them
 			// all until the operator fixes it, rather than dead-letter
 			// the whole inbox.
 			return &failure{err: err, reason: "unauthorized-token", wait: time.Minute, held: true}
 		case st == http.StatusForbidden && er.Response.Header.Get("X-Ratelimit-Remaining") == "0":
-			return &failure{err: err, reason: "rate-limited", wait: retryAfter(er.Response.Header, now)}
+			return &failure{err: err, reason: "rate-limited", wait: retryAfter(er.Response.Header, now), limited: true}
 		case st == http.StatusNotFound:
 			return &failure{err: err, permanent: true, reason: "not-found"}
 		case st == http.StatusGone:
@@ -148,13 +152,25 @@ func classify(err error, now time.Time) *failure {
 		case st == http.StatusForbidden:
 			return &failure{err: err, permanent: true, reason: "forbidden"}
 		case st >= 500:
-			return &failure{err: err, reason: "github-unavailable", maybeWritten: true}
+			// A 503 may say when to come back (Retry-After): the next
+			// delivery waits that long (capped) instead of the backoff
+			// (docs/decisions/040-retry-after-on-5xx.md).
+			return &failure{err: err, reason: "github-unavailable", maybeWritten: true, wait: retryAfterSeconds(er.Response.Header)}
 		}
 		return &failure{err: err, reason: "github-error", maybeWritten: true}
 	}
 	// Transport errors, timeouts, a dropped connection: the request may
 	// have been committed.
 	return &failure{err: err, reason: "github-unreachable", maybeWritten: true}
+}
+
+// retryAfterSeconds reads a Retry-After of delay-seconds, 0 when there is
+// none.
+func retryAfterSeconds(h http.Header) time.Duration {
+	if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return 0
 }
 
 // retryAfter reads Retry-After, else x-ratelimit-reset, else a minute.

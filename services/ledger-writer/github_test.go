@@ -20,6 +20,7 @@ func TestClassify(t *testing.T) {
 		maybeWritten bool
 		reason       string
 		wait         time.Duration
+		limited      bool
 	}{
 		{status: http.StatusNotFound, permanent: true, reason: "not-found"},
 		{status: http.StatusGone, permanent: true, reason: "gone"},
@@ -29,10 +30,14 @@ func TestClassify(t *testing.T) {
 		{status: http.StatusUnauthorized, reason: "unauthorized-token", wait: time.Minute},
 		{status: http.StatusInternalServerError, maybeWritten: true, reason: "github-unavailable"},
 		{status: http.StatusBadGateway, maybeWritten: true, reason: "github-unavailable"},
-		{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {"7"}}, reason: "rate-limited", wait: 7 * time.Second},
+		// A 503 that says when to come back spaces the deliveries by it;
+		// it is not a rate limit (decision 040).
+		{status: http.StatusServiceUnavailable, header: http.Header{"Retry-After": {"3"}}, maybeWritten: true, reason: "github-unavailable", wait: 3 * time.Second},
+		{status: http.StatusServiceUnavailable, header: http.Header{"Retry-After": {"Wed, 21 Oct 2015 07:28:00 GMT"}}, maybeWritten: true, reason: "github-unavailable"},
+		{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {"7"}}, reason: "rate-limited", wait: 7 * time.Second, limited: true},
 	}
 	for _, tc := range cases {
-		t.Run(http.StatusText(tc.status), func(t *testing.T) {
+		t.Run(http.StatusText(tc.status)+tc.header.Get("Retry-After"), func(t *testing.T) {
 			t.Parallel()
 			gh := ghfake.New(t)
 			gh.AddRepo(testRepo)
@@ -48,8 +53,8 @@ func TestClassify(t *testing.T) {
 			if !errors.As(err, &f) {
 				t.Fatalf("err = %v, want a classified failure", err)
 			}
-			if f.permanent != tc.permanent || f.maybeWritten != tc.maybeWritten || f.reason != tc.reason || f.wait != tc.wait {
-				t.Errorf("got permanent=%v maybeWritten=%v reason=%s wait=%s", f.permanent, f.maybeWritten, f.reason, f.wait)
+			if f.permanent != tc.permanent || f.maybeWritten != tc.maybeWritten || f.reason != tc.reason || f.wait != tc.wait || f.limited != tc.limited {
+				t.Errorf("got permanent=%v maybeWritten=%v reason=%s wait=%s limited=%v", f.permanent, f.maybeWritten, f.reason, f.wait, f.limited)
 			}
 		})
 	}

@@ -204,7 +204,7 @@ func (s *Service) record(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 			// without a token does, rather than spend its deliveries
 			// and dead-letter the whole inbox one partition head at a
 			// time.
-		case f.wait > 0 && limited < rateLimitWaits:
+		case f.limited && limited < rateLimitWaits:
 			// A rate limit is the credential's, shared by every
 			// partition, and GitHub says when it lifts: wait it out
 			// here a few times before spending a delivery on it.

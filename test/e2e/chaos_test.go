@@ -204,12 +204,22 @@ chaos:
 	c.stop()
 }
 
+// cliEnv is the environment of an operator verb run against the cluster
+// as identity ("observer" or "operator").
+func (c *cluster) cliEnv(identity string) []string {
+	env := append(baseEnv(), fmt.Sprintf("LOOP_NATS_URL=nats://127.0.0.1:%d", c.natsPort))
+	if c.auth != "" {
+		env = append(env, "LOOP_NATS_NKEY_FILE="+c.seed(identity))
+	}
+	return env
+}
+
 // dlqList runs `the-loop dlq list` against the cluster: what, if anything,
 // was dead-lettered (printed to explain a loss).
 func (c *cluster) dlqList() string {
 	loop, _ := binaries(c.t)
 	cmd := exec.Command(loop, "dlq", "list")
-	cmd.Env = append(baseEnv(), fmt.Sprintf("LOOP_NATS_URL=nats://127.0.0.1:%d", c.natsPort))
+	cmd.Env = c.cliEnv("observer")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Sprintf("(dlq list: %v) %s", err, out)

@@ -230,6 +230,8 @@ type cluster struct {
 	workdir string
 	// env is the environment every service process starts with.
 	env []string
+	// config is the operator config file every service watches.
+	config string
 }
 
 type clusterOptions struct {
@@ -243,6 +245,18 @@ type clusterOptions struct {
 	// obey makes the stand-in agent run the commands its prompts carry
 	// (standin.RunMarker), as a prompt-injected agent would.
 	obey bool
+	// slackGates makes the Slack channel a place where gates are answered:
+	// it is granted gate.feedback (a reply at a human gate answers it, and
+	// approval notifications carry the Approve / Request changes buttons,
+	// whose presses events mode receives) and shows the gates' notifications
+	// and the sessions' questions.
+	slackGates bool
+	// echo makes the GitHub fake deliver the webhook of every comment
+	// written through its API — the ledger's records, a comment posted with
+	// the ledger's token — as GitHub does. Without it only the tests' own
+	// comments are delivered, and a record never comes back to
+	// ingress-github (so a gate answered in Slack does not move).
+	echo bool
 }
 
 // seed is the file of identity's NKey seed ("" with authorization off).
@@ -253,14 +267,31 @@ func (c *cluster) seed(identity string) string {
 	return filepath.Join(c.auth, "nats", identity+".nk")
 }
 
+// handedOut are the ports freePortTB returned in this test binary: a port
+// is free once its probe closes, so the kernel may offer it again to the
+// next probe — and a cluster gave one port to both a dispatcher's admin
+// server and its session endpoint.
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[int]bool{}
+)
+
 func freePortTB(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOutMu.Lock()
+	defer handedOutMu.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !handedOut[port] {
+			handedOut[port] = true
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // baseEnv is the test's environment without any LOOP_* variable (the
@@ -353,6 +384,11 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	// Slack) authorized. Never the ledger's own login: agents post with
 	// its token.
 	cfgPath := filepath.Join(dir, "the-loop.yaml")
+	subscribe, publish := "[comment.human]", "[work-item.reply]"
+	if o.slackGates {
+		subscribe = "[comment.human, session.awaiting_input, decision-pending, phase-approval-pending]"
+		publish = "[work-item.reply, gate.feedback]"
+	}
 	opCfg := fmt.Sprintf(`version: "0.7.0"
 routing:
   authorizedUsers:
@@ -362,11 +398,12 @@ channels:
   slack:
     enabled: true
     channel: %s
-    subscribe: [comment.human]
-    publish: [work-item.reply]
+    subscribe: %s
+    publish: %s
     read:
       mode: events
-`, alice, aliceSlack, slackChannel)
+`, alice, aliceSlack, slackChannel, subscribe, publish)
+	c.config = cfgPath
 	if err := os.WriteFile(cfgPath, []byte(opCfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +502,73 @@ channels:
 	for _, p := range c.procs {
 		c.waitReady(p, 120*time.Second)
 	}
+	if o.echo {
+		c.echoWebhooks()
+	}
 	return c
+}
+
+// echoDelivery is the X-Hub-Delivery of the echo of comment id.
+func echoDelivery(id int64) string { return deliveryID(0xec40, int(id)) }
+
+// echoWebhooks delivers, signed and in write order, the issue_comment
+// webhook of every comment written through the GitHub fake's API, until the
+// test ends.
+func (c *cluster) echoWebhooks() {
+	ctx, cancel := context.WithCancel(context.Background())
+	queue := make(chan int64, 1024)
+	done := make(chan struct{})
+	remove := c.gh.AfterWrite(func(w ghfake.Write) {
+		if w.Kind != ghfake.WriteComment {
+			return
+		}
+		select {
+		case queue <- w.ID:
+		case <-ctx.Done():
+		}
+	})
+	go func() {
+		defer close(done)
+		for {
+			var id int64
+			select {
+			case <-ctx.Done():
+				return
+			case id = <-queue:
+			}
+			cm, ok := c.gh.Comment(id)
+			if !ok {
+				continue
+			}
+			payload := c.gh.CommentWebhook(cm)
+			delivery := echoDelivery(id)
+			// A refusal (4xx) is ingress-github's answer to GitHub, and
+			// its records say why; nothing to do here.
+			_ = c.deliver(ctx, "echo "+delivery, func() (*http.Request, error) {
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.webhook, bytes.NewReader(payload))
+				if err != nil {
+					return nil, err
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-GitHub-Event", "issue_comment")
+				req.Header.Set("X-GitHub-Delivery", delivery)
+				req.Header.Set("X-Hub-Signature-256", ghfake.SignWebhook(webhookSecret, payload))
+				return req, nil
+			}, http.StatusAccepted)
+		}
+	}()
+	c.t.Cleanup(func() { remove(); cancel(); <-done })
+}
+
+// proc is the service process called name ("ingress-github-0").
+func (c *cluster) proc(name string) *proc {
+	for _, p := range c.procs {
+		if p.name == name {
+			return p
+		}
+	}
+	c.t.Fatalf("no process %s", name)
+	return nil
 }
 
 // stop drains every service with SIGTERM; a service that does not exit 0
@@ -549,17 +652,23 @@ func deliveryID(a, b int) string {
 // signed, until ingress-github accepts it (as a sender retrying a 5xx or a
 // refused connection). It returns when the delivery was accepted.
 func (c *cluster) githubComment(ctx context.Context, number int, delivery, body string) error {
-	cm := c.gh.AddComment(repoName, number, alice, body)
+	return c.githubCommentAs(ctx, number, alice, "MEMBER", delivery, body)
+}
+
+// githubCommentAs is githubComment by login, whose author_association on
+// the repository is assoc.
+func (c *cluster) githubCommentAs(ctx context.Context, number int, login, assoc, delivery, body string) error {
+	cm := c.gh.AddComment(repoName, number, login, body)
 	is, _ := c.gh.Issue(repoName, number)
 	payload, err := json.Marshal(map[string]any{
 		"action": "created",
 		"issue": map[string]any{"number": number, "title": is.Title, "html_url": is.HTMLURL,
 			"state": "open", "user": map[string]any{"login": alice}, "labels": []any{}},
 		"comment": map[string]any{"id": cm.ID, "html_url": cm.HTMLURL, "body": cm.Body,
-			"user": map[string]any{"login": alice}, "author_association": "MEMBER",
+			"user": map[string]any{"login": login}, "author_association": assoc,
 			"created_at": cm.CreatedAt.UTC().Format(time.RFC3339), "updated_at": cm.UpdatedAt.UTC().Format(time.RFC3339)},
 		"repository": map[string]any{"id": 1, "full_name": repoName, "html_url": "https://github.com/" + repoName},
-		"sender":     map[string]any{"login": alice},
+		"sender":     map[string]any{"login": login},
 	})
 	if err != nil {
 		return err

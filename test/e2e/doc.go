@@ -14,6 +14,12 @@
 //   - TestChaos: 1,000 events across 50 work items while a random service
 //     process is SIGKILLed every few seconds and nats-server once; prints
 //     sent/recorded/posted/prompted, lost and duplicated.
+//   - TestAttacks: ten attacks against the running system — from inside an
+//     obedient agent session (the bus, the session endpoint, its secrets, a
+//     scrubbed question), with the ledger's token (copied envelopes), from
+//     Slack (a stale button), GitHub (a fork's CI, a flood, failures) and the
+//     operator config — each refused; prints a summary line per attack
+//     (docs/decisions/042-multi-process-attack-suite.md).
 //   - BenchmarkEndToEnd: webhook → Slack latency and throughput, each with
 //     a raw JetStream baseline of the same hops (see its doc comment).
 //

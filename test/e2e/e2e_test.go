@@ -23,9 +23,15 @@ import (
 )
 
 // TestMain makes this test binary the stand-in agent harness when the
-// dispatcher starts it in tmux (package tmuxtest), and removes the built
-// binaries after the run.
+// dispatcher starts it in tmux (package tmuxtest), the attacker program when
+// an obedient session runs it (envAttack), and removes the built binaries
+// after the run.
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(envAttack); mode != "" {
+		// Inside an agent session (so before the stand-in check: the
+		// session's environment names the stand-in's directory).
+		os.Exit(runAttacker(mode, os.Stdout))
+	}
 	if dir := os.Getenv(envBootMark); dir != "" {
 		if err := markBoot(dir, os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, "boot mark:", err)
