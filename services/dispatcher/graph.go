@@ -127,8 +127,9 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Ses
 	var g *graph.Graph
 	var stale *staleGateError
 	var left string // the visit the move ends
+	var replay bool // an event id that passed a gate, on another record
 	st, err := store.Mutate(ctx, in.ref, func(cur *graph.State) (*graph.State, error) {
-		t, g, stale, left = graph.Transition{}, nil, nil, ""
+		t, g, stale, left, replay = graph.Transition{}, nil, nil, "", false
 		if cur == nil {
 			if in.visit != "" {
 				stale = &staleGateError{answered: in.visit}
@@ -145,6 +146,8 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Ses
 			if !applied(cur, in) {
 				// Not the redelivery of the answer that moved it on.
 				stale = &staleGateError{answered: in.visit, current: left}
+			} else {
+				replay = replayed(cur, in)
 			}
 			return nil, graphstate.ErrNoChange
 		}
@@ -152,7 +155,9 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Ses
 			return nil, graphstate.ErrNoChange
 		}
 		if applied(cur, in) {
-			// A redelivery of an event the gate already decided on.
+			// A redelivery of an event the gate already decided on, or
+			// its envelope copied onto another record.
+			replay = replayed(cur, in)
 			return nil, graphstate.ErrNoChange
 		}
 		before := cur.Version
@@ -171,6 +176,10 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Ses
 		}
 		return cur, nil
 	})
+	if replay {
+		s.deps.Events.Emit(ctx, "graph.replayed", slog.String("work_item", in.ref), slog.String("event_id", in.prov.EventID),
+			slog.String("record_url", in.prov.RecordURL))
+	}
 	switch {
 	case errors.Is(err, graphstate.ErrOtherRef), errors.Is(err, graph.ErrNotAtGate):
 		return "", nil
@@ -285,6 +294,28 @@ func (s *Service) gatePaused(ctx context.Context, in *input) error {
 	s.deps.Log.Info("dispatcher: gate answer settled while the session is paused; the conversation is told",
 		"work_item", in.ref, "event_id", in.ev.GetId(), "node", st.Current, "notice_id", ev.GetId())
 	return nil
+}
+
+// replayed reports whether in's event id already passed a gate on another
+// record: its envelope copied, word for word, onto a new comment of the same
+// work item. It is not applied again (decision 026); unlike a redelivery,
+// it is recorded.
+func replayed(st *graph.State, in *input) bool {
+	id, url := in.prov.EventID, in.prov.RecordURL
+	if id == "" {
+		return false
+	}
+	for _, a := range st.ApprovedBy {
+		if a.Provenance.EventID == id && a.Provenance.RecordURL != url {
+			return true
+		}
+	}
+	for _, d := range st.Decisions {
+		if slices.Contains(d.Events, id) && !slices.Contains(d.Records, url) {
+			return true
+		}
+	}
+	return false
 }
 
 // applied reports whether st already holds a decision or an approval taken

@@ -962,11 +962,12 @@ func (s *attackSuite) attackGates(t *testing.T) {
 	s.waitLog(t, "the verbatim copy", "bus.published", map[string]any{"source": bus.IdentityIngressGitHub, "event_id": id,
 		"event_type": string(catalog.LedgerRecord), "delivery_id": echoDelivery(cm.ID)})
 	s.waitLog(t, "the verbatim copy", "dispatch.succeeded", map[string]any{"event_id": id})
+	s.waitLog(t, "the replay recorded", "graph.replayed", map[string]any{"work_item": ref(n), "record_url": cm.HTMLURL})
 	s.unmoved(t, n, st)
 	if len(s.log.find("routing.forged_envelope", map[string]any{"event_id": id})) != 0 {
 		t.Errorf("the verbatim copy was judged forged: the replayed id was not what stopped it")
 	}
-	s.report(t, "attack 3 (one event id, one gate): refused — alice's approval record copied verbatim by %s verifies (%s, a ledger.record) but its event id already passed a gate: delivered, design-approval unmoved",
+	s.report(t, "attack 3 (one event id, one gate): refused — alice's approval record copied verbatim by %s verifies (%s, a ledger.record) but its event id already passed a gate: graph.replayed, design-approval unmoved",
 		ledgerLogin, id)
 }
 
