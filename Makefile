@@ -12,9 +12,10 @@ all: build
 build:
 	$(GO) build -o bin/the-loop ./cmd/the-loop
 
-## test: the whole suite, real in-process JetStream servers included.
+## test: the whole suite, real in-process JetStream servers included; prints its duration.
 test:
-	$(GO) test -count=1 -shuffle=on -timeout=20m $(PKGS)
+	@start=$$(date +%s); $(GO) test -count=1 -shuffle=on -timeout=20m $(PKGS); rc=$$?; \
+	echo "stage test: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
 
 test-short:
 	$(GO) test -short -count=1 -shuffle=on -timeout=10m $(PKGS)
@@ -54,9 +55,11 @@ fuzz:
 bench:
 	BENCHTIME=$(BENCHTIME) ./scripts/bench.sh
 
-## e2e: multi-process end-to-end suite (built binary, real nats-server process); -v so the chaos counts print.
+## e2e: multi-process end-to-end suite (built binary, real nats-server process with authorization;
+## the chaos run and the attack suite); -v so the chaos counts and the attacks' refusals print.
 e2e:
-	$(GO) test -count=1 -v -timeout=30m -tags=e2e ./test/e2e/...
+	@start=$$(date +%s); $(GO) test -count=1 -v -timeout=30m -tags=e2e ./test/e2e/...; rc=$$?; \
+	echo "stage e2e: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
 
 tidy:
 	$(GO) mod tidy
