@@ -94,19 +94,9 @@ func TestNATSConfigsRequireAuthorization(t *testing.T) {
 // returns the seeds.
 func writeAuth(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
-	seeds := map[string][]byte{}
-	var users []bus.User
-	for _, id := range bus.Identities() {
-		seed, pub, err := bus.NewIdentityKey()
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := bus.GrantFor(id, bus.DefaultTopology())
-		if err != nil {
-			t.Fatal(err)
-		}
-		seeds[id] = seed
-		users = append(users, bus.User{Public: pub, Grant: g})
+	seeds, users, err := bus.NewUsers(bus.DefaultTopology())
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)

@@ -79,16 +79,12 @@ func loadIdentities(dir string, topo bus.Topology, persist func(identity string)
 				}
 			}
 		}
-		pub, err := bus.PublicKey(seed)
+		u, err := bus.UserFor(id, seed, topo)
 		if err != nil {
-			return k, fmt.Errorf("identity %s in %s: %w", id, path, err)
-		}
-		g, err := bus.GrantFor(id, topo)
-		if err != nil {
-			return k, err
+			return k, fmt.Errorf("%s: %w", path, err)
 		}
 		k.seeds[id] = seed
-		k.users = append(k.users, bus.User{Public: pub, Grant: g})
+		k.users = append(k.users, u)
 	}
 	return k, nil
 }

@@ -224,3 +224,38 @@ func api(op string, tokens ...string) string {
 	}
 	return s
 }
+
+// UserFor is the server's user of identity holding seed: its public key and
+// its grant for t.
+func UserFor(identity string, seed []byte, t Topology) (User, error) {
+	pub, err := PublicKey(seed)
+	if err != nil {
+		return User{}, fmt.Errorf("bus: identity %s: %w", identity, err)
+	}
+	g, err := GrantFor(identity, t)
+	if err != nil {
+		return User{}, err
+	}
+	return User{Public: pub, Grant: g}, nil
+}
+
+// NewUsers issues a new NKey for every bus identity (Identities): the seeds,
+// by identity, and the users a server admits for topology t, in the same
+// order.
+func NewUsers(t Topology) (map[string][]byte, []User, error) {
+	seeds := map[string][]byte{}
+	var users []User
+	for _, id := range Identities() {
+		seed, _, err := NewIdentityKey()
+		if err != nil {
+			return nil, nil, err
+		}
+		u, err := UserFor(id, seed, t)
+		if err != nil {
+			return nil, nil, err
+		}
+		seeds[id] = seed
+		users = append(users, u)
+	}
+	return seeds, users, nil
+}

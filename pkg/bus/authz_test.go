@@ -216,17 +216,9 @@ func TestEveryInboxTypeHasOnePublisher(t *testing.T) {
 // TestAuthorizationConfLoads renders the grants as nats.conf and reads them
 // back with nats-server's own parser.
 func TestAuthorizationConfLoads(t *testing.T) {
-	var users []bus.User
-	for _, id := range bus.Identities() {
-		_, pub, err := bus.NewIdentityKey()
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := bus.GrantFor(id, bus.DefaultTopology())
-		if err != nil {
-			t.Fatal(err)
-		}
-		users = append(users, bus.User{Public: pub, Grant: g})
+	_, users, err := bus.NewUsers(bus.DefaultTopology())
+	if err != nil {
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "auth.conf"), []byte(bus.AuthorizationConf(users, nil)), 0o600); err != nil {

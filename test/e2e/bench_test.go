@@ -100,35 +100,16 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}
 	throughput := func(send func(context.Context, int, int) error) func(*testing.B) {
 		return func(b *testing.B) {
-			ctx := context.Background()
-			type job struct{ number, n int }
+			var jobs []job
 			var keys []string
-			jobs := make(chan job, b.N)
 			for range b.N {
 				number, n := next()
-				jobs <- job{number, n}
+				jobs = append(jobs, job{number, n})
 				keys = append(keys, tokenFor(number, n))
 			}
-			close(jobs)
 			b.ResetTimer()
 			start := time.Now()
-			var wg sync.WaitGroup
-			errs := make(chan error, 8)
-			for range 8 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for j := range jobs {
-						if err := send(ctx, j.number, j.n); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
+			if err := sendAll(context.Background(), jobs, send); err != nil {
 				b.Fatal(err)
 			}
 			var toLedger, toSlack time.Duration
@@ -205,34 +186,19 @@ func BenchmarkEndToEndAuth(b *testing.B) {
 			// Alternate which system goes first in a round.
 			name := order[(i+r)%len(order)]
 			c := systems[name]
+			var jobs []job
 			var keys []string
-			type job struct{ number, n int }
-			jobs := make(chan job, perRound)
 			for range perRound {
 				seq++
 				number, n := c.issues[seq%len(c.issues)], 5000+seq
-				jobs <- job{number, n}
+				jobs = append(jobs, job{number, n})
 				keys = append(keys, tokenFor(number, n))
 			}
-			close(jobs)
 			start := time.Now()
-			var wg sync.WaitGroup
-			errs := make(chan error, 8)
-			for range 8 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for j := range jobs {
-						if err := c.githubComment(context.Background(), j.number, deliveryID(j.number, j.n), "auth bench "+tokenFor(j.number, j.n)); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
+			err := sendAll(context.Background(), jobs, func(ctx context.Context, number, n int) error {
+				return c.githubComment(ctx, number, deliveryID(number, n), "auth bench "+tokenFor(number, n))
+			})
+			if err != nil {
 				b.Fatal(err)
 			}
 			var last time.Time
@@ -255,6 +221,36 @@ func BenchmarkEndToEndAuth(b *testing.B) {
 			b.ReportMetric(float64(elapsed[name].Nanoseconds())/float64(sent[name]), "ns/event")
 		})
 	}
+}
+
+// job is one event to send: the work item's number and the event's.
+type job struct{ number, n int }
+
+// sendAll sends every job from 8 concurrent senders and returns the first
+// error.
+func sendAll(ctx context.Context, jobs []job, send func(ctx context.Context, number, n int) error) error {
+	queue := make(chan job, len(jobs))
+	for _, j := range jobs {
+		queue <- j
+	}
+	close(queue)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range queue {
+				if err := send(ctx, j.number, j.n); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 func reportPercentiles(b *testing.B, lat []time.Duration) {

@@ -86,18 +86,9 @@ func StartServer(t testing.TB, opts Options) *Server {
 		if opts.Topology != nil {
 			topo = *opts.Topology
 		}
-		s.seeds = map[string][]byte{}
-		for _, id := range bus.Identities() {
-			seed, pub, err := bus.NewIdentityKey()
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := bus.GrantFor(id, topo)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.seeds[id] = seed
-			s.users = append(s.users, bus.User{Public: pub, Grant: g})
+		var err error
+		if s.seeds, s.users, err = bus.NewUsers(topo); err != nil {
+			t.Fatal(err)
 		}
 	}
 	s.start(t)
