@@ -8,7 +8,7 @@
 //
 // On the ledger an event's record carries a hidden HTML comment, the ledger
 // envelope, with a JSON object signed by HMAC-SHA256 under LOOP_ENVELOPE_KEY
-// (DESIGN §6). The signature binds the envelope to its record: the
+// (docs/architecture.md, "The ledger"). The signature binds the envelope to its record: the
 // repository, the issue number and the record's visible text (VisibleText).
 // SealLedger writes a record body with its envelope and ParseLedger reads one
 // back against the record it was found in; an envelope whose signature does
