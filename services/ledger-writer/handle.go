@@ -553,7 +553,11 @@ func (s *Service) fanOut(ctx context.Context, stop <-chan struct{}, b *box, ev *
 		return bus.Permanent(err)
 	}
 	id := ev.GetId()
-	f := pendingFanOut{ID: id, Queued: time.Now(), Msg: m, Type: ev.GetType(), WorkItem: out.GetSubject(), Recorded: w != nil}
+	if m.MsgID != id {
+		return bus.Permanent(fmt.Errorf("fan-out of %s carries message id %q", id, m.MsgID))
+	}
+	f := &pendingFanOut{ID: id, Queued: time.Now(), Subject: m.Subject, Header: m.Header, Data: m.Data,
+		Type: ev.GetType(), WorkItem: out.GetSubject(), Recorded: w != nil}
 	if err := s.enqueue(ctx, stop, b, f); err != nil {
 		return s.interrupted(err)
 	}
