@@ -306,6 +306,14 @@ func Parse(src []byte) (*Config, []Warning, error) {
 	return cfg, ws, err
 }
 
+// ParseAt is Parse with graph files named by a relative path read from dir
+// (a file's own directory), as LoadFile reads them: for a config that is not
+// in a file yet, such as the result of Migrate.
+func ParseAt(src []byte, dir string) (*Config, []Warning, error) {
+	cfg, ws, _, err := parseIn(src, dir)
+	return cfg, ws, err
+}
+
 // parseIn is Parse with relative graph files read from dir. It also returns
 // the graph files the config names, as read, even when it refuses the
 // config: a Watcher rereads it when one of them changes.
