@@ -17,6 +17,7 @@ type Metrics struct {
 	dlqd        *prometheus.CounterVec
 	errors      *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
+	owned       *prometheus.GaugeVec
 }
 
 // NewMetrics registers the runner's collectors on reg (never the global
@@ -40,6 +41,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time a handler took per delivery.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, []string{"service"}),
+		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "loop", Subsystem: "bus", Name: "partitions_owned",
+			Help: "Partitions this process's replica of the service owns (its share of the service's partitions).",
+		}, []string{"service"}),
 	}
 	var err error
 	m.received, err = register(reg, m.received)
@@ -60,6 +65,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	if err == nil {
 		m.latency, err = register(reg, m.latency)
+	}
+	if err == nil {
+		m.owned, err = register(reg, m.owned)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: metrics: %w", err)
@@ -85,6 +93,7 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 type serviceMetrics struct {
 	received, redelivered, acked, nakd, dlqd, errors prometheus.Counter
 	latency                                          prometheus.Observer
+	owned                                            prometheus.Gauge
 }
 
 func (m *Metrics) forService(service string) serviceMetrics {
@@ -99,6 +108,13 @@ func (m *Metrics) forService(service string) serviceMetrics {
 		dlqd:        m.dlqd.WithLabelValues(service),
 		errors:      m.errors.WithLabelValues(service),
 		latency:     m.latency.WithLabelValues(service),
+		owned:       m.owned.WithLabelValues(service),
+	}
+}
+
+func (m serviceMetrics) setOwned(n int) {
+	if m.owned != nil {
+		m.owned.Set(float64(n))
 	}
 }
 

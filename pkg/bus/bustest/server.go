@@ -211,12 +211,13 @@ func (s *Server) Provision(t testing.TB, topo bus.Topology) {
 }
 
 // FastTopology is a topology with timings short enough for tests: AckWait
-// 2s, PinnedTTL 1s, MaxDeliver 3, and n partitions.
+// 2s, PinnedTTL 1s, MemberLease 3s, MaxDeliver 3, and n partitions.
 func FastTopology(n int) bus.Topology {
 	t := bus.DefaultTopology()
 	t.Partitions = n
 	t.AckWait = 2 * time.Second
 	t.PinnedTTL = time.Second
+	t.MemberLease = 3 * time.Second
 	t.MaxDeliver = 3
 	return t
 }
@@ -235,7 +236,7 @@ func (s *Server) wipe(t testing.TB) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var buckets []string
+	buckets := []string{bus.BucketMembers}
 	for _, b := range bus.DefaultTopology().Buckets {
 		buckets = append(buckets, b.Name)
 	}
