@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
 )
 
 // EnvURL names the variable that points the helpers at an external server
@@ -44,6 +45,10 @@ type Options struct {
 	Auth bool
 	// Topology is what the grants name (default bus.DefaultTopology()).
 	Topology *bus.Topology
+	// SyncInterval syncs the store on an interval instead of on every
+	// write (bus.EmbeddedOptions.SyncInterval): for benchmarks whose
+	// subject is not the disk. Implies InProcessOnly.
+	SyncInterval time.Duration
 }
 
 // Server is a JetStream server for one test.
@@ -57,6 +62,7 @@ type Server struct {
 	// seeds holds each identity's NKey seed when authorization is on.
 	seeds map[string][]byte
 	users []bus.User
+	sync  time.Duration
 }
 
 // NewServer starts an in-process server (or uses LOOP_TEST_NATS_URL) that is
@@ -69,7 +75,7 @@ func NewServer(t testing.TB) *Server {
 // StartServer is NewServer with options.
 func StartServer(t testing.TB, opts Options) *Server {
 	t.Helper()
-	if u := os.Getenv(EnvURL); u != "" && !opts.InProcessOnly && !opts.Auth {
+	if u := os.Getenv(EnvURL); u != "" && !opts.InProcessOnly && !opts.Auth && opts.SyncInterval <= 0 {
 		s := &Server{url: u, external: true}
 		s.wipe(t)
 		return s
@@ -80,7 +86,7 @@ func StartServer(t testing.TB, opts Options) *Server {
 	if opts.Port == 0 {
 		opts.Port = -1
 	}
-	s := &Server{storeDir: opts.StoreDir, port: opts.Port}
+	s := &Server{storeDir: opts.StoreDir, port: opts.Port, sync: opts.SyncInterval}
 	if opts.Auth {
 		topo := bus.DefaultTopology()
 		if opts.Topology != nil {
@@ -99,9 +105,10 @@ func StartServer(t testing.TB, opts Options) *Server {
 func (s *Server) start(t testing.TB) {
 	t.Helper()
 	emb, err := bus.StartEmbedded(context.Background(), bus.EmbeddedOptions{
-		StoreDir: s.storeDir,
-		Port:     s.port,
-		Users:    s.users,
+		StoreDir:     s.storeDir,
+		SyncInterval: s.sync,
+		Port:         s.port,
+		Users:        s.users,
 	})
 	if err != nil {
 		t.Fatalf("bustest: start server: %v", err)
@@ -285,4 +292,29 @@ func StartFromConfig(t testing.TB, confPath string) *Server {
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	return &Server{url: srv.ClientURL(), external: true}
+}
+
+// Spread returns the first numbers i (from 1) whose work item ref(i) lands
+// perPart in each of n partitions (bus.PartitionOf), ordered so that
+// consecutive ones are in different partitions. Benchmarks use it to give
+// every partition the same load: a partition with more work items than the
+// others bounds any number of replicas.
+func Spread(n, perPart int, ref func(i int) string) []int {
+	byPart := make([][]int, n)
+	for i, filled := 1, 0; filled < n; i++ {
+		p := bus.PartitionOf(catalog.SubjectKey(ref(i)), n)
+		if len(byPart[p]) < perPart {
+			byPart[p] = append(byPart[p], i)
+			if len(byPart[p]) == perPart {
+				filled++
+			}
+		}
+	}
+	var out []int
+	for r := range perPart {
+		for p := range n {
+			out = append(out, byPart[p][r])
+		}
+	}
+	return out
 }
