@@ -108,6 +108,9 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 		s.drop(ctx, in, DropUnauthorized, slog.String("actor", in.actor))
 		return nil
 	}
+	if err := s.wholePayload(ctx, in); err != nil {
+		return err
+	}
 	if in.labeled || in.unlabeled {
 		want := in.labeled
 		if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
