@@ -138,7 +138,6 @@ func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
 		r.reason = reasonUnauthorized
 		return s.drop(ctx, in, r, in.user), nil
 	}
-	s.deps.Events.Emit(ctx, "channel.reply_received", s.attrs(in, r, in.user)...)
 
 	// 3. Map. A reply or a press belongs to the work item its thread is
 	// bound to; a top-level message in the configured channel is a kickoff
@@ -162,6 +161,7 @@ func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
 		r.reason = reasonUnmapped
 		return s.drop(ctx, in, r, in.user), nil
 	}
+	s.deps.Events.Emit(ctx, "channel.reply_received", s.attrs(in, r, in.user)...)
 
 	// 3b. A gate button answers only the gate visit it was drawn for: once
 	// the work item has left it, the press is refused and the presser told
