@@ -266,7 +266,7 @@ func TestTwoReplicasRunSessionsOnBoth(t *testing.T) {
 // ledger-writer's BenchmarkLedgerReplicas (see there for why these numbers).
 const (
 	scalePartitions  = 12 // divides evenly among 1–4 replicas
-	scaleConcurrency = scalePartitions
+	scaleConcurrency = scalePartitions / 4
 	scalePasteDelay  = 400 * time.Millisecond // every tmux paste-buffer
 )
 
