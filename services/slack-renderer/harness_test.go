@@ -39,17 +39,17 @@ const (
 // env is one test's world: a real in-process JetStream, the Slack fake, the
 // operator config (swappable, as a reload would) and what the services log.
 type env struct {
-	t    testing.TB
-	srv  *bustest.Server
+	t   testing.TB
+	srv *bustest.Server
 	// parts is the partition count provisioned.
 	parts int
-	fake *slackfake.Server
-	pub  *bus.Conn
-	cfg  atomic.Pointer[config.Config]
-	reg  *prometheus.Registry
-	logs *testkit.SyncBuffer
-	recs *eventlog.Recorder
-	n    atomic.Int64
+	fake  *slackfake.Server
+	pub   *bus.Conn
+	cfg   atomic.Pointer[config.Config]
+	reg   *prometheus.Registry
+	logs  *testkit.SyncBuffer
+	recs  *eventlog.Recorder
+	n     atomic.Int64
 	// m is the services' metrics (instances share one set of collectors).
 	m *metrics
 }
