@@ -16,11 +16,14 @@
 #                  so a duration would cost minutes per second asked for.
 #                  Its p99-ms is over that many samples (of 50: the worst).
 #   REPLICA_BENCHTIME
-#                  -benchtime of the replica-scaling benchmarks
-#                  (Benchmark*Replicas; default 144x: events per replica
-#                  count). A count, not a duration: 144 events load their
-#                  partitions equally, and each round lasts many round trips
-#                  of their slow downstream.
+#                  -benchtime of the ledger-writer's and slack-renderer's
+#                  replica-scaling benchmarks (Benchmark*Replicas; default
+#                  144x: events per replica count). A count, not a duration:
+#                  144 events load their 24 partitions equally, and each
+#                  round lasts many round trips of their slow downstream.
+#   DISPATCHER_BENCHTIME
+#                  the same for BenchmarkDispatcherReplicas (default 48x:
+#                  four prompts to each of its 12 sessions)
 #   BENCH          -bench pattern (default: every benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +31,7 @@ BENCHTIME="${BENCHTIME:-2s}"
 BENCHTAGS="${BENCHTAGS-e2e}"
 E2E_BENCHTIME="${E2E_BENCHTIME:-50x}"
 REPLICA_BENCHTIME="${REPLICA_BENCHTIME:-144x}"
+DISPATCHER_BENCHTIME="${DISPATCHER_BENCHTIME:-48x}"
 BENCH="${BENCH:-.}"
 e2e=./test/e2e
 out="$(mktemp)"
@@ -35,10 +39,13 @@ trap 'rm -f "$out"' EXIT
 mapfile -t pkgs < <(go list -tags="$BENCHTAGS" ./... | grep -v '/test/e2e$')
 go test -run='^$' -bench="$BENCH" -skip='Replicas$' -benchmem -benchtime="$BENCHTIME" -count=1 -timeout=30m \
 	-tags="$BENCHTAGS" "${pkgs[@]}" | tee "$out"
-replicas=(./services/ledger-writer ./services/slack-renderer ./services/dispatcher)
-if [[ "BenchmarkLedgerReplicas BenchmarkRendererReplicas BenchmarkDispatcherReplicas" =~ $BENCH ]]; then
+if [[ "BenchmarkLedgerReplicas BenchmarkRendererReplicas" =~ $BENCH ]]; then
 	go test -run='^$' -bench='Replicas$' -benchtime="$REPLICA_BENCHTIME" -count=1 -timeout=30m \
-		-tags="$BENCHTAGS" "${replicas[@]}" | tee -a "$out"
+		-tags="$BENCHTAGS" ./services/ledger-writer ./services/slack-renderer | tee -a "$out"
+fi
+if [[ "BenchmarkDispatcherReplicas" =~ $BENCH ]]; then
+	go test -run='^$' -bench='Replicas$' -benchtime="$DISPATCHER_BENCHTIME" -count=1 -timeout=30m \
+		-tags="$BENCHTAGS" ./services/dispatcher | tee -a "$out"
 fi
 if [[ ",$BENCHTAGS," == *",e2e,"* ]]; then
 	go test -run='^$' -bench="$BENCH" -benchmem -benchtime="$E2E_BENCHTIME" -count=1 -timeout=30m \

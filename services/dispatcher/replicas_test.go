@@ -190,8 +190,9 @@ func (f *fleet) startItems(refs []string) {
 func partitionOf(ref string, n int) int { return bus.PartitionOf(catalog.SubjectKey(ref), n) }
 
 // TestTwoReplicasRunSessionsOnBoth: two dispatcher replicas share the
-// partitions, and ten active work items have their sessions on both hosts —
-// each on the host that owns its partition. When one replica stops, its
+// partitions, and ten active work items (#1–#10, which land in all four
+// partitions) have their sessions on both hosts — each on the host that
+// owns its partition. When one replica stops, its
 // partitions move to the other, which takes each session over on the work
 // item's next event and runs it from then on.
 func TestTwoReplicasRunSessionsOnBoth(t *testing.T) {
@@ -201,15 +202,16 @@ func TestTwoReplicasRunSessionsOnBoth(t *testing.T) {
 	b := f.start("host-b", 0, nil)
 	owner := f.settled("host-a", "host-b")
 
-	// Ten work items, five in partitions of each host.
 	var refs []string
-	per := map[string]int{}
-	for i := 1; len(refs) < 10; i++ {
-		ref := fmt.Sprintf("github:octo/repo#%d", i)
-		if h := owner[partitionOf(ref, parts)]; per[h] < 5 {
-			per[h]++
-			refs = append(refs, ref)
-		}
+	for i := 1; i <= 10; i++ {
+		refs = append(refs, fmt.Sprintf("github:octo/repo#%d", i))
+	}
+	covered := map[int]bool{}
+	for _, ref := range refs {
+		covered[partitionOf(ref, parts)] = true
+	}
+	if len(covered) != parts {
+		t.Fatalf("the work items cover partitions %v, want all %d", covered, parts)
 	}
 	f.startItems(refs)
 
@@ -229,9 +231,12 @@ func TestTwoReplicasRunSessionsOnBoth(t *testing.T) {
 		}
 		onHost[host] = append(onHost[host], ref)
 	}
-	if len(onHost["host-a"]) != 5 || len(onHost["host-b"]) != 5 {
-		t.Fatalf("sessions per host: %v; want five on each", onHost)
+	// Each host owns two of the four partitions, and the ten work items
+	// are in all four: both hosts run sessions.
+	if len(onHost["host-a"]) == 0 || len(onHost["host-b"]) == 0 {
+		t.Fatalf("sessions per host: %v; want sessions on both", onHost)
 	}
+	t.Logf("sessions per host: host-a %d, host-b %d", len(onHost["host-a"]), len(onHost["host-b"]))
 
 	// host-b stops: host-a owns every partition at once and takes b's
 	// sessions over as their events arrive.
@@ -266,22 +271,27 @@ func TestTwoReplicasRunSessionsOnBoth(t *testing.T) {
 // ledger-writer's BenchmarkLedgerReplicas (see there for why these numbers).
 const (
 	scalePartitions  = 12 // divides evenly among 1–4 replicas
-	scaleConcurrency = scalePartitions / 4
-	scalePasteDelay  = 400 * time.Millisecond // every tmux paste-buffer
+	scaleConcurrency = 1
+	scalePasteDelay  = time.Second // every tmux paste-buffer
 )
 
 // BenchmarkDispatcherReplicas measures dispatcher throughput as replicas
 // grow from 1 to 4, each its own host (tmux server), against slow
 // terminals: every paste into a session (tmux paste-buffer, twice per
-// prompt) takes 400 ms more, as on a loaded host. Twelve work items, one in
-// each of 12 partitions, have live sessions (started off the clock); then
-// b.N comments from an authorized person are published, and the clock stops
-// when every one has been typed into its session. Each replica handles at
-// most LOOP_CONCURRENCY (3) events at once over the partitions it owns, so
-// replicas add throughput up to four. It reports events/s, x-1-replica and
-// max-share, and every round fails unless each session received its work
-// item's comments once each, in publish order. Run it with
-// -benchtime=144x (make bench does).
+// prompt) takes a second more, as on a loaded host. Twelve work items, one
+// in each of 12 partitions, have live sessions (started off the clock);
+// then b.N comments from an authorized person are published, and the clock
+// stops when every one has been typed into its session. Each replica types
+// one prompt at a time (LOOP_CONCURRENCY 1) over the partitions it owns, so
+// replicas add throughput up to twelve. It reports events/s, x-1-replica
+// and max-share, and every round fails unless each session received its
+// work item's comments once each, in publish order.
+//
+// Run it with -benchtime=48x (make bench does): four comments per work
+// item. The delay is long and the concurrency low because what a prompt
+// costs besides the wait — tmux commands, the stand-in harness, the
+// registry — is CPU, and on a shared 2-core machine the CPU, not the
+// terminals, would otherwise bound every replica count alike.
 func BenchmarkDispatcherReplicas(b *testing.B) {
 	var one float64
 	for n := 1; n <= 4; n++ {

@@ -21,17 +21,17 @@ import (
 const (
 	// scalePartitions divides evenly among 1, 2, 3 and 4 replicas (16 would
 	// leave one of three replicas 6 partitions to the others' 5), and
-	// scaleConcurrency makes it four replicas' worth (LOOP_CONCURRENCY =
-	// LOOP_PARTITIONS ÷ 4): the configuration in which replicas add
-	// throughput, up to four.
+	// scaleConcurrency (LOOP_CONCURRENCY) divides each replica's share
+	// evenly too, so that its handler slots stay busy to the end of a
+	// round: replicas add throughput up to twelve.
 	scalePartitions  = 24
-	scaleConcurrency = scalePartitions / 4
+	scaleConcurrency = 2
 	scalePerPart     = 4                      // work items per partition
-	scaleLatency     = 800 * time.Millisecond // every GitHub request, wall clock
+	scaleLatency     = 400 * time.Millisecond // every GitHub request, wall clock
 )
 
 // BenchmarkLedgerReplicas measures ledger-writer throughput as replicas grow
-// from 1 to 4 against a GitHub fake that answers every request after 800 ms
+// from 1 to 4 against a GitHub fake that answers every request after 400 ms
 // (limits and pacing off): b.N events (replies and gate answers alternating)
 // over 96 work items, four in each of the 24 partitions, are published to
 // the inbox, and the clock stops when every one has been written, recorded
@@ -43,8 +43,8 @@ const (
 //
 // The replicas divide the partitions between them (bus Runner, decision
 // 071), and each handles at most LOOP_CONCURRENCY events at once over the
-// partitions it owns, here 6. So one replica works 6 of the 24 partitions at
-// a time, and each replica that joins adds 6 more, until replicas ×
+// partitions it owns, here 2. So one replica works 2 of the 24 partitions at
+// a time, and each replica that joins adds 2 more, until replicas ×
 // concurrency reaches the partition count: the service's ceiling,
 // partitions ÷ GitHub latency. With the defaults (16 and 16) one replica
 // already reaches it, and more replicas add fail-over and spread, not
@@ -55,7 +55,7 @@ const (
 // Run it with a fixed count, -benchtime=144x (make bench does): a round
 // then lasts many GitHub round trips at every replica count, and 144 events
 // load the 24 partitions equally. The server syncs its store on an interval
-// (see scaleRound), and the slow GitHub keeps the rate under 30 events/s
+// (see scaleRound), and the slow GitHub keeps the rate under 20 events/s
 // with four replicas, so that neither the disk nor the CPU of a shared
 // 2-core machine is what is measured.
 //

@@ -24,18 +24,18 @@ import (
 // ledger-writer's BenchmarkLedgerReplicas (see there for why these numbers).
 const (
 	scalePartitions  = 24 // divides evenly among 1–4 replicas
-	scaleConcurrency = scalePartitions / 4
+	scaleConcurrency = 2  // divides each replica's share evenly
 	scalePerPart     = 4
-	scaleLatency     = 800 * time.Millisecond // every chat.postMessage, wall clock
+	scaleLatency     = 400 * time.Millisecond // every chat.postMessage, wall clock
 )
 
 // BenchmarkRendererReplicas measures slack-renderer throughput as replicas
 // grow from 1 to 4 against a Slack fake that answers every chat.postMessage
-// after 800 ms (the per-channel pacer off): b.N comment events over 96 work
+// after 400 ms (the per-channel pacer off): b.N comment events over 96 work
 // items, four in each of 24 partitions, are published to the event stream,
 // and the clock stops when every one has been posted and recorded. Each
-// replica handles at most LOOP_CONCURRENCY (6) events at once over the
-// partitions it owns, so replicas add throughput up to four. It reports
+// replica handles at most LOOP_CONCURRENCY (2) events at once over the
+// partitions it owns, so replicas add throughput up to twelve. It reports
 // events/s, x-1-replica and max-share, and every round fails unless each
 // work item's thread holds its events once each, in publish order. Run it
 // with -benchtime=144x (make bench does).
