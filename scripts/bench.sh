@@ -22,8 +22,8 @@
 #                  144 events load their 24 partitions equally, and each
 #                  round lasts many round trips of their slow downstream.
 #   DISPATCHER_BENCHTIME
-#                  the same for BenchmarkDispatcherReplicas (default 48x:
-#                  four prompts to each of its 12 sessions)
+#                  the same for BenchmarkDispatcherReplicas (default 24x:
+#                  two prompts to each of its 12 sessions)
 #   BENCH          -bench pattern (default: every benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +31,7 @@ BENCHTIME="${BENCHTIME:-2s}"
 BENCHTAGS="${BENCHTAGS-e2e}"
 E2E_BENCHTIME="${E2E_BENCHTIME:-50x}"
 REPLICA_BENCHTIME="${REPLICA_BENCHTIME:-144x}"
-DISPATCHER_BENCHTIME="${DISPATCHER_BENCHTIME:-48x}"
+DISPATCHER_BENCHTIME="${DISPATCHER_BENCHTIME:-24x}"
 BENCH="${BENCH:-.}"
 e2e=./test/e2e
 out="$(mktemp)"

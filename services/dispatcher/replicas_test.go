@@ -272,13 +272,13 @@ func TestTwoReplicasRunSessionsOnBoth(t *testing.T) {
 const (
 	scalePartitions  = 12 // divides evenly among 1–4 replicas
 	scaleConcurrency = 1
-	scalePasteDelay  = time.Second // every tmux paste-buffer
+	scalePasteDelay  = 2 * time.Second // every tmux paste-buffer
 )
 
 // BenchmarkDispatcherReplicas measures dispatcher throughput as replicas
 // grow from 1 to 4, each its own host (tmux server), against slow
 // terminals: every paste into a session (tmux paste-buffer, twice per
-// prompt) takes a second more, as on a loaded host. Twelve work items, one
+// prompt) takes 2 s more, as on a loaded host. Twelve work items, one
 // in each of 12 partitions, have live sessions (started off the clock);
 // then b.N comments from an authorized person are published, and the clock
 // stops when every one has been typed into its session. Each replica types
@@ -287,7 +287,7 @@ const (
 // and max-share, and every round fails unless each session received its
 // work item's comments once each, in publish order.
 //
-// Run it with -benchtime=48x (make bench does): four comments per work
+// Run it with -benchtime=24x (make bench does): two comments per work
 // item. The delay is long and the concurrency low because what a prompt
 // costs besides the wait — tmux commands, the stand-in harness, the
 // registry — is CPU, and on a shared 2-core machine the CPU, not the
@@ -296,6 +296,9 @@ func BenchmarkDispatcherReplicas(b *testing.B) {
 	var one float64
 	for n := 1; n <= 4; n++ {
 		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			if bustest.BenchProbe(b) {
+				return
+			}
 			rate, share := dispatcherRound(b, n)
 			if n == 1 {
 				one = rate

@@ -75,6 +75,9 @@ func BenchmarkLedgerReplicas(b *testing.B) {
 	var one float64 // events/s with one replica, this run
 	for n := 1; n <= 4; n++ {
 		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			if bustest.BenchProbe(b) {
+				return
+			}
 			rate, share := scaleRound(b, n)
 			if n == 1 {
 				one = rate

@@ -46,6 +46,9 @@ func BenchmarkRendererReplicas(b *testing.B) {
 	var one float64
 	for n := 1; n <= 4; n++ {
 		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			if bustest.BenchProbe(b) {
+				return
+			}
 			rate, share := rendererRound(b, n)
 			if n == 1 {
 				one = rate

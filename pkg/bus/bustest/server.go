@@ -8,6 +8,7 @@ package bustest
 
 import (
 	"context"
+	"flag"
 	"os"
 	"slices"
 	"strings"
@@ -317,4 +318,20 @@ func Spread(n, perPart int, ref func(i int) string) []int {
 		}
 	}
 	return out
+}
+
+// BenchProbe reports whether b is the one-iteration run the testing package
+// makes before a benchmark run with a fixed count (-benchtime=Nx, N > 1).
+// A benchmark whose every round is costly to set up returns at once from
+// it: the counted run follows, and only its figures are reported.
+func BenchProbe(b *testing.B) bool {
+	if b.N != 1 {
+		return false
+	}
+	f := flag.Lookup("test.benchtime")
+	if f == nil {
+		return false
+	}
+	v := f.Value.String()
+	return strings.HasSuffix(v, "x") && v != "1x"
 }
