@@ -112,6 +112,9 @@ type Delivery struct {
 	NumDelivered uint64
 	MaxDeliver   int
 	StreamSeq    uint64
+	// Pending is how many messages waited behind this one in its partition
+	// when it was delivered (the server's count; no request needed).
+	Pending uint64
 	// Time is when the message was stored.
 	Time time.Time
 
@@ -409,6 +412,7 @@ func (r *Runner) handle(hctx context.Context, p int, name string, msg jetstream.
 		MsgID:        msg.Headers().Get(jetstream.MsgIDHeader),
 		Partition:    p,
 		NumDelivered: meta.NumDelivered,
+		Pending:      meta.NumPending,
 		MaxDeliver:   cfg.MaxDeliver,
 		StreamSeq:    meta.Sequence.Stream,
 		Time:         meta.Timestamp,
