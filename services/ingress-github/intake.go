@@ -36,7 +36,8 @@ type outcome struct {
 // intake is the one path from a routed delivery to the bus, shared by the
 // webhook and the poller: route, dedup, publish the events together and
 // await their PubAcks together, then hand their marks to the seen writer.
-// The PubAcks are the one durable write a delivery waits for (decision 050).
+// The PubAcks are the one durable write a delivery waits for (decisions 050,
+// 052).
 type intake struct {
 	s     *Service
 	marks *marks

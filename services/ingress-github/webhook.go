@@ -75,7 +75,7 @@ const (
 // serveWebhook: a free slot → the signature header and the announced size,
 // before a byte of the body is read → the body streamed through the HMAC
 // into held memory → signature → content type, headers, JSON → ping → bus
-// reachable → dedup and route → publish and PubAck → 202. Nothing is
+// reachable → route and dedup → publish and PubAcks → 202. Nothing is
 // published for a request refused at any step before routing, an unsigned
 // body is never parsed, and 202 is sent only once every event is
 // acknowledged by the bus; a drop is a 200 naming its reason.
