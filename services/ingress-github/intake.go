@@ -246,8 +246,12 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 	}
 	// Remembered only now, and off the request path: a delivery that
 	// failed half-way is retried whole.
-	if err := in.marks.add(ctx, markEntries(d, dec.Events, via, checkDelivery)); err != nil {
-		s.deps.Log.Warn("events published but not remembered in the seen bucket", "delivery_id", d.DeliveryID, "err", err)
+	if marks := markEntries(d, dec.Events, via, checkDelivery); in.marks.add(ctx, marks) != nil {
+		// The writer is a full queue behind and the request's time is up:
+		// its events are on the bus, and a redelivery inside the duplicate
+		// window is still dropped by Nats-Msg-Id.
+		s.m.marks.WithLabelValues("lost").Add(float64(len(marks)))
+		s.deps.Log.Warn("events published but not remembered in the seen bucket", "delivery_id", d.DeliveryID)
 	}
 	routed := append(append(base, who...),
 		slog.String("event_type", string(dec.Kind)), slog.Any("event_ids", out.IDs),
