@@ -18,6 +18,7 @@ type Metrics struct {
 	errors      *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
 	owned       *prometheus.GaugeVec
+	pending     *prometheus.GaugeVec
 }
 
 // NewMetrics registers the runner's collectors on reg (never the global
@@ -45,6 +46,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "loop", Subsystem: "bus", Name: "partitions_owned",
 			Help: "Partitions this process's replica of the service owns (its share of the service's partitions).",
 		}, []string{"service"}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "loop", Subsystem: "bus", Name: "consumer_pending",
+			Help: "Messages a partition consumer has not acknowledged yet: waiting in its partition, plus the one in flight. Read from each delivery and, idle or stuck, from the server every few seconds.",
+		}, []string{"service", "consumer"}),
 	}
 	var err error
 	m.received, err = register(reg, m.received)
@@ -68,6 +73,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	if err == nil {
 		m.owned, err = register(reg, m.owned)
+	}
+	if err == nil {
+		m.pending, err = register(reg, m.pending)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: metrics: %w", err)
@@ -94,6 +102,8 @@ type serviceMetrics struct {
 	received, redelivered, acked, nakd, dlqd, errors prometheus.Counter
 	latency                                          prometheus.Observer
 	owned                                            prometheus.Gauge
+	// pending is the gauge of one consumer, by name (nil: not recorded).
+	pending func(consumer string) prometheus.Gauge
 }
 
 func (m *Metrics) forService(service string) serviceMetrics {
@@ -109,6 +119,7 @@ func (m *Metrics) forService(service string) serviceMetrics {
 		errors:      m.errors.WithLabelValues(service),
 		latency:     m.latency.WithLabelValues(service),
 		owned:       m.owned.WithLabelValues(service),
+		pending:     func(consumer string) prometheus.Gauge { return m.pending.WithLabelValues(service, consumer) },
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/the-loop/bus/pkg/catalog"
 )
@@ -146,6 +147,9 @@ type Delivery struct {
 	NumDelivered uint64
 	MaxDeliver   int
 	StreamSeq    uint64
+	// Pending is how many messages waited behind this one in its partition
+	// when it was delivered (the server's count; no request needed).
+	Pending uint64
 	// Time is when the message was stored.
 	Time time.Time
 
@@ -367,6 +371,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	mctx, mcancel := context.WithCancel(ctx)
 	var mwg sync.WaitGroup
 	mwg.Go(func() { ms.run(mctx) })
+	if r.m.pending != nil {
+		mwg.Go(func() { r.watchPending(mctx) })
+	}
 
 	ended := make(chan int, r.spec.Partitions)
 	stopped := make(chan struct{})
@@ -656,6 +663,40 @@ func (r *Runner) Settled() bool {
 	return true
 }
 
+// pendingEvery is how often a runner reads its consumers' pending counts
+// from the server; deliveries update them in between.
+const pendingEvery = 5 * time.Second
+
+// watchPending keeps the consumer_pending gauges true while a partition is
+// idle or its handler stuck (no delivery to read them from), until ctx ends.
+// A replica reports the partitions it owns; the others' gauges it holds at
+// 0, so that a sum over the replicas counts each partition once.
+func (r *Runner) watchPending(ctx context.Context) {
+	t := time.NewTicker(pendingEvery)
+	defer t.Stop()
+	for {
+		owned := r.Owned()
+		for p := range r.spec.Partitions {
+			name := ConsumerName(r.spec.Service, p)
+			if !slices.Contains(owned, p) {
+				r.m.pending(name).Set(0)
+				continue
+			}
+			ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if c, err := r.c.js.Consumer(ictx, r.spec.Stream, name); err == nil {
+				info := c.CachedInfo()
+				r.m.pending(name).Set(float64(info.NumPending) + float64(info.NumAckPending))
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 func (r *Runner) fetchWait(cfg jetstream.ConsumerConfig) time.Duration {
 	if r.spec.FetchWait > 0 {
 		return r.spec.FetchWait
@@ -801,6 +842,7 @@ func (r *Runner) handle(lctx, hctx context.Context, p int, name string, msg jets
 		MsgID:        msg.Headers().Get(jetstream.MsgIDHeader),
 		Partition:    p,
 		NumDelivered: meta.NumDelivered,
+		Pending:      meta.NumPending,
 		MaxDeliver:   cfg.MaxDeliver,
 		StreamSeq:    meta.Sequence.Stream,
 		Time:         meta.Timestamp,
@@ -811,6 +853,13 @@ func (r *Runner) handle(lctx, hctx context.Context, p int, name string, msg jets
 	}
 	log = log.With("msg_id", d.MsgID, "stream_seq", d.StreamSeq, "delivered", d.NumDelivered)
 	inc(r.m.received)
+	var pending prometheus.Gauge
+	if r.m.pending != nil {
+		// The ones waiting behind this one, and this one.
+		pending = r.m.pending(name)
+		pending.Set(float64(meta.NumPending) + 1)
+		defer func() { pending.Set(float64(meta.NumPending)) }()
+	}
 	if d.NumDelivered > 1 {
 		inc(r.m.redelivered)
 	}
