@@ -129,7 +129,7 @@ func (f *fleet) settled(hosts ...string) map[int]string {
 	var owner map[int]string
 	waitFor(f.tb, fmt.Sprintf("the partitions shared by %v", hosts), func() bool {
 		ms, err := f.pub.Members(context.Background(), Name)
-		if err != nil || len(ms) != len(hosts) {
+		if err != nil || !bustest.Shared(ms, f.parts, len(hosts)) {
 			return false
 		}
 		owner = map[int]string{}

@@ -144,14 +144,7 @@ func scaleRound(b *testing.B, n int) (rate, share float64) {
 			}
 		}
 		ms, err := e.pub.Members(b.Context(), Name)
-		if err != nil || len(ms) != n {
-			return false
-		}
-		worked := 0
-		for _, m := range ms {
-			worked += len(m.Working)
-		}
-		return worked == scalePartitions
+		return err == nil && bustest.Shared(ms, scalePartitions, n)
 	})
 
 	id := func(i int) string { return fmt.Sprintf("slack:EvScale-%07d", i) }

@@ -92,14 +92,7 @@ func rendererRound(b *testing.B, n int) (rate, share float64) {
 	}
 	waitFor(b, "every replica consuming its share", func() bool {
 		ms, err := e.pub.Members(b.Context(), Name)
-		if err != nil || len(ms) != n {
-			return false
-		}
-		worked := 0
-		for _, m := range ms {
-			worked += len(m.Working)
-		}
-		return worked == scalePartitions
+		return err == nil && bustest.Shared(ms, scalePartitions, n)
 	})
 
 	id := func(i int) string { return fmt.Sprintf("loop:scale-%07d", i) }

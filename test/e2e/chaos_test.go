@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -238,6 +239,24 @@ chaos:
 	c.stop()
 }
 
+// shareColumn is a replica's SHARE in `the-loop partitions`: "6/16".
+var shareColumn = regexp.MustCompile(` (\d+)/(\d+) `)
+
+// evenShares reports whether every replica listed in out, a `the-loop
+// partitions` output, works ⌊n/replicas⌋ or ⌈n/replicas⌉ of n partitions.
+func evenShares(out string, replicas int) bool {
+	rows := 0
+	for _, m := range shareColumn.FindAllStringSubmatch(out, -1) {
+		w, _ := strconv.Atoi(m[1])
+		n, _ := strconv.Atoi(m[2])
+		if w < n/replicas || w > (n+replicas-1)/replicas {
+			return false
+		}
+		rows++
+	}
+	return rows == 3*replicas
+}
+
 // consuming reports whether the process named name is a replica of a
 // service that consumes partitions.
 func consuming(name string) bool {
@@ -251,9 +270,9 @@ func consuming(name string) bool {
 
 // settledPartitions waits until `the-loop partitions` shows each consuming
 // service with replicas live replicas, each partition worked by exactly one
-// of them (the records of killed processes have expired, the handovers are
-// done), and returns that output; an error, with the last output, if that
-// does not happen within d.
+// of them and each replica working its even share (the records of killed
+// processes have expired, the handovers are done), and returns that output;
+// an error, with the last output, if that does not happen within d.
 func (c *cluster) settledPartitions(replicas int, d time.Duration) (string, error) {
 	loop, _ := binaries(c.t)
 	deadline := time.Now().Add(d)
@@ -263,7 +282,8 @@ func (c *cluster) settledPartitions(replicas int, d time.Duration) (string, erro
 		b, err := cmd.CombinedOutput()
 		out := strings.TrimSpace(string(b))
 		settled := err == nil && strings.Count(out, fmt.Sprintf(" %d replica(s)", replicas)) == 3 &&
-			!strings.Contains(out, "worked by no replica") && !strings.Contains(out, "worked by two replicas")
+			!strings.Contains(out, "worked by no replica") && !strings.Contains(out, "worked by two replicas") &&
+			evenShares(out, replicas)
 		if settled {
 			return out, nil
 		}

@@ -335,3 +335,28 @@ func BenchProbe(b *testing.B) bool {
 	v := f.Value.String()
 	return strings.HasSuffix(v, "x") && v != "1x"
 }
+
+// Shared reports whether the k replicas listed in ms work the n partitions
+// as their division gives them out: each partition worked by exactly one,
+// each replica ⌊n/k⌋ or ⌈n/k⌉ of them — none still waiting for its share,
+// none still handing one over. A replica that just joined already counts
+// in ms while the others still work its share, which a check of the
+// partitions alone would take for settled.
+func Shared(ms []bus.Member, n, k int) bool {
+	if len(ms) != k || k == 0 {
+		return false
+	}
+	seen := make([]bool, n)
+	for _, m := range ms {
+		if len(m.Working) < n/k || len(m.Working) > (n+k-1)/k {
+			return false
+		}
+		for _, p := range m.Working {
+			if p < 0 || p >= n || seen[p] {
+				return false
+			}
+			seen[p] = true
+		}
+	}
+	return !slices.Contains(seen, false)
+}
