@@ -119,6 +119,7 @@ func assign(service string, n int, members []Member) map[string][]int {
 	})
 	ms = slices.CompactFunc(ms, func(a, b Member) bool { return a.ID == b.ID })
 	k := len(ms)
+	keys := rankKeys(ms)
 	capacity := make([]int, k)
 	for i := range capacity {
 		capacity[i] = n / k
@@ -132,8 +133,8 @@ func assign(service string, n int, members []Member) map[string][]int {
 	}
 	pairs := make([]pair, 0, n*k)
 	for p := range n {
-		for i, m := range ms {
-			pairs = append(pairs, pair{rendezvous(service, p, m.ID), p, i})
+		for i := range ms {
+			pairs = append(pairs, pair{rendezvous(service, p, keys[i]), p, i})
 		}
 	}
 	slices.SortFunc(pairs, func(a, b pair) int {
@@ -163,7 +164,32 @@ func assign(service string, n int, members []Member) map[string][]int {
 	return out
 }
 
-// rendezvous scores member id for partition p of service.
+// rankKeys names each member of ms (oldest first) for the rendezvous
+// scores: by its Name, so that a replica restarted under the same name — a
+// dispatcher's fixed host, a process under a supervisor — ranks the
+// partitions as before and gets the same ones back once its previous
+// record has expired (a dispatcher's sessions then stay on their host).
+// Where several records share a name (the previous record of a restarted
+// replica, not yet expired, or replicas on one host), only the newest is
+// ranked by the name and the others by their ids.
+func rankKeys(ms []Member) []string {
+	newest := map[string]int{}
+	for i, m := range ms {
+		if m.Name != "" {
+			newest[m.Name] = i
+		}
+	}
+	keys := make([]string, len(ms))
+	for i, m := range ms {
+		keys[i] = "id:" + m.ID
+		if m.Name != "" && newest[m.Name] == i {
+			keys[i] = "name:" + m.Name
+		}
+	}
+	return keys
+}
+
+// rendezvous scores member key id for partition p of service.
 func rendezvous(service string, p int, id string) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(service))

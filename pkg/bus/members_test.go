@@ -111,6 +111,42 @@ func TestAssignKeepsASinglePartitionWithTheOldest(t *testing.T) {
 	}
 }
 
+// TestAssignGivesARestartedReplicaItsPartitionsBack: a replica restarted
+// under the same name (a new process id, so a new member id) owns the same
+// partitions as before once its previous record has expired, and while
+// that record lives it is the restarted one that is ranked by the name.
+func TestAssignGivesARestartedReplicaItsPartitionsBack(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	member := func(name string, pid int, at time.Duration) Member {
+		return Member{ID: fmt.Sprintf("%s-%d-1", name, pid), Name: name, Since: base.Add(at)}
+	}
+	a, b, c := member("host-a", 10, 0), member("host-b", 20, time.Second), member("host-c", 30, 2*time.Second)
+	before := assign("dispatcher", 16, []Member{a, b, c})
+	b2 := member("host-b", 99, time.Minute)
+	after := assign("dispatcher", 16, []Member{a, c, b2})
+	for _, pair := range [][2]Member{{a, a}, {b, b2}, {c, c}} {
+		if !slices.Equal(before[pair[0].ID], after[pair[1].ID]) {
+			t.Errorf("%s: %v before the restart, %v after", pair[0].Name, before[pair[0].ID], after[pair[1].ID])
+		}
+	}
+	// While the dead process's record lives, both are members: the
+	// restarted one keeps most of its partitions (ranked by the name), the
+	// old record takes what the ids give it.
+	during := assign("dispatcher", 16, []Member{a, b, c, b2})
+	kept := 0
+	for _, p := range during[b2.ID] {
+		if slices.Contains(before[b.ID], p) {
+			kept++
+		}
+	}
+	if kept < len(during[b2.ID])/2 {
+		t.Errorf("during the old record's lease the restarted replica owns %v, of which %d were its own %v", during[b2.ID], kept, before[b.ID])
+	}
+	if got := rankKeys([]Member{b, b2}); got[0] != "id:"+b.ID || got[1] != "name:host-b" {
+		t.Errorf("rank keys of two records named host-b, oldest first: %v", got)
+	}
+}
+
 func TestTransformPartitions(t *testing.T) {
 	for _, n := range []int{1, 16, 1024} {
 		if got := transformPartitions(partitionTransform("loop.in", n)); got != n {
