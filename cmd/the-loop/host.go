@@ -145,8 +145,14 @@ func loadSettings(env config.Env) (settings, error) {
 	return s, nil
 }
 
-func newLogger(w io.Writer, level slog.Level) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+// newLogger writes JSON lines, or text for a person: format "text", or
+// "auto" when w is a terminal (LOOP_LOG_FORMAT).
+func newLogger(w io.Writer, level slog.Level, format ...string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if len(format) > 0 && (format[0] == "text" || format[0] == "auto" && isTerminal(w)) {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
 // host runs a set of services, each over its own bus connection as its own
