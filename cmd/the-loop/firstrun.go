@@ -108,4 +108,3 @@ func operatorConfig(s settings) *config.Config {
 	}
 	return cfg
 }
-

@@ -99,7 +99,7 @@ func containsString(xs []string, x string) bool {
 // service reads, and not the others' settings.
 func TestServeHelpListsItsOwnSettings(t *testing.T) {
 	for _, c := range []struct {
-		service   string
+		service    string
 		has, lacks []string
 	}{
 		{"ledger-writer", []string{"LOOP_GITHUB_TOKEN", "LOOP_ENVELOPE_KEY", "LOOP_GITHUB_APP_ID", "LOOP_NATS_URL"}, []string{"LOOP_SLACK_BOT_TOKEN", "LOOP_GITHUB_WEBHOOK_SECRET", "LOOP_TMUX_BINARY"}},

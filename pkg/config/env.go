@@ -70,9 +70,9 @@ type Common struct {
 	ConfigPath string     `envconfig:"CONFIG" desc:"path of the operator YAML (version 0.7.0), reloaded on change; empty: built-in defaults (nobody authorized, Slack off)"`
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	// LogFormat: people read a terminal, collectors read JSON.
-	LogFormat  string     `envconfig:"LOG_FORMAT" default:"auto" desc:"log lines: text, json, or auto (text when standard error is a terminal, JSON otherwise)"`
-	Partitions int        `envconfig:"PARTITIONS" default:"16" desc:"partitions of the inbox and event streams; change only with an empty inbox (keys move)"`
-	Replicas   int        `envconfig:"STREAM_REPLICAS" default:"1" desc:"replicas of every stream, consumer and KV bucket: 1 on a single server, 3 on a JetStream cluster"`
+	LogFormat  string `envconfig:"LOG_FORMAT" default:"auto" desc:"log lines: text, json, or auto (text when standard error is a terminal, JSON otherwise)"`
+	Partitions int    `envconfig:"PARTITIONS" default:"16" desc:"partitions of the inbox and event streams; change only with an empty inbox (keys move)"`
+	Replicas   int    `envconfig:"STREAM_REPLICAS" default:"1" desc:"replicas of every stream, consumer and KV bucket: 1 on a single server, 3 on a JetStream cluster"`
 	NATS
 	Status
 }
