@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -186,6 +187,11 @@ func (h *host) run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "loop_build_info", Help: "Always 1: the running the-loop's version and Go version, and the services this process hosts.",
+	}, []string{"version", "goversion", "services"})
+	buildInfo.WithLabelValues(buildVersion(), goruntime.Version(), strings.Join(defNames(h.defs), ",")).Set(1)
+	reg.MustRegister(buildInfo)
 	conns := make(map[string]*bus.Conn, len(h.defs))
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -227,6 +233,8 @@ func (h *host) run(ctx context.Context) (err error) {
 	topo := bus.DefaultTopology()
 	topo.Partitions = h.settings.Common.Partitions
 	topo.Replicas = h.settings.Common.Replicas
+	reg.MustRegister(bus.NewStateCollector(conns[h.defs[0].name], []string{bus.StreamInbox, bus.StreamEvents, bus.StreamDLQ, bus.StreamLog},
+		consumedBy(topo, h.defs), topo.Partitions))
 	pctx, cancel := context.WithTimeout(rctx, 30*time.Second)
 	err = conns[h.defs[0].name].Provision(pctx, topo)
 	cancel()
@@ -308,6 +316,27 @@ func (h *host) run(ctx context.Context) (err error) {
 		h.started(ready)
 	}
 	return g.Wait()
+}
+
+func defNames(defs []serviceDef) []string {
+	out := make([]string, len(defs))
+	for i, d := range defs {
+		out[i] = d.name
+	}
+	return out
+}
+
+// consumedBy is the consumer groups of topo that the services of defs run.
+func consumedBy(topo bus.Topology, defs []serviceDef) []bus.ConsumerGroup {
+	var out []bus.ConsumerGroup
+	for _, g := range topo.Consumers {
+		for _, d := range defs {
+			if d.name == g.Service {
+				out = append(out, g)
+			}
+		}
+	}
+	return out
 }
 
 // reportReloads records the watcher's reloads in the event log: a good edit
