@@ -24,6 +24,7 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/httpserver"
+	"github.com/the-loop/bus/pkg/redact"
 	"github.com/the-loop/bus/services/dispatcher"
 	"github.com/the-loop/bus/services/dispatcher/harness"
 	ingressgithub "github.com/the-loop/bus/services/ingress-github"
@@ -31,6 +32,7 @@ import (
 	ledgerwriter "github.com/the-loop/bus/services/ledger-writer"
 	"github.com/the-loop/bus/services/runtime"
 	slackrenderer "github.com/the-loop/bus/services/slack-renderer"
+	"github.com/the-loop/bus/services/statuspage"
 )
 
 // runner is what every service is to its host.
@@ -174,6 +176,11 @@ type host struct {
 	// started, if set, is called once every service was started, with the
 	// readiness the admin server reports (the demo waits on it).
 	started func(*httpserver.Readiness)
+	// operator, if set, connects as the operator identity: what the status
+	// page's DLQ replay acts with when LOOP_ADMIN_TOKEN is set.
+	operator func(ctx context.Context) (*bus.Conn, error)
+	// adminAt, if set, hears the admin server's address.
+	adminAt func(addr string)
 }
 
 // defaultConfig is the operator config without a file: nobody authorized,
@@ -250,7 +257,10 @@ func (h *host) run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("admin: %w", err)
 	}
-	fmt.Fprintf(h.stdout, "%s: admin on http://%s (/healthz /readyz /metrics)\n", h.name, displayAddr(ln.Addr()))
+	fmt.Fprintf(h.stdout, "%s: admin on http://%s (/healthz /readyz /metrics), status page http://%s/status\n", h.name, displayAddr(ln.Addr()), displayAddr(ln.Addr()))
+	if h.adminAt != nil {
+		h.adminAt(ln.Addr().String())
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	current := func() *config.Config { return defaultConfig }
@@ -310,12 +320,56 @@ func (h *host) run(ctx context.Context) (err error) {
 	if watcher != nil {
 		g.Go(func() error { return watcher.Run(gctx) })
 	}
-	g.Go(func() error { return httpserver.Serve(gctx, ln, httpserver.AdminMux(ready, reg), h.log) })
+	mux := httpserver.AdminMux(ready, reg)
+	page, op, err := h.statusPage(ctx, conns[h.defs[0].name], topo, current)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if op != nil {
+		defer op.Close()
+	}
+	statuspage.Register(mux, page)
+	g.Go(func() error { return httpserver.Serve(gctx, ln, mux, h.log) })
 	fmt.Fprintf(h.stdout, "%s: running %s; Ctrl-C drains and stops\n", h.name, strings.Join(names, ", "))
 	if h.started != nil {
 		h.started(ready)
 	}
 	return g.Wait()
+}
+
+// statusPage is the status page's options: it reads over conn (every
+// identity's grant includes the page's reads), and replays as the operator
+// when LOOP_ADMIN_TOKEN is set and this host holds the operator identity.
+func (h *host) statusPage(ctx context.Context, conn *bus.Conn, topo bus.Topology, current func() *config.Config) (statuspage.Options, *bus.Conn, error) {
+	st := h.settings.Common.Status
+	o := statuspage.Options{
+		Conn: conn, Config: current, Topology: topo, Expose: st.Expose, Token: st.Token.Reveal(),
+		AdminToken: st.AdminToken.Reveal(), Log: h.log.With("service", "status"), Scrub: h.scrubber(),
+	}
+	if o.AdminToken == "" || h.operator == nil {
+		return o, nil, nil
+	}
+	op, err := h.operator(ctx)
+	if err != nil {
+		return o, nil, fmt.Errorf("status page: the operator identity for DLQ replay: %w", err)
+	}
+	o.Replay = op
+	o.Events = eventlog.New("status", h.log.With("service", "status"), storedLog{op})
+	return o, op, nil
+}
+
+// scrubber masks this process's secrets (and tokens of any shape) in what
+// the status page shows.
+func (h *host) scrubber() redact.Scrubber {
+	s := h.settings
+	env := map[string]string{
+		"LOOP_GITHUB_TOKEN": s.GitHub.Token.Reveal(), "LOOP_GITHUB_WEBHOOK_SECRET": s.GitHub.WebhookSecret.Reveal(),
+		"LOOP_ENVELOPE_KEY": s.GitHub.EnvelopeKey.Reveal(), "LOOP_SLACK_BOT_TOKEN": s.Slack.BotToken.Reveal(),
+		"LOOP_SLACK_APP_TOKEN": s.Slack.AppToken.Reveal(), "LOOP_SLACK_SIGNING_SECRET": s.Slack.SigningSecret.Reveal(),
+		"LOOP_STATUS_TOKEN": s.Common.Status.Token.Reveal(), "LOOP_ADMIN_TOKEN": s.Common.Status.AdminToken.Reveal(),
+	}
+	return redact.New(redact.Options{Env: env})
 }
 
 func defNames(defs []serviceDef) []string {

@@ -80,7 +80,15 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 	log := newLogger(stderr, s.Common.LogLevel, s.Common.LogFormat)
 	hostname, _ := os.Hostname()
 	fmt.Fprintf(stdout, "the-loop serve %s: NATS %s (credential: %s)\n", name, bus.RedactURL(s.Common.NATSURL), creds.Kind())
+	var operator func(ctx context.Context) (*bus.Conn, error)
+	if f := s.Common.Status.AdminNkeyFile; f != "" {
+		operator = func(ctx context.Context) (*bus.Conn, error) {
+			return bus.Connect(ctx, bus.Options{URL: s.Common.NATSURL, Name: "status/" + hostname, Logger: log, Identity: bus.IdentityOperator,
+				Credentials: bus.Credentials{SeedFile: f, Setting: "LOOP_ADMIN_NKEY_FILE"}})
+		}
+	}
 	h := &host{name: "the-loop serve " + name, settings: s, log: log, stdout: stdout, defs: []serviceDef{def}, envelopeKey: key, serve: true,
+		operator: operator,
 		connect: func(ctx context.Context, identity string) (*bus.Conn, error) {
 			return bus.Connect(ctx, bus.Options{URL: s.Common.NATSURL, Name: identity + "/" + hostname, Logger: log, Credentials: creds, Identity: identity})
 		}}
