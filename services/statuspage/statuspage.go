@@ -209,9 +209,9 @@ func (s *server) replay(w http.ResponseWriter, r *http.Request, ro role) {
 
 // State is the JSON document the page renders.
 type State struct {
-	GeneratedAt time.Time `json:"generatedAt"`
-	Role        string    `json:"role"`
-	CanReplay   bool      `json:"canReplay"`
+	GeneratedAt time.Time    `json:"generatedAt"`
+	Role        string       `json:"role"`
+	CanReplay   bool         `json:"canReplay"`
 	WorkItems   []WorkItem   `json:"workItems"`
 	Sessions    []Session    `json:"sessions"`
 	DeadLetters []DeadLetter `json:"deadLetters"`
