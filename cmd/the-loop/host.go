@@ -25,6 +25,7 @@ import (
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/pkg/tracing"
 	"github.com/the-loop/bus/services/dispatcher"
 	"github.com/the-loop/bus/services/dispatcher/harness"
 	ingressgithub "github.com/the-loop/bus/services/ingress-github"
@@ -199,6 +200,19 @@ func (h *host) run(ctx context.Context) (err error) {
 	}, []string{"version", "goversion", "services"})
 	buildInfo.WithLabelValues(buildVersion(), goruntime.Version(), strings.Join(defNames(h.defs), ",")).Set(1)
 	reg.MustRegister(buildInfo)
+	service := "the-loop"
+	if len(h.defs) == 1 {
+		service = "the-loop-" + h.defs[0].name
+	}
+	stopTracing, err := tracing.Setup(ctx, service, os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = stopTracing(tctx)
+	}()
 	conns := make(map[string]*bus.Conn, len(h.defs))
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -13,12 +13,12 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/internal/demo"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
 // chromium is Debian's headless browser (packages chromium and

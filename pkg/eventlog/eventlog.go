@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/tracing"
 )
 
 // Type describes one event-log record type.
@@ -125,6 +126,9 @@ type Record struct {
 	Level  string         `json:"level"`
 	PID    int            `json:"pid"`
 	Fields map[string]any `json:"fields,omitempty"`
+	// TraceID is the trace of the event this record is about, when it
+	// was emitted inside one (docs/decisions/077-traces-across-the-hops.md).
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // Emit writes one record of type name. Unregistered names are a programming
@@ -151,12 +155,13 @@ func (l *Logger) Emit(ctx context.Context, name string, attrs ...slog.Attr) {
 		return
 	}
 	rec := Record{
-		TS:     l.now().UTC().Format("2006-01-02T15:04:05.000Z"),
-		Source: l.service,
-		Event:  name,
-		Level:  strings.ToLower(t.Level.String()),
-		PID:    os.Getpid(),
-		Fields: fields,
+		TS:      l.now().UTC().Format("2006-01-02T15:04:05.000Z"),
+		Source:  l.service,
+		Event:   name,
+		Level:   strings.ToLower(t.Level.String()),
+		PID:     os.Getpid(),
+		Fields:  fields,
+		TraceID: tracing.TraceID(ctx),
 	}
 	data, err := json.Marshal(rec)
 	if err != nil {
