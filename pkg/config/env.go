@@ -370,8 +370,8 @@ func (g GitHub) PollRepoList() []string {
 // tag because `up` and cmd compose every concern for every service, and
 // slack-renderer never talks to GitHub.
 func (g GitHub) RequireToken() error {
-	if !g.Token.IsSet() {
-		return errors.New("LOOP_GITHUB_TOKEN is not set: this service reads or writes GitHub with it")
+	if !g.Token.IsSet() && !g.App.Set() {
+		return errors.New("LOOP_GITHUB_TOKEN is not set: this service reads or writes GitHub with it (or with a GitHub App: LOOP_GITHUB_APP_ID)")
 	}
 	return nil
 }
