@@ -156,7 +156,7 @@ func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) e
 	}
 	fmt.Fprintf(stdout, "\nAll seven steps in %.1fs; %d prompts reached the session.\n", time.Since(start).Seconds(), sum.Prompts)
 	if *keep {
-		printKeepRunning(stdout, stage, srv, *dir, logPath)
+		printKeepRunning(stdout, stage, srv, *dir, logPath, live.adminAddr)
 		<-ctx.Done()
 	} else {
 		fmt.Fprintf(stdout, "\nWhere to look next: run it with --keep-running, then\n")
@@ -201,8 +201,9 @@ func awaitServices(ctx context.Context, readyc <-chan *httpserver.Readiness, hos
 	}
 }
 
-func printKeepRunning(w io.Writer, stage *demo.Stage, srv *bus.Embedded, dir, logPath string) {
+func printKeepRunning(w io.Writer, stage *demo.Stage, srv *bus.Embedded, dir, logPath, adminAddr string) {
 	fmt.Fprintf(w, "\nStill running; Ctrl-C stops. Look around:\n")
+	fmt.Fprintf(w, "  http://%s/status   the status page: the work item, its gates and approvals, sessions, the bus\n", adminAddr)
 	fmt.Fprintf(w, "  LOOP_NATS_URL=%s LOOP_NATS_NKEY_FILE=%s the-loop events --follow --last 50\n", srv.ClientURL(),
 		filepath.Join(dir, "store", identitiesDir, bus.IdentityObserver+".nk"))
 	fmt.Fprintf(w, "  LOOP_CONFIG=%s the-loop channels status\n", filepath.Join(dir, "the-loop.yaml"))
