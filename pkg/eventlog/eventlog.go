@@ -185,5 +185,8 @@ func Format(r Record) string {
 	for _, k := range keys {
 		fmt.Fprintf(&b, " %s=%v", k, r.Fields[k])
 	}
+	if r.TraceID != "" {
+		fmt.Fprintf(&b, " trace=%s", r.TraceID)
+	}
 	return b.String()
 }
