@@ -7,15 +7,18 @@ import (
 )
 
 // TestAppTokenExpiresMidRunNoWriteLost: the writer authenticates as a
-// GitHub App (JWT verified by the fake); its installation tokens live 61 s,
-// so each is refreshed a second after it was minted, and halfway through
-// the fake expires every token already minted under the writer. Every
-// event is recorded once, by the app's bot, none dead-lettered, and the
-// ledger's login comes from GET /app, never GET /user.
+// GitHub App (JWT verified by the fake); halfway through, the fake expires
+// the installation token the writer holds (an hour-long token, so the
+// writer would go on using it): the next write is refused, and sent again
+// with a fresh token. Every event is recorded once, by the app's bot, none
+// dead-lettered, and the ledger's login comes from GET /app, never GET
+// /user. (Refreshing before expiry: the whole suite with
+// LOOP_TEST_GITHUB_APP=1, whose tokens live 61 s.)
 func TestAppTokenExpiresMidRunNoWriteLost(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, testTopology())
-	app := e.gh.InstallApp(t, appSlug, appTokenTTL)
+	app := e.gh.InstallApp(t, appSlug, time.Hour)
+	e.gh.SetAppTokenTTL(time.Hour) // in app mode the suite's app was installed with 61 s
 	e.app = &app
 	e.start("writer-app")
 	const n = 12

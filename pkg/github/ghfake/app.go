@@ -85,6 +85,16 @@ func (s *Server) InstallApp(t testing.TB, slug string, ttl time.Duration) App {
 	return a
 }
 
+// SetAppTokenTTL sets how long the installation tokens minted from now on
+// live.
+func (s *Server) SetAppTokenTTL(ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.app != nil {
+		s.app.ttl = ttl
+	}
+}
+
 // ExpireAppTokens expires every installation token minted so far, as if
 // their hour had passed: the next request with one is refused.
 func (s *Server) ExpireAppTokens() {
