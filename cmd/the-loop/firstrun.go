@@ -57,9 +57,7 @@ func checklist(s settings, cfg *config.Config, lookPath func(string) (string, er
 		slack = append(slack, "channels.slack.enabled is false in LOOP_CONFIG: set it and channels.slack.channel")
 	default:
 		if err := s.Slack.Require(sc.Read.Mode); err != nil {
-			for _, e := range strings.Split(err.Error(), "\n") {
-				slack = append(slack, e)
-			}
+			slack = append(slack, strings.Split(err.Error(), "\n")...)
 		}
 	}
 	var sessions []string

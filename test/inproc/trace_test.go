@@ -84,12 +84,12 @@ func TestOneWebhookIsOneTrace(t *testing.T) {
 	for _, s := range exp.GetSpans() {
 		text := s.Name + " " + s.Status.Description
 		for _, a := range s.Attributes {
-			text += " " + a.Value.Emit()
+			text += " " + a.Value.String()
 		}
 		for _, e := range s.Events {
 			text += " " + e.Name
 			for _, a := range e.Attributes {
-				text += " " + a.Value.Emit()
+				text += " " + a.Value.String()
 			}
 		}
 		for _, sec := range secrets {
@@ -105,7 +105,7 @@ func TestOneWebhookIsOneTrace(t *testing.T) {
 
 func hasAttr(attrs []attribute.KeyValue, key, value string) bool {
 	for _, a := range attrs {
-		if string(a.Key) == key && a.Value.Emit() == value {
+		if string(a.Key) == key && a.Value.String() == value {
 			return true
 		}
 	}
