@@ -25,6 +25,9 @@
 //     (docs/decisions/042-multi-process-attack-suite.md).
 //   - BenchmarkEndToEnd: webhook → Slack latency and throughput, each with
 //     a raw JetStream baseline of the same hops (see its doc comment).
+//   - BenchmarkWebhookIntake: webhook intake of `the-loop up` at 1 and 8
+//     senders and a sustained load, against raw JetStream on the same
+//     server (see its doc comment).
 //
 // It needs tmux; without it the tests skip.
 package e2e
