@@ -515,7 +515,9 @@ func (r *Runner) handle(hctx context.Context, p int, name string, msg jetstream.
 		}
 	})
 	start := time.Now()
-	herr := r.call(hctx, d)
+	tctx, span := traceDelivery(hctx, r.spec.Service, d)
+	herr := r.call(tctx, d)
+	endSpan(span, herr)
 	kcancel()
 	kwg.Wait()
 	if r.m.latency != nil {
