@@ -340,6 +340,11 @@ func (h *host) run(ctx context.Context) (err error) {
 		g.Go(func() error {
 			deps.Events.Emit(gctx, "service.started")
 			err := svc.Run(gctx)
+			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				// Stopped while it was still starting (opening its buckets):
+				// a stop asked for, not a failure.
+				err = nil
+			}
 			deps.Events.Emit(context.WithoutCancel(gctx), "service.stopped")
 			return err
 		})
