@@ -4,7 +4,7 @@ PKGS      := ./...
 FUZZTIME  ?= 10s
 BENCHTIME ?= 2s
 
-.PHONY: all build test test-race test-short lint fmt generate verify-generate proto-lint proto-breaking \
+.PHONY: all build test test-app test-race test-short lint fmt generate verify-generate proto-lint proto-breaking \
         fuzz bench e2e tidy verify-tidy check-deps verify up clean
 
 all: build
@@ -13,9 +13,16 @@ build:
 	$(GO) build -o bin/the-loop ./cmd/the-loop
 
 ## test: the whole suite, real in-process JetStream servers included; prints its duration.
+## Then the ledger-writer's and ingress-github's suites again as a GitHub App (test-app).
 test:
 	@start=$$(date +%s); $(GO) test -count=1 -shuffle=on -timeout=20m $(PKGS); rc=$$?; \
 	echo "stage test: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
+	@$(MAKE) --no-print-directory test-app
+
+## test-app: the suites that write and read GitHub, authenticated as a GitHub App against the fake.
+test-app:
+	@start=$$(date +%s); LOOP_TEST_GITHUB_APP=1 $(GO) test -count=1 -timeout=10m ./services/ledger-writer/ ./services/ingress-github/...; rc=$$?; \
+	echo "stage test-app: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
 
 test-short:
 	$(GO) test -short -count=1 -shuffle=on -timeout=10m $(PKGS)

@@ -45,7 +45,10 @@ Usage:
                                        what a session is shown of a GitHub payload
   the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
   the-loop auth init DIR               a deployment's bus identities: NKey seeds and nats.conf authorization
+  the-loop docs configuration [--write FILE]
+                                       the generated configuration reference
   the-loop version                     print the version
+  the-loop help [VERB]                 this text, or one verb's usage
 
 Settings come from LOOP_* environment variables ('the-loop serve <service> --help' lists them).
 `
@@ -72,6 +75,12 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return fmt.Errorf("%w: no verb given", errUsage)
 	}
 	verb, rest := args[0], args[1:]
+	if verb == "help" && len(rest) > 0 && !isHelpFlag(rest[0]) {
+		return verbUsage(stdout, rest[0])
+	}
+	if asksHelp(verb, rest) {
+		return verbUsage(stdout, verb)
+	}
 	switch verb {
 	case "up":
 		return cmdUp(ctx, rest, env, stdout, stderr)
@@ -112,6 +121,65 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 	}
 	fmt.Fprint(stderr, usageText)
 	return fmt.Errorf("%w: unknown verb %q", errUsage, verb)
+}
+
+// asksHelp reports whether args ask for the verb's usage (-h, --help). Two
+// verbs answer it themselves: `serve <service> --help` lists the settings the
+// service reads, and `demo agent` hands its argv to the stand-in harness.
+func asksHelp(verb string, args []string) bool {
+	if verb == "serve" && len(args) > 0 && !isHelpFlag(args[0]) {
+		return false
+	}
+	if verb == "demo" && len(args) > 0 && args[0] == "agent" {
+		return false
+	}
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if isHelpFlag(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func isHelpFlag(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
+
+// verbUsage prints the lines of usageText that describe verb, under a
+// "Usage:" line: what `help VERB` and `VERB --help` answer.
+func verbUsage(w io.Writer, verb string) error {
+	lines := usageLines(verb)
+	if len(lines) == 0 {
+		fmt.Fprint(w, usageText)
+		return fmt.Errorf("%w: unknown verb %q", errUsage, verb)
+	}
+	fmt.Fprintln(w, "Usage:")
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	if verb == "serve" {
+		fmt.Fprintln(w, "\n'the-loop serve <service> --help' lists the settings that service reads.")
+	}
+	return nil
+}
+
+// usageLines returns the usage lines of verb, continuation lines included.
+func usageLines(verb string) []string {
+	var out []string
+	in := false
+	for _, l := range strings.Split(usageText, "\n") {
+		switch {
+		case strings.HasPrefix(l, "  the-loop "+verb+" ") || l == "  the-loop "+verb:
+			in = true
+			out = append(out, l)
+		case in && strings.HasPrefix(l, "      "):
+			out = append(out, l)
+		default:
+			in = false
+		}
+	}
+	return out
 }
 
 func buildVersion() string {

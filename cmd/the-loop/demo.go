@@ -40,6 +40,28 @@ func cmdDemo(ctx context.Context, args []string, env config.Env, stdout, stderr 
 	default:
 		return fmt.Errorf("%w: --runner %q: want tmux or process", errUsage, *runner)
 	}
+	return runDemo(ctx, demoRun{dir: *dir, runner: *runner, keep: *keep}, env, stdout)
+}
+
+// demoRun is one demo: its flags, and what a test watches it with.
+type demoRun struct {
+	dir, runner string
+	keep        bool
+	// adminToken is LOOP_ADMIN_TOKEN for the services' status page.
+	adminToken string
+	// afterStep, if set, is called after each step of the story.
+	afterStep func(ctx context.Context, step int, live demoLive) error
+}
+
+// demoLive is the running demo, as a test sees it mid-story.
+type demoLive struct {
+	adminAddr string
+	conn      *bus.Conn
+	stage     *demo.Stage
+}
+
+func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) error {
+	dir, runner, keep := &o.dir, &o.runner, &o.keep
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("demo: find the-loop's binary: %w", err)
@@ -55,13 +77,23 @@ func cmdDemo(ctx context.Context, args []string, env config.Env, stdout, stderr 
 		*dir = tmp
 	}
 	start := time.Now()
-	stage, err := demo.NewStage(demo.Options{Dir: *dir, Exe: exe, Runner: *runner})
+	var live demoLive
+	var afterStep func(ctx context.Context, step int) error
+	if o.afterStep != nil {
+		afterStep = func(ctx context.Context, step int) error { return o.afterStep(ctx, step, live) }
+	}
+	stage, err := demo.NewStage(demo.Options{Dir: *dir, Exe: exe, Runner: *runner, AfterStep: afterStep})
 	if err != nil {
 		return err
 	}
 	defer stage.Close()
+	live.stage = stage
 
-	s, err := loadSettings(config.Env(stage.Env()))
+	stageEnv := stage.Env()
+	if o.adminToken != "" {
+		stageEnv["LOOP_ADMIN_TOKEN"] = o.adminToken
+	}
+	s, err := loadSettings(config.Env(stageEnv))
 	if err != nil {
 		return fmt.Errorf("demo settings: %w", err)
 	}
@@ -91,8 +123,11 @@ func cmdDemo(ctx context.Context, args []string, env config.Env, stdout, stderr 
 	}
 
 	readyc := make(chan *httpserver.Readiness, 1)
+	live.conn = conn
 	h := &host{name: "the-loop demo", settings: s, log: log, stdout: io.Discard, defs: services,
-		envelopeKey: emb.key, connect: emb.connect, started: func(r *httpserver.Readiness) { readyc <- r }}
+		envelopeKey: emb.key, connect: emb.connect, started: func(r *httpserver.Readiness) { readyc <- r },
+		operator: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) },
+		adminAt:  func(addr string) { live.adminAddr = addr }}
 	hctx, stopServices := context.WithCancel(ctx)
 	hostDone := make(chan error, 1)
 	go func() { hostDone <- h.run(hctx) }()
@@ -121,7 +156,7 @@ func cmdDemo(ctx context.Context, args []string, env config.Env, stdout, stderr 
 	}
 	fmt.Fprintf(stdout, "\nAll seven steps in %.1fs; %d prompts reached the session.\n", time.Since(start).Seconds(), sum.Prompts)
 	if *keep {
-		printKeepRunning(stdout, stage, srv, *dir, logPath)
+		printKeepRunning(stdout, stage, srv, *dir, logPath, live.adminAddr)
 		<-ctx.Done()
 	} else {
 		fmt.Fprintf(stdout, "\nWhere to look next: run it with --keep-running, then\n")
@@ -166,8 +201,9 @@ func awaitServices(ctx context.Context, readyc <-chan *httpserver.Readiness, hos
 	}
 }
 
-func printKeepRunning(w io.Writer, stage *demo.Stage, srv *bus.Embedded, dir, logPath string) {
+func printKeepRunning(w io.Writer, stage *demo.Stage, srv *bus.Embedded, dir, logPath, adminAddr string) {
 	fmt.Fprintf(w, "\nStill running; Ctrl-C stops. Look around:\n")
+	fmt.Fprintf(w, "  http://%s/status   the status page: the work item, its gates and approvals, sessions, the bus\n", adminAddr)
 	fmt.Fprintf(w, "  LOOP_NATS_URL=%s LOOP_NATS_NKEY_FILE=%s the-loop events --follow --last 50\n", srv.ClientURL(),
 		filepath.Join(dir, "store", identitiesDir, bus.IdentityObserver+".nk"))
 	fmt.Fprintf(w, "  LOOP_CONFIG=%s the-loop channels status\n", filepath.Join(dir, "the-loop.yaml"))

@@ -24,7 +24,11 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "demo" && os.Args[2] == "agent" {
 		os.Exit(run(context.Background(), os.Args[1:], config.OSEnv(), os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 // The demo's summary, as printed. Every figure is counted where the effect

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,8 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/httpserver"
+	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/pkg/tracing"
 	"github.com/the-loop/bus/services/dispatcher"
 	"github.com/the-loop/bus/services/dispatcher/harness"
 	ingressgithub "github.com/the-loop/bus/services/ingress-github"
@@ -30,6 +33,7 @@ import (
 	ledgerwriter "github.com/the-loop/bus/services/ledger-writer"
 	"github.com/the-loop/bus/services/runtime"
 	slackrenderer "github.com/the-loop/bus/services/slack-renderer"
+	"github.com/the-loop/bus/services/statuspage"
 )
 
 // runner is what every service is to its host.
@@ -145,8 +149,14 @@ func loadSettings(env config.Env) (settings, error) {
 	return s, nil
 }
 
-func newLogger(w io.Writer, level slog.Level) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+// newLogger writes JSON lines, or text for a person: format "text", or
+// "auto" when w is a terminal (LOOP_LOG_FORMAT).
+func newLogger(w io.Writer, level slog.Level, format ...string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if len(format) > 0 && (format[0] == "text" || format[0] == "auto" && isTerminal(w)) {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
 // host runs a set of services, each over its own bus connection as its own
@@ -167,6 +177,11 @@ type host struct {
 	// started, if set, is called once every service was started, with the
 	// readiness the admin server reports (the demo waits on it).
 	started func(*httpserver.Readiness)
+	// operator, if set, connects as the operator identity: what the status
+	// page's DLQ replay acts with when LOOP_ADMIN_TOKEN is set.
+	operator func(ctx context.Context) (*bus.Conn, error)
+	// adminAt, if set, hears the admin server's address.
+	adminAt func(addr string)
 }
 
 // defaultConfig is the operator config without a file: nobody authorized,
@@ -180,6 +195,24 @@ func (h *host) run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "loop_build_info", Help: "Always 1: the running the-loop's version and Go version, and the services this process hosts.",
+	}, []string{"version", "goversion", "services"})
+	buildInfo.WithLabelValues(buildVersion(), goruntime.Version(), strings.Join(defNames(h.defs), ",")).Set(1)
+	reg.MustRegister(buildInfo)
+	service := "the-loop"
+	if len(h.defs) == 1 {
+		service = "the-loop-" + h.defs[0].name
+	}
+	stopTracing, err := tracing.Setup(ctx, service, os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = stopTracing(tctx)
+	}()
 	conns := make(map[string]*bus.Conn, len(h.defs))
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -234,6 +267,8 @@ func (h *host) run(ctx context.Context) (err error) {
 	topo := bus.DefaultTopology()
 	topo.Partitions = h.settings.Common.Partitions
 	topo.Replicas = h.settings.Common.Replicas
+	reg.MustRegister(bus.NewStateCollector(conns[h.defs[0].name], []string{bus.StreamInbox, bus.StreamEvents, bus.StreamDLQ, bus.StreamLog},
+		consumedBy(topo, h.defs), topo.Partitions))
 	pctx, cancel := context.WithTimeout(rctx, 30*time.Second)
 	err = conns[h.defs[0].name].Provision(pctx, topo)
 	cancel()
@@ -249,7 +284,10 @@ func (h *host) run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("admin: %w", err)
 	}
-	fmt.Fprintf(h.stdout, "%s: admin on http://%s (/healthz /readyz /metrics)\n", h.name, displayAddr(ln.Addr()))
+	fmt.Fprintf(h.stdout, "%s: admin on http://%s (/healthz /readyz /metrics), status page http://%s/status\n", h.name, displayAddr(ln.Addr()), displayAddr(ln.Addr()))
+	if h.adminAt != nil {
+		h.adminAt(ln.Addr().String())
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	current := func() *config.Config { return defaultConfig }
@@ -303,6 +341,11 @@ func (h *host) run(ctx context.Context) (err error) {
 		g.Go(func() error {
 			deps.Events.Emit(gctx, "service.started")
 			err := svc.Run(gctx)
+			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				// Stopped while it was still starting (opening its buckets):
+				// a stop asked for, not a failure.
+				err = nil
+			}
 			deps.Events.Emit(context.WithoutCancel(gctx), "service.stopped")
 			return err
 		})
@@ -310,12 +353,77 @@ func (h *host) run(ctx context.Context) (err error) {
 	if watcher != nil {
 		g.Go(func() error { return watcher.Run(gctx) })
 	}
-	g.Go(func() error { return httpserver.Serve(gctx, ln, httpserver.AdminMux(ready, reg), h.log) })
+	mux := httpserver.AdminMux(ready, reg)
+	page, op, err := h.statusPage(ctx, conns[h.defs[0].name], topo, current)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if op != nil {
+		defer op.Close()
+	}
+	statuspage.Register(mux, page)
+	g.Go(func() error { return httpserver.Serve(gctx, ln, mux, h.log) })
 	fmt.Fprintf(h.stdout, "%s: running %s; Ctrl-C drains and stops\n", h.name, strings.Join(names, ", "))
 	if h.started != nil {
 		h.started(ready)
 	}
 	return g.Wait()
+}
+
+// statusPage is the status page's options: it reads over conn (every
+// identity's grant includes the page's reads), and replays as the operator
+// when LOOP_ADMIN_TOKEN is set and this host holds the operator identity.
+func (h *host) statusPage(ctx context.Context, conn *bus.Conn, topo bus.Topology, current func() *config.Config) (statuspage.Options, *bus.Conn, error) {
+	st := h.settings.Common.Status
+	o := statuspage.Options{
+		Conn: conn, Config: current, Topology: topo, Expose: st.Expose, Token: st.Token.Reveal(),
+		AdminToken: st.AdminToken.Reveal(), Log: h.log.With("service", "status"), Scrub: h.scrubber(),
+	}
+	if o.AdminToken == "" || h.operator == nil {
+		return o, nil, nil
+	}
+	op, err := h.operator(ctx)
+	if err != nil {
+		return o, nil, fmt.Errorf("status page: the operator identity for DLQ replay: %w", err)
+	}
+	o.Replay = op
+	o.Events = eventlog.New("status", h.log.With("service", "status"), storedLog{op})
+	return o, op, nil
+}
+
+// scrubber masks this process's secrets (and tokens of any shape) in what
+// the status page shows.
+func (h *host) scrubber() redact.Scrubber {
+	s := h.settings
+	env := map[string]string{
+		"LOOP_GITHUB_TOKEN": s.GitHub.Token.Reveal(), "LOOP_GITHUB_WEBHOOK_SECRET": s.GitHub.WebhookSecret.Reveal(),
+		"LOOP_ENVELOPE_KEY": s.GitHub.EnvelopeKey.Reveal(), "LOOP_SLACK_BOT_TOKEN": s.Slack.BotToken.Reveal(),
+		"LOOP_SLACK_APP_TOKEN": s.Slack.AppToken.Reveal(), "LOOP_SLACK_SIGNING_SECRET": s.Slack.SigningSecret.Reveal(),
+		"LOOP_STATUS_TOKEN": s.Common.Status.Token.Reveal(), "LOOP_ADMIN_TOKEN": s.Common.Status.AdminToken.Reveal(),
+	}
+	return redact.New(redact.Options{Env: env})
+}
+
+func defNames(defs []serviceDef) []string {
+	out := make([]string, len(defs))
+	for i, d := range defs {
+		out[i] = d.name
+	}
+	return out
+}
+
+// consumedBy is the consumer groups of topo that the services of defs run.
+func consumedBy(topo bus.Topology, defs []serviceDef) []bus.ConsumerGroup {
+	var out []bus.ConsumerGroup
+	for _, g := range topo.Consumers {
+		for _, d := range defs {
+			if d.name == g.Service {
+				out = append(out, g)
+			}
+		}
+	}
+	return out
 }
 
 // reportReloads records the watcher's reloads in the event log: a good edit

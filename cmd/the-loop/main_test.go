@@ -316,10 +316,7 @@ func TestUpRunsAndCtrlCExitsZero(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "the-loop")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := theLoopBinary(t)
 	store := filepath.Join(dir, "store")
 	cmd := exec.Command(bin, "up")
 	cmd.Dir = dir

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 
 	"github.com/the-loop/bus/pkg/bus"
@@ -29,7 +30,7 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	if err := s.Up.Validate(); err != nil {
 		return err
 	}
-	log := newLogger(stderr, s.Common.LogLevel)
+	log := newLogger(stderr, s.Common.LogLevel, s.Common.LogFormat)
 	if s.Common.NATSURL != "" {
 		return fmt.Errorf("%w: LOOP_NATS_URL is set; 'up' runs its own embedded server — use 'the-loop serve <service>' against an external one", errUsage)
 	}
@@ -49,7 +50,10 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	fmt.Fprintf(stdout, "the-loop up: reading verbs (events, dlq list, sessions list, graph status) find the observer identity here; verbs that change something need LOOP_NATS_NKEY_FILE=%s\n",
 		filepath.Join(store, identitiesDir, bus.IdentityOperator+".nk"))
 
-	h := &host{name: "the-loop up", settings: s, log: log, stdout: stdout, defs: services, envelopeKey: emb.key, connect: emb.connect}
+	printChecklist(stdout, checklist(s, operatorConfig(s), exec.LookPath))
+
+	h := &host{name: "the-loop up", settings: s, log: log, stdout: stdout, defs: services, envelopeKey: emb.key, connect: emb.connect,
+		operator: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) }}
 	if err := h.run(ctx); err != nil {
 		return err
 	}

@@ -269,6 +269,11 @@ func (s *Stage) Play(ctx context.Context, conn *bus.Conn, out io.Writer) (Summar
 		p.settle(ctx)
 		p.report()
 		p.mark()
+		if s.afterStep != nil {
+			if err := s.afterStep(ctx, i+1); err != nil {
+				return Summary{}, fmt.Errorf("after step %d (%s): %w", i+1, step.title, err)
+			}
+		}
 	}
 	if err := s.deliveryErrors(); err != nil {
 		return Summary{}, err

@@ -62,6 +62,9 @@ type Options struct {
 	// Runner is RunnerTmux or RunnerProcess; "" picks tmux when it is
 	// installed.
 	Runner string
+	// AfterStep, if set, is called after each step (1-based) has settled,
+	// before the next begins: a test looks at the system mid-story.
+	AfterStep func(ctx context.Context, step int) error
 }
 
 // Stage is the stand-ins and the files of one demo.
@@ -74,6 +77,7 @@ type Stage struct {
 	secret                                     string
 	webhookAddr                                string
 	exe                                        string
+	afterStep                                  func(ctx context.Context, step int) error
 
 	// relay is GitHub delivering webhooks: one at a time, in write order.
 	relayMu sync.Mutex
@@ -86,7 +90,7 @@ type Stage struct {
 
 // NewStage starts the stand-ins and prepares the files.
 func NewStage(o Options) (*Stage, error) {
-	s := &Stage{dir: o.Dir, exe: o.Exe, runner: o.Runner}
+	s := &Stage{dir: o.Dir, exe: o.Exe, runner: o.Runner, afterStep: o.AfterStep}
 	if s.runner == "" {
 		s.runner = RunnerProcess
 		if _, err := exec.LookPath("tmux"); err == nil {

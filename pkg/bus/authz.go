@@ -140,6 +140,11 @@ func GrantFor(identity string, t Topology) (Grant, error) {
 	for _, name := range names {
 		pub(storeSubjects(name, buckets[identity][name] == readWrite)...)
 	}
+	for _, r := range statusReads(t) {
+		if !slices.Contains(g.Publish, r) {
+			pub(r)
+		}
+	}
 	if identity == IdentityDispatcher {
 		// The graph endpoint (nats.go/micro): its own subjects and the
 		// framework's discovery subjects, answered with one reply each.
@@ -193,6 +198,21 @@ func storeSubjects(name string, write bool) []string {
 // consumers (that would hold back a service's message), only from its own
 // ordered consumers of the other streams.
 func observerGrant(t Topology) Grant {
+	s := statusReads(t)
+	// graph status (not complete), and the services framework's discovery.
+	s = append(s, catalog.ServiceSubject(ServiceDispatcher, "graph.status"), "$SRV.PING", "$SRV.PING.>",
+		"$SRV.INFO", "$SRV.INFO.>", "$SRV.STATS", "$SRV.STATS.>")
+	return Grant{Publish: s, Subscribe: []string{InboxPrefix(IdentityObserver) + ".>"}}
+}
+
+// statusReads are the reads of the status page and of `the-loop` reading
+// verbs: every stream's, bucket's and consumer's state, any stored message
+// by sequence, and ordered consumers of the streams that are not
+// partitioned (the DLQ, the event log, buckets). Every identity has them,
+// so that any service's admin port can serve the status page
+// (docs/decisions/075-status-page-reads.md); they change nothing and take
+// no message from a service.
+func statusReads(t Topology) []string {
 	s := []string{"$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST"}
 	for _, name := range streamNames(t) {
 		s = append(s, api("STREAM.INFO", name), api("STREAM.MSG.GET", name), api("DIRECT.GET", name),
@@ -204,10 +224,7 @@ func observerGrant(t Topology) Grant {
 		s = append(s, api("CONSUMER.CREATE", name, ">"), api("CONSUMER.DELETE", name, "*"),
 			api("CONSUMER.MSG.NEXT", name, "*"), "$JS.ACK."+name+".>", "$JS.FC."+name+".>")
 	}
-	// graph status (not complete), and the services framework's discovery.
-	s = append(s, catalog.ServiceSubject(ServiceDispatcher, "graph.status"), "$SRV.PING", "$SRV.PING.>",
-		"$SRV.INFO", "$SRV.INFO.>", "$SRV.STATS", "$SRV.STATS.>")
-	return Grant{Publish: s, Subscribe: []string{InboxPrefix(IdentityObserver) + ".>"}}
+	return s
 }
 
 // streamNames are the streams of t, KV buckets' and object stores' included.

@@ -189,11 +189,13 @@ func TestGrantsEncodeTheArchitecture(t *testing.T) {
 		}
 	}
 	// Everybody may read what it reads: the observer the sessions bucket,
-	// ingress-slack the graph.
-	for _, r := range []struct{ id, bucket string }{
-		{bus.IdentityObserver, bus.BucketSessions}, {bus.IdentityIngressSlack, bus.BucketGraph},
-		{bus.IdentityObserver, bus.BucketMembers}, {bus.IdentityIngressGitHub, bus.BucketMembers},
-	} {
+	// ingress-slack the graph; and every service what the status page
+	// shows (docs/decisions/075-status-page-reads.md), reads only: the
+	// writes above stay refused; and the members bucket, whose writes each
+	// consuming service has for its own keys only.
+	for _, r := range []struct{ id, bucket string }{{bus.IdentityObserver, bus.BucketSessions}, {bus.IdentityIngressSlack, bus.BucketGraph},
+		{bus.IdentitySlackRenderer, bus.BucketSessions}, {bus.IdentityLedgerWriter, bus.BucketGraph}, {bus.IdentityIngressGitHub, bus.BucketThreads},
+		{bus.IdentityObserver, bus.BucketMembers}, {bus.IdentityIngressGitHub, bus.BucketMembers}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		kv, err := conns[r.id].KV(ctx, r.bucket)
 		if err == nil {
@@ -202,6 +204,17 @@ func TestGrantsEncodeTheArchitecture(t *testing.T) {
 		cancel()
 		if err != nil && !errors.Is(err, bus.ErrNotFound) {
 			t.Errorf("%s reading KV %s: %v", r.id, r.bucket, err)
+		}
+	}
+	for _, id := range []string{bus.IdentityIngressGitHub, bus.IdentitySlackRenderer} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := conns[id].ListDLQ(ctx, 10)
+		if err == nil {
+			_, err = conns[id].RecentMessages(ctx, bus.StreamEvents, 5)
+		}
+		cancel()
+		if err != nil {
+			t.Errorf("%s reading the DLQ and the events' recent messages (the status page): %v", id, err)
 		}
 	}
 }

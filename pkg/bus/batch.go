@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // PublishAll stores every message of msgs and returns their PubAcks in the
@@ -19,8 +21,8 @@ import (
 // again alone, through Publish, under the same Nats-Msg-Id, so a message
 // stored twice is dropped by the stream. The first error is returned; the
 // acks of the messages before it are valid.
-func (c *Conn) PublishAll(ctx context.Context, msgs []Message) ([]PubAck, error) {
-	acks := make([]PubAck, len(msgs))
+func (c *Conn) PublishAll(ctx context.Context, msgs []Message) (acks []PubAck, err error) {
+	acks = make([]PubAck, len(msgs))
 	for _, m := range msgs {
 		if m.MsgID == "" {
 			return nil, fmt.Errorf("publish %s: %w", m.Subject, ErrNoMsgID)
@@ -32,6 +34,23 @@ func (c *Conn) PublishAll(ctx context.Context, msgs []Message) ([]PubAck, error)
 			return nil, err
 		}
 	}
+	// Each message is its own publish span, carrying its traceparent
+	// (docs/decisions/077-traces-across-the-hops.md); the caller's slice
+	// is left as it was.
+	msgs = slices.Clone(msgs)
+	spans := make([]trace.Span, len(msgs))
+	for i := range msgs {
+		msgs[i], spans[i] = tracePublish(ctx, msgs[i])
+	}
+	defer func() {
+		for i, span := range spans {
+			var failed error
+			if err != nil && acks[i].Stream == "" {
+				failed = err
+			}
+			endSpan(span, failed)
+		}
+	}()
 	if len(msgs) == 1 {
 		ack, err := c.publish(ctx, toNatsMsg(msgs[0]), msgs[0].MsgID)
 		acks[0] = ack

@@ -130,7 +130,10 @@ func (c *Conn) Publish(ctx context.Context, m Message) (PubAck, error) {
 	if err := checkSubject(m.Subject); err != nil {
 		return PubAck{}, err
 	}
-	return c.publish(ctx, toNatsMsg(m), m.MsgID)
+	m, span := tracePublish(ctx, m)
+	ack, err := c.publish(ctx, toNatsMsg(m), m.MsgID)
+	endSpan(span, err)
+	return ack, err
 }
 
 func checkSubject(s string) error {

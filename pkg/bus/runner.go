@@ -893,8 +893,10 @@ func (r *Runner) handle(lctx, hctx context.Context, p int, name string, msg jets
 		return
 	}
 	start := time.Now()
-	herr := r.call(hctx, d)
+	tctx, span := traceDelivery(hctx, r.spec.Service, d)
+	herr := r.call(tctx, d)
 	r.release()
+	endSpan(span, herr)
 	kcancel()
 	kwg.Wait()
 	if r.m.latency != nil {

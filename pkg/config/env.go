@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding"
 	"errors"
 	"fmt"
@@ -64,14 +65,39 @@ func (e Env) Lookup(key string) (string, bool) {
 
 // Common is what every service reads.
 type Common struct {
-	NATSURL     string     `envconfig:"NATS_URL" desc:"NATS server URL(s), comma-separated; empty: the embedded server of 'the-loop up'"`
-	AdminAddr   string     `envconfig:"ADMIN_ADDR" default:":9090" desc:"listen address of /healthz, /readyz and /metrics"`
-	ConfigPath  string     `envconfig:"CONFIG" desc:"path of the operator YAML (version 0.7.0), reloaded on change; empty: built-in defaults (nobody authorized, Slack off)"`
-	LogLevel    slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
-	Partitions  int        `envconfig:"PARTITIONS" default:"16" desc:"partitions of the inbox and event streams, shared by a service's replicas: the most events a service handles at once (its ceiling: partitions ÷ the downstream's latency); changed only drained and stopped (README, Operations)"`
-	Concurrency int        `envconfig:"CONCURRENCY" default:"16" desc:"events one replica of a consuming service handles at once, over the partitions it owns: replicas add throughput up to LOOP_PARTITIONS ÷ this"`
-	Replicas    int        `envconfig:"STREAM_REPLICAS" default:"1" desc:"replicas of every stream, consumer and KV bucket: 1 on a single server, 3 on a JetStream cluster"`
+	NATSURL    string     `envconfig:"NATS_URL" desc:"NATS server URL(s), comma-separated; empty: the embedded server of 'the-loop up'"`
+	AdminAddr  string     `envconfig:"ADMIN_ADDR" default:":9090" desc:"listen address of /healthz, /readyz and /metrics"`
+	ConfigPath string     `envconfig:"CONFIG" desc:"path of the operator YAML (version 0.7.0), reloaded on change; empty: built-in defaults (nobody authorized, Slack off)"`
+	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	// LogFormat: people read a terminal, collectors read JSON.
+	LogFormat   string `envconfig:"LOG_FORMAT" default:"auto" desc:"log lines: text, json, or auto (text when standard error is a terminal, JSON otherwise)"`
+	Partitions  int    `envconfig:"PARTITIONS" default:"16" desc:"partitions of the inbox and event streams, shared by a service's replicas: the most events a service handles at once (its ceiling: partitions ÷ the downstream's latency); changed only drained and stopped (README, Operations)"`
+	Concurrency int    `envconfig:"CONCURRENCY" default:"16" desc:"events one replica of a consuming service handles at once, over the partitions it owns: replicas add throughput up to LOOP_PARTITIONS ÷ this"`
+	Replicas    int    `envconfig:"STREAM_REPLICAS" default:"1" desc:"replicas of every stream, consumer and KV bucket: 1 on a single server, 3 on a JetStream cluster"`
 	NATS
+	Status
+}
+
+// Status is who may see the status page the admin server serves (/status)
+// and who may act on it.
+type Status struct {
+	// Expose serves the page beyond loopback; it needs Token.
+	Expose bool   `envconfig:"STATUS_EXPOSE" default:"false" desc:"serve /status to clients beyond loopback, to those presenting LOOP_STATUS_TOKEN (default: loopback clients only)"`
+	Token  Secret `envconfig:"STATUS_TOKEN" desc:"token a client beyond loopback presents to read /status (with LOOP_STATUS_EXPOSE)"`
+	// AdminToken unlocks the page's actions (DLQ replay) for whoever
+	// presents it, loopback included.
+	AdminToken Secret `envconfig:"ADMIN_TOKEN" desc:"token an operator presents on /status to replay dead letters; unset: the page has no actions"`
+	// AdminNkeyFile is the operator identity the page's actions run as
+	// under 'serve' ('up' holds it already).
+	AdminNkeyFile string `envconfig:"ADMIN_NKEY_FILE" desc:"serve: the operator's NKey seed file, which the status page's DLQ replay acts with (with LOOP_ADMIN_TOKEN); 'up' needs none"`
+}
+
+// Validate checks the values Process cannot check by type.
+func (s Status) Validate() error {
+	if s.Expose && !s.Token.IsSet() {
+		return errors.New("LOOP_STATUS_EXPOSE is true but LOOP_STATUS_TOKEN is not set: an exposed status page needs a token")
+	}
+	return nil
 }
 
 // NATS is the credential a process connects to NATS with: each service is its
@@ -141,6 +167,30 @@ type GitHub struct {
 	WritesPerMinute     int           `envconfig:"GITHUB_WRITES_PER_MINUTE" default:"80" desc:"ledger-writer: content writes per minute per process, under GitHub's secondary limit (divide by the replicas sharing one token)"`
 	WritesPerHour       int           `envconfig:"GITHUB_WRITES_PER_HOUR" default:"500" desc:"ledger-writer: content writes per hour per process (divide by the replicas sharing one token)"`
 	EnvelopeKey         Secret        `envconfig:"ENVELOPE_KEY" desc:"HMAC key signing ledger envelopes, at least 32 bytes; ledger-writer and ingress-github need it ('up' generates one)"`
+	App
+}
+
+// App is GitHub App authentication, the alternative to a token: the app
+// signs a JWT with its private key and mints installation tokens, refreshed
+// before they expire.
+type App struct {
+	AppID          int64  `envconfig:"GITHUB_APP_ID" desc:"GitHub App id: authenticate as the app's installation instead of LOOP_GITHUB_TOKEN (with LOOP_GITHUB_APP_PRIVATE_KEY_FILE)"`
+	InstallationID int64  `envconfig:"GITHUB_APP_INSTALLATION_ID" desc:"the app's installation id; empty: found per repository (GET /repos/{owner}/{repo}/installation)"`
+	PrivateKeyFile string `envconfig:"GITHUB_APP_PRIVATE_KEY_FILE" desc:"PEM file of the GitHub App's private key"`
+}
+
+// Set reports whether GitHub App authentication is configured.
+func (a App) Set() bool { return a.AppID != 0 }
+
+// Validate checks the values Process cannot check by type.
+func (a App) Validate() error {
+	switch {
+	case a.AppID != 0 && a.PrivateKeyFile == "":
+		return errors.New("LOOP_GITHUB_APP_ID is set but LOOP_GITHUB_APP_PRIVATE_KEY_FILE is not: the app signs its requests with its private key")
+	case a.AppID == 0 && (a.PrivateKeyFile != "" || a.InstallationID != 0):
+		return errors.New("LOOP_GITHUB_APP_PRIVATE_KEY_FILE or LOOP_GITHUB_APP_INSTALLATION_ID is set without LOOP_GITHUB_APP_ID")
+	}
+	return nil
 }
 
 // Slack is what ingress-slack and slack-renderer read.
@@ -253,6 +303,12 @@ const minEnvelopeKey = 32
 func (c Common) Validate() error {
 	var errs []error
 	errs = append(errs, checkAddr("LOOP_ADMIN_ADDR", c.AdminAddr))
+	switch c.LogFormat {
+	case "auto", "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("LOOP_LOG_FORMAT is %q: it must be auto, text or json", c.LogFormat))
+	}
+	errs = append(errs, c.Status.Validate())
 	if c.Partitions < 1 || c.Partitions > 1024 {
 		errs = append(errs, fmt.Errorf("LOOP_PARTITIONS is %d: it must be between 1 and 1024", c.Partitions))
 	}
@@ -278,7 +334,7 @@ func (c Common) Validate() error {
 // need; see RequireEnvelopeKey.
 func (g GitHub) Validate() error {
 	var errs []error
-	errs = append(errs, checkURL("LOOP_GITHUB_API_URL", g.APIURL, "https", "http"))
+	errs = append(errs, checkURL("LOOP_GITHUB_API_URL", g.APIURL, "https", "http"), g.App.Validate())
 	errs = append(errs, checkAddr("LOOP_GITHUB_WEBHOOK_ADDR", g.WebhookAddr))
 	if g.EnvelopeKey.IsSet() && len(g.EnvelopeKey.Reveal()) < minEnvelopeKey {
 		errs = append(errs, fmt.Errorf("LOOP_ENVELOPE_KEY is too short: it must be at least %d bytes", minEnvelopeKey))
@@ -318,8 +374,8 @@ func (g GitHub) PollRepoList() []string {
 // tag because `up` and cmd compose every concern for every service, and
 // slack-renderer never talks to GitHub.
 func (g GitHub) RequireToken() error {
-	if !g.Token.IsSet() {
-		return errors.New("LOOP_GITHUB_TOKEN is not set: this service reads or writes GitHub with it")
+	if !g.Token.IsSet() && !g.App.Set() {
+		return errors.New("LOOP_GITHUB_TOKEN is not set: this service reads or writes GitHub with it (or with a GitHub App: LOOP_GITHUB_APP_ID)")
 	}
 	return nil
 }
@@ -462,6 +518,20 @@ func CheckEnv(env Env) error {
 func Settings() []string {
 	keys := knownKeys()
 	slices.Sort(keys)
+	return keys
+}
+
+// Keys lists the settings spec reads (a pointer to a settings struct), in
+// field order.
+func Keys(spec any) []string {
+	settings, err := gather(Prefix, spec)
+	if err != nil {
+		return nil
+	}
+	keys := make([]string, len(settings))
+	for i, s := range settings {
+		keys[i] = s.key
+	}
 	return keys
 }
 
@@ -630,6 +700,25 @@ func validateAll(v reflect.Value) error {
 const usageFormat = "SETTING\tTYPE\tDEFAULT\tREQUIRED\tDESCRIPTION\n" +
 	"{{range .}}{{usage_key .}}\t{{usage_type .}}\t{{usage_default .}}\t{{usage_required .}}\t{{usage_description .}}\n{{end}}"
 
+// UsageOf is Usage limited to the settings keep accepts (by name, e.g.
+// LOOP_GITHUB_TOKEN): what one service reads of specs it shares with others.
+func UsageOf(w io.Writer, keep func(key string) bool, specs ...any) error {
+	var rows bytes.Buffer
+	if err := usageRows(&rows, specs...); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for i, l := range strings.SplitAfter(rows.String(), "\n") {
+		key, _, _ := strings.Cut(l, "\t")
+		if l != "" && (i == 0 || keep(key)) {
+			if _, err := io.WriteString(tw, l); err != nil {
+				return err
+			}
+		}
+	}
+	return tw.Flush()
+}
+
 // Usage writes the table of the settings specs read — name, type, default,
 // required, description — for `the-loop serve X --help`. With no specs it
 // lists every known setting, for the docs.
@@ -638,14 +727,22 @@ func Usage(w io.Writer, specs ...any) error {
 		specs = []any{&allSettings{}}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if err := usageRows(tw, specs...); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+// usageRows writes the table's rows, tab-separated, the header first.
+func usageRows(w io.Writer, specs ...any) error {
 	for i, spec := range specs {
 		format := usageFormat
 		if i > 0 {
 			_, format, _ = strings.Cut(usageFormat, "\n")
 		}
-		if err := envconfig.Usagef(Prefix, spec, tw, format); err != nil {
+		if err := envconfig.Usagef(Prefix, spec, w, format); err != nil {
 			return fmt.Errorf("usage: %w", err)
 		}
 	}
-	return tw.Flush()
+	return nil
 }

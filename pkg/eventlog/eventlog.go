@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/tracing"
 )
 
 // Type describes one event-log record type.
@@ -135,6 +136,9 @@ type Record struct {
 	Level  string         `json:"level"`
 	PID    int            `json:"pid"`
 	Fields map[string]any `json:"fields,omitempty"`
+	// TraceID is the trace of the event this record is about, when it
+	// was emitted inside one (docs/decisions/077-traces-across-the-hops.md).
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // Emit writes one record of type name. Unregistered names are a programming
@@ -170,12 +174,13 @@ func (l *Logger) emit(ctx context.Context, name string, at time.Time, attrs []sl
 		return
 	}
 	rec := Record{
-		TS:     at.UTC().Format("2006-01-02T15:04:05.000Z"),
-		Source: l.service,
-		Event:  name,
-		Level:  strings.ToLower(t.Level.String()),
-		PID:    l.pid,
-		Fields: fields,
+		TS:      at.UTC().Format("2006-01-02T15:04:05.000Z"),
+		Source:  l.service,
+		Event:   name,
+		Level:   strings.ToLower(t.Level.String()),
+		PID:     l.pid,
+		Fields:  fields,
+		TraceID: tracing.TraceID(ctx),
 	}
 	data, err := json.Marshal(rec)
 	if err != nil {
@@ -198,6 +203,9 @@ func Format(r Record) string {
 	slices.Sort(keys)
 	for _, k := range keys {
 		fmt.Fprintf(&b, " %s=%v", k, r.Fields[k])
+	}
+	if r.TraceID != "" {
+		fmt.Fprintf(&b, " trace=%s", r.TraceID)
 	}
 	return b.String()
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 type capture struct {
@@ -94,5 +96,29 @@ func TestRecorder(t *testing.T) {
 	}
 	if r.Len() != 3 || len(r.Since(2)) != 1 || len(r.Since(9)) != 0 || next.Len() != 3 {
 		t.Errorf("Len %d, Since(2) %d, forwarded %d", r.Len(), len(r.Since(2)), next.Len())
+	}
+}
+
+// TestRecordsCarryTheTraceID: a record emitted inside a trace names it, and
+// `the-loop events` shows it; outside one there is none.
+func TestRecordsCarryTheTraceID(t *testing.T) {
+	pub := &capture{}
+	l := New("dispatcher", slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)), pub)
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+	l.Emit(ctx, "dispatch.succeeded", slog.String("event_id", "gh:1"))
+	var rec Record
+	if err := json.Unmarshal(pub.data, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.TraceID != tid.String() || !strings.HasSuffix(Format(rec), " trace="+tid.String()) {
+		t.Errorf("record %+v, formatted %q: want trace %s", rec, Format(rec), tid)
+	}
+	l.Emit(context.Background(), "dispatch.succeeded", slog.String("event_id", "gh:2"))
+	rec = Record{}
+	_ = json.Unmarshal(pub.data, &rec)
+	if rec.TraceID != "" || strings.Contains(string(pub.data), "trace_id") {
+		t.Errorf("a record outside any trace names one: %s", pub.data)
 	}
 }

@@ -235,6 +235,7 @@ func New(deps runtime.Deps, opts ...Option) (*Service, error) {
 	default:
 		return nil, fmt.Errorf("%s: session runner %q: want %s or %s", Name, set.Runner, RunnerTmux, RunnerProcess)
 	}
+	s.tmux = tracedTerminal{s.tmux}
 	return s, nil
 }
 

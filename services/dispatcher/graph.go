@@ -203,6 +203,7 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Ses
 	attrs := append(eventAttrs(in), slog.String("graph", g.Name), slog.String("from", t.From), slog.String("to", t.To),
 		slog.String("outcome", string(t.Outcome)), slog.String("actor", in.actor), slog.String("channel", in.prov.Channel))
 	s.deps.Events.Emit(ctx, "graph.advanced", attrs...)
+	s.observeGateWait(g, st, t.From)
 	if st.Terminal() {
 		s.deps.Events.Emit(ctx, "graph.completed", append(eventAttrs(in), slog.String("graph", g.Name),
 			slog.String("node", st.Current), slog.String("status", string(st.Status)))...)
@@ -416,5 +417,21 @@ func (s *Service) renotify(ctx context.Context, ref string) {
 	}
 	if err := s.notify(ctx, ref, st, graphstate.Current(st, g), workdir); err != nil {
 		s.deps.Log.Warn("dispatcher: graph notifications not published again", "work_item", ref, "err", err)
+	}
+}
+
+// observeGateWait records how long the gate node from waited, from its
+// entry to the answer that moved the work item on (loop_gate_wait_seconds).
+func (s *Service) observeGateWait(g *graph.Graph, st *graph.State, from string) {
+	n := g.Node(from)
+	if n == nil || st == nil {
+		return
+	}
+	for i := len(st.History) - 1; i >= 0; i-- {
+		h := st.History[i]
+		if h.Node == from && !h.ExitedAt.IsZero() && !h.Skipped {
+			s.m.gateWait.WithLabelValues(string(n.Gate)).Observe(h.ExitedAt.Sub(h.EnteredAt).Seconds())
+			return
+		}
 	}
 }

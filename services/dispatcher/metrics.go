@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/graph"
 )
 
 // metrics are the dispatcher's Prometheus series (DESIGN §9). A metrics
@@ -20,6 +21,9 @@ type metrics struct {
 	depth      prometheus.Gauge
 	// sessionRefused counts refused session-endpoint requests, by reason.
 	sessionRefused *prometheus.CounterVec
+	// gateWait is how long human gates waited for the answer that moved
+	// them on, by the gate's kind.
+	gateWait *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -48,6 +52,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "loop_dispatcher_session_refused_total",
 			Help: "Requests to the session endpoint refused, by reason: no-token, bad-token, no-session, other-work-item, hosted-elsewhere, empty-question, bad-request, too-large, registry-unavailable, human-gate.",
 		}, []string{"reason"}),
+		gateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "loop_gate_wait_seconds",
+			Help:    "Time a work item waited at a human gate until a person's answer moved it on, by the gate's classifier (feedback: approvals and reviews; reply: decisions; execute: the start).",
+			Buckets: []float64{60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 3 * 24 * 3600, 7 * 24 * 3600},
+		}, []string{"gate"}),
 		depth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "loop_dispatcher_queue_depth",
 			Help: "Messages waiting in LOOP_EVENTS behind the one being handled, in its partition, sampled per event (loop_bus_consumer_pending has every consumer's).",
@@ -77,6 +86,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if m.depth, err = adopt(reg, m.depth); err != nil {
 		return nil, err
+	}
+	if m.gateWait, err = adopt(reg, m.gateWait); err != nil {
+		return nil, err
+	}
+	// Every kind is exported from the start, so that a dashboard and an
+	// alert find the series before the first gate moves.
+	for _, c := range []graph.Classifier{graph.Feedback, graph.Reply, graph.Execute} {
+		m.gateWait.WithLabelValues(string(c))
 	}
 	return m, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
+	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
@@ -38,9 +39,40 @@ import (
 const (
 	testSecret = "webhook-secret-for-tests"
 	testKey    = "envelope-key-for-tests-0123456789abcdef"
-	botLogin   = "the-loop-bot"
 	parts      = 2
 )
+
+// botLogin is the ledger's login: the token's user, or with
+// LOOP_TEST_GITHUB_APP=1 (the suite as a GitHub App) the app's bot.
+var botLogin = func() string {
+	if ghfake.AppMode() {
+		return appSlug + "[bot]"
+	}
+	return "the-loop-bot"
+}()
+
+// appSlug names the suite's GitHub App; its installation tokens live a
+// minute and a second, so each is refreshed a second after it was minted.
+const (
+	appSlug     = "the-loop"
+	appTokenTTL = 61 * time.Second
+)
+
+// asApp, in app mode, turns the token a test gave the service into the
+// GitHub App of the fake that test pointed it at: the same calls, with the
+// app's JWT and installation tokens.
+func asApp(t testing.TB, d *runtime.Deps) {
+	if !ghfake.AppMode() || !d.GitHub.Token.IsSet() {
+		return
+	}
+	gh := ghfake.ByURL(d.GitHub.APIURL)
+	if gh == nil {
+		return
+	}
+	app := gh.InstallApp(t, appSlug, appTokenTTL)
+	d.GitHub.Token = config.Secret{}
+	d.GitHub.App = config.App{AppID: app.ID, PrivateKeyFile: app.KeyFile}
+}
 
 var people = []identity.Person{
 	{GitHub: "alice", Slack: "UALICE", Name: "Alice"},
@@ -169,6 +201,7 @@ func (e *env) newService(opts ...envOption) *Service {
 	for _, f := range opts {
 		f(&deps, &o)
 	}
+	asApp(e.t, &deps)
 	svc, err := NewWithOptions(deps, o)
 	if err != nil {
 		e.t.Fatalf("NewWithOptions: %v", err)

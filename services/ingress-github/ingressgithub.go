@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/githubapp"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/services/ingress-github/internal/poll"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
@@ -173,6 +174,8 @@ type Service struct {
 	refusals  *refusals
 	insecure  bool
 	login     *ledgerLogin
+	// app authenticates as a GitHub App, when configured (else the token).
+	app *githubapp.App
 	// guard is the ledger login check of the operator config (see
 	// guardLogin); refused carries a failure found after Run began.
 	guardMu  sync.Mutex
@@ -212,7 +215,17 @@ func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
 		slots: make(slots, opts.MaxConcurrent), bodies: newBodies(opts.BodyBudget),
 		refusals: newRefusals(deps.Events, opts.RefusalLogEvery, opts.Now)}
 	s.intake = newIntake(s)
+	if a := deps.GitHub.App; a.Set() {
+		// docs/decisions/078-github-app-authentication.md
+		app, err := githubapp.New(githubapp.Options{AppID: a.AppID, InstallationID: a.InstallationID, PrivateKeyFile: a.PrivateKeyFile,
+			APIURL: deps.GitHub.APIURL})
+		if err != nil {
+			return nil, fmt.Errorf("ingress-github: %w", err)
+		}
+		s.app = app
+	}
 	s.login = newLedgerLogin(deps.GitHub, opts.Now)
+	s.login.app = s.app
 	s.login.onLearn = func(login string) {
 		if err := s.guardLogin(login); err != nil {
 			s.deps.Log.Error("ingress-github: stopping: the operator config in force lists the ledger's own login", "err", err)
@@ -242,7 +255,7 @@ func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
 		switch {
 		case len(opts.Poll.Repos) == 0:
 			s.pollOff = "poll mode without repositories: set LOOP_GITHUB_POLL_REPOS"
-		case !deps.GitHub.Token.IsSet():
+		case !deps.GitHub.Token.IsSet() && !deps.GitHub.App.Set():
 			s.pollOff = "poll mode without LOOP_GITHUB_TOKEN"
 		}
 		if s.pollOff != "" && opts.RequireWebhookSecret {
@@ -389,17 +402,33 @@ func (s *Service) Run(ctx context.Context) error {
 	return err
 }
 
+// pollToken and pollClient: the token, or the app's installation tokens.
+func (s *Service) pollToken() string {
+	if s.app != nil {
+		return ""
+	}
+	return s.deps.GitHub.Token.Reveal()
+}
+
+func (s *Service) pollClient() *http.Client {
+	if s.app == nil {
+		return nil
+	}
+	return &http.Client{Transport: s.app, Timeout: 30 * time.Second}
+}
+
 func (s *Service) newPoller() (*poll.Poller, error) {
 	p, err := poll.New(poll.Config{
-		Conn:     s.deps.Conn,
-		Log:      s.deps.Log.With("component", "poller"),
-		APIURL:   s.deps.GitHub.APIURL,
-		Token:    s.deps.GitHub.Token.Reveal(),
-		Repos:    slices.Clone(s.opts.Poll.Repos),
-		Label:    s.opts.Poll.Label,
-		Interval: s.opts.Poll.Interval,
-		Now:      s.opts.Now,
-		Deliver:  s.deliverPolled,
+		Conn:       s.deps.Conn,
+		Log:        s.deps.Log.With("component", "poller"),
+		APIURL:     s.deps.GitHub.APIURL,
+		Token:      s.pollToken(),
+		HTTPClient: s.pollClient(),
+		Repos:      slices.Clone(s.opts.Poll.Repos),
+		Label:      s.opts.Poll.Label,
+		Interval:   s.opts.Poll.Interval,
+		Now:        s.opts.Now,
+		Deliver:    s.deliverPolled,
 		Observe: func(result string) {
 			s.m.poll.WithLabelValues(result).Inc()
 		},

@@ -10,8 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/tracing"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
 )
@@ -110,7 +114,11 @@ func (in *intake) isSeen(ctx context.Context, key string) (bool, error) {
 // known to be lost but the delivery must be retried (the bus is down or
 // full): nothing was marked seen, and a retry republishes under the same
 // ids, which the bus drops if they had been stored.
-func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload, via string, checkDelivery bool) (outcome, error) {
+func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload, via string, checkDelivery bool) (_ outcome, err error) {
+	// The trace of what this delivery becomes starts here.
+	ctx, span := tracing.Start(ctx, "ingress-github "+d.Event, trace.SpanKindServer,
+		attribute.String("loop.via", via), attribute.String("github.delivery_id", d.DeliveryID))
+	defer func() { tracing.End(span, err) }()
 	s := in.s
 	s.m.received.WithLabelValues(eventLabel(d.Event), via).Inc()
 	base := []slog.Attr{

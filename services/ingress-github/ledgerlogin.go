@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/githubapp"
 )
 
 // ledgerLogin is the ledger's own GitHub login: LOOP_GITHUB_LOGIN, else
@@ -22,6 +23,9 @@ type ledgerLogin struct {
 	now     func() time.Time
 	client  *http.Client
 	onLearn func(login string)
+	// app, when set, knows the login (its bot's) from GET /app: its
+	// installation tokens cannot call GET /user.
+	app *githubapp.App
 
 	mu    sync.Mutex
 	login string
@@ -47,7 +51,7 @@ func (l *ledgerLogin) get(ctx context.Context) string {
 func (l *ledgerLogin) lookup(ctx context.Context) (login string, learned bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.login != "" || !l.cfg.Token.IsSet() {
+	if l.login != "" || (!l.cfg.Token.IsSet() && l.app == nil) {
 		return l.login, false
 	}
 	if !l.tried.IsZero() && l.now().Sub(l.tried) < loginRetry {
@@ -65,6 +69,9 @@ func (l *ledgerLogin) lookup(ctx context.Context) (login string, learned bool) {
 func (l *ledgerLogin) fetch(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
+	if l.app != nil {
+		return l.app.Login(ctx)
+	}
 	u := strings.TrimSuffix(l.cfg.APIURL, "/") + "/user"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {

@@ -132,14 +132,14 @@ func TestRunServesWebhook(t *testing.T) {
 // asked of GET /user with the token, and its envelope comments are records.
 func TestLedgerLoginFromGitHub(t *testing.T) {
 	gh := ghfake.New(t)
-	gh.AddToken("ledger-token", "ledger-bot")
+	gh.AddToken("ledger-token", botLogin)
 	e := newEnv(t, withDeps(func(d *runtime.Deps) {
 		d.GitHub.Login = ""
 		d.GitHub.Token = config.NewSecret("ledger-token")
 		d.GitHub.APIURL = gh.URL()
 	}))
 	rec := envelopeFor(t, testKey, "slack:EvL", "control.command", envelope.LedgerActor{GitHub: "alice"}, "the-loop stop")
-	r := e.post("issue_comment", "login-1", issueCommentJSON("created", 950, "ledger-bot", "NONE", rec), "")
+	r := e.post("issue_comment", "login-1", issueCommentJSON("created", 950, botLogin, "NONE", rec), "")
 	if r.Code != http.StatusAccepted {
 		t.Fatalf("%d %q %q", r.Code, r.Status, r.Reason)
 	}
@@ -157,7 +157,7 @@ func TestLedgerLoginFromGitHub(t *testing.T) {
 func ledgerLoginConfig(withBot bool) string {
 	users := "[alice, bob]"
 	if withBot {
-		users = "[alice, bob, " + strings.ToUpper(botLogin) + "]"
+		users = "[alice, bob, \"" + strings.ToUpper(botLogin) + "\"]"
 	}
 	return "version: \"0.7.0\"\nrouting:\n  authorizedUsers: " + users + "\n"
 }

@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/slack-go/slack"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
@@ -19,6 +21,7 @@ import (
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/slackmsg"
+	"github.com/the-loop/bus/pkg/tracing"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
@@ -105,7 +108,11 @@ func (s *Service) grammar(cfg *config.Config) control.Grammar {
 // transient (KV or bus): nothing was decided, and the caller must let the
 // message come again (HTTP 503, no Socket Mode ack, no cursor advance); the
 // event id makes the retry harmless.
-func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
+func (s *Service) process(ctx context.Context, in *inbound) (res result, err error) {
+	// The trace of what this message becomes starts here.
+	ctx, span := tracing.Start(ctx, "ingress-slack "+kindOf(in), trace.SpanKindServer,
+		attribute.String("loop.via", in.via), attribute.String("loop.event.id", in.id))
+	defer func() { tracing.End(span, err) }()
 	s.m.received.WithLabelValues(in.via, kindOf(in)).Inc()
 	if in.ignore != "" {
 		return s.drop(ctx, in, result{reason: reasonIgnored, detail: in.ignore}, ""), nil

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-github/v62/github"
 
 	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/githubapp"
 )
 
 // ghClient is the ledger's GitHub side: the five REST calls the writer makes
@@ -26,11 +27,17 @@ type ghClient struct {
 	// onRate receives x-ratelimit-remaining of every response (the headroom
 	// gauge).
 	onRate func(remaining int)
+	// app, with GitHub App authentication, is what knows the ledger's
+	// login (its bot's): installation tokens cannot call GET /user.
+	app *githubapp.App
 }
 
 func newGHClient(apiURL, token string, timeout time.Duration, transport http.RoundTripper) (*ghClient, error) {
 	hc := &http.Client{Timeout: timeout, Transport: transport}
-	c := github.NewClient(hc).WithAuthToken(token)
+	c := github.NewClient(hc)
+	if token != "" {
+		c = c.WithAuthToken(token)
+	}
 	if apiURL != "" {
 		if !strings.HasSuffix(apiURL, "/") {
 			apiURL += "/"
@@ -216,6 +223,9 @@ func (g *ghClient) createIssue(ctx context.Context, owner, repo, title, body str
 
 // login is the token's own GitHub login (GET /user): the ledger's login.
 func (g *ghClient) login(ctx context.Context) (string, error) {
+	if g.app != nil {
+		return g.app.Login(ctx)
+	}
 	u, resp, err := g.c.Users.Get(ctx, "")
 	g.observe(resp)
 	if err != nil {

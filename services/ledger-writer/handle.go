@@ -15,6 +15,7 @@ import (
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/tracing"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
@@ -550,7 +551,7 @@ func (s *Service) fanOut(ctx context.Context, stop <-chan struct{}, b *box, ev *
 			out.Subject = "github:" + w.Repo + "#" + strconv.Itoa(w.Number)
 		}
 	}
-	m, err := message(out, d)
+	m, err := message(ctx, out, d)
 	if err != nil {
 		return bus.Permanent(err)
 	}
@@ -592,16 +593,21 @@ func (s *Service) fanOut(ctx context.Context, stop <-chan struct{}, b *box, ev *
 }
 
 func (s *Service) publish(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) (bus.PubAck, error) {
-	m, err := message(ev, d)
+	m, err := message(ctx, ev, d)
 	if err != nil {
 		return bus.PubAck{}, err
 	}
 	return s.deps.Conn.Publish(ctx, m)
 }
 
-// message is ev as it is published to loop.ev, carrying d's trace context.
-func message(ev *loopv1.Event, d *bus.Delivery) (bus.Message, error) {
-	tp := d.Header.Get(envelope.HeaderTraceparent)
+// message is ev as it is published to loop.ev, carrying the trace context
+// of its handling (ctx's span; else d's): kept in the outbox with it, so a
+// fan-out published by a later flush or a sweep is still the write's child.
+func message(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) (bus.Message, error) {
+	tp := tracing.TraceParent(ctx)
+	if tp == "" {
+		tp = d.Header.Get(envelope.HeaderTraceparent)
+	}
 	m, err := envelope.ToMessage(ev, envelope.Events, tp)
 	if err != nil && tp != "" {
 		// A malformed inbound traceparent is dropped, not fatal.

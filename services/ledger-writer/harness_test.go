@@ -29,13 +29,29 @@ import (
 
 const (
 	testToken = "ghp_test_token_never_logged_0123456789"
-	botLogin  = "loop-bot"
 	testRepo  = "octo/repo"
 	kickRepo  = "octo/kick"
 	parts     = 4
 )
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+// botLogin is the ledger's login: the token's user, or with
+// LOOP_TEST_GITHUB_APP=1 (the whole suite as a GitHub App) the app's bot.
+var botLogin = func() string {
+	if ghfake.AppMode() {
+		return appSlug + "[bot]"
+	}
+	return "loop-bot"
+}()
+
+// appSlug names the suite's GitHub App; appTokenTTL is how long the fake's
+// installation tokens live: a minute and a second, so the client refreshes
+// each one a second after it was minted and every test runs across several.
+const (
+	appSlug     = "the-loop"
+	appTokenTTL = 61 * time.Second
+)
 
 // testScrub is a scrubber with fixed machine facts, so goldens do not depend
 // on the host running the tests.
@@ -79,6 +95,8 @@ type env struct {
 	pub   *bus.Conn
 	fan   *collector
 	parts int
+	// app is the GitHub App the writers authenticate as, in app mode.
+	app *ghfake.App
 }
 
 func newEnv(t testing.TB, topo bus.Topology, ghOpts ...ghfake.Option) *env {
@@ -95,10 +113,15 @@ func newEnvOn(t testing.TB, sopts bustest.Options, topo bus.Topology, ghOpts ...
 	gh.AddRepo(testRepo)
 	gh.AddRepo(kickRepo)
 	gh.AddToken(testToken, botLogin)
+	var app *ghfake.App
+	if ghfake.AppMode() {
+		a := gh.InstallApp(t, appSlug, appTokenTTL)
+		app = &a
+	}
 	for i := 1; i <= 20; i++ {
 		gh.AddIssue(testRepo, "octocat", fmt.Sprintf("work item %d", i), "body")
 	}
-	e := &env{t: t, srv: srv, gh: gh, cfg: testConfig(t), logs: &logCapture{}, parts: topo.Partitions}
+	e := &env{t: t, srv: srv, gh: gh, cfg: testConfig(t), logs: &logCapture{}, parts: topo.Partitions, app: app}
 	e.pub = srv.Connect(t, "test-publisher")
 	e.fan = newCollector(t, srv.Connect(t, "test-fanout-reader"), topo.Partitions)
 	return e
@@ -139,7 +162,7 @@ func (e *env) startWith(name string, mutate func(*runtime.Deps), opts ...Option)
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, nil), Registry: reg,
 		Ready: ready, Partitions: e.parts,
 		Config:      func() *config.Config { return e.cfg },
-		GitHub:      config.GitHub{Token: config.NewSecret(testToken), APIURL: e.gh.URL()},
+		GitHub:      e.github(),
 		EnvelopeKey: testKey,
 	}
 	if mutate != nil {
@@ -158,6 +181,14 @@ func (e *env) startWith(name string, mutate func(*runtime.Deps), opts ...Option)
 	go func() { w.err = s.Run(ctx); close(w.done) }()
 	e.t.Cleanup(w.stop)
 	return w
+}
+
+// github is the writers' GitHub settings: the token, or the app.
+func (e *env) github() config.GitHub {
+	if e.app != nil {
+		return config.GitHub{APIURL: e.gh.URL(), App: config.App{AppID: e.app.ID, PrivateKeyFile: e.app.KeyFile}}
+	}
+	return config.GitHub{Token: config.NewSecret(testToken), APIURL: e.gh.URL()}
 }
 
 func (w *writer) stop() {

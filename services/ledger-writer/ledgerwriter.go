@@ -64,6 +64,7 @@ import (
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/control"
+	"github.com/the-loop/bus/pkg/githubapp"
 	"github.com/the-loop/bus/pkg/redact"
 	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
@@ -198,15 +199,28 @@ func New(deps runtime.Deps, opts ...Option) (*Service, error) {
 	}
 	s := &Service{deps: deps, opts: o, m: m, pacer: newPacer(o.perMinute, o.perHour, o.timeScale), worker: workerID(deps.Conn.Name())}
 	switch {
-	case !deps.GitHub.Token.IsSet():
-		s.held = "LOOP_GITHUB_TOKEN is not set"
+	case !deps.GitHub.Token.IsSet() && !deps.GitHub.App.Set():
+		s.held = "LOOP_GITHUB_TOKEN is not set (nor LOOP_GITHUB_APP_ID)"
 	case len(deps.EnvelopeKey) == 0:
 		s.held = "no envelope key (LOOP_ENVELOPE_KEY)"
 	default:
-		gh, err := newGHClient(deps.GitHub.APIURL, deps.GitHub.Token.Reveal(), o.httpTimeout, o.transport)
+		token, transport := deps.GitHub.Token.Reveal(), o.transport
+		var app *githubapp.App
+		if a := deps.GitHub.App; a.Set() {
+			// The app's installation tokens instead of a token
+			// (docs/decisions/078-github-app-authentication.md).
+			app, err = githubapp.New(githubapp.Options{AppID: a.AppID, InstallationID: a.InstallationID, PrivateKeyFile: a.PrivateKeyFile,
+				APIURL: deps.GitHub.APIURL, Base: o.transport, Timeout: o.httpTimeout})
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", Name, err)
+			}
+			token, transport = "", app
+		}
+		gh, err := newGHClient(deps.GitHub.APIURL, token, o.httpTimeout, transport)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
+		gh.app = app
 		gh.onRate = func(n int) { m.headroom.Set(float64(n)) }
 		s.gh = gh
 	}

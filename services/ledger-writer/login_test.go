@@ -30,7 +30,7 @@ func writeUsers(t *testing.T, path string, withBot bool) {
 	t.Helper()
 	users := "\n    - {github: octocat, slack: U123, name: Mona Lisa}"
 	if withBot {
-		users += "\n    - {github: " + strings.ToUpper(botLogin) + ", slack: U0BOT}"
+		users += "\n    - {github: \"" + strings.ToUpper(botLogin) + "\", slack: U0BOT}"
 	}
 	body := "version: \"0.7.0\"\nrouting:\n  authorizedUsers:" + users + "\n"
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {

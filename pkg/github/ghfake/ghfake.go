@@ -48,6 +48,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,6 +78,8 @@ type Server struct {
 	counts    Counts
 	changed   chan struct{}
 	seq       int64
+	// app is the GitHub App registered with InstallApp, if any.
+	app *appState
 }
 
 type config struct {
@@ -134,8 +137,25 @@ func WithTimeScale(factor float64) Option {
 func New(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	s := launch(t, opts...)
-	t.Cleanup(s.Close)
+	live.Store(s.ts.URL, s)
+	t.Cleanup(func() {
+		live.Delete(s.ts.URL)
+		s.Close()
+	})
 	return s
+}
+
+// live is every fake New started and not yet cleaned up, by URL.
+var live sync.Map
+
+// ByURL returns the running fake (started by New) whose URL is apiURL, or
+// nil: a suite's harness finds the fake a test pointed its settings at, to
+// switch it to app authentication (AppMode).
+func ByURL(apiURL string) *Server {
+	if s, ok := live.Load(strings.TrimSuffix(apiURL, "/")); ok {
+		return s.(*Server)
+	}
+	return nil
 }
 
 // reporter is how the fake reports its own misuse (an unknown repository,

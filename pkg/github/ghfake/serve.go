@@ -283,6 +283,11 @@ func (s *Server) validation(doc, resource, field, code, msg string) *response {
 // check to the commit is what keeps concurrent writers from overrunning a
 // budget.
 func (s *Server) handleLocked(c *call) *response {
+	if s.app != nil {
+		if resp := s.appLocked(c); resp != nil {
+			return resp
+		}
+	}
 	var resp *response
 	key := s.rateKeyLocked(c.token)
 	win := s.primaryLocked(key, c.now)

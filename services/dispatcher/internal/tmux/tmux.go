@@ -15,10 +15,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,6 +51,9 @@ var (
 	// ErrMissing: delivery found no live session to paste into.
 	ErrMissing = errors.New("tmux: session missing or dead")
 )
+
+// deliveries numbers this process's deliveries, for their buffers' names.
+var deliveries atomic.Uint64
 
 // Server is one tmux server.
 type Server struct {
@@ -226,13 +231,16 @@ func (s *Server) clear(ctx context.Context, target string, unknownOccupied bool)
 
 // Deliver types prompt into target's harness: a bracketed paste of the text
 // (so newlines do not submit it line by line), then a separate unbracketed
-// carriage return, which submits. The buffers are named after the target so
-// two deliveries to two sessions at once never paste each other's text.
+// carriage return, which submits. The buffers are named after the target and
+// the delivery (process and a counter), so two deliveries at once — to two
+// sessions, or a redelivery racing its original to one — never paste or
+// delete each other's buffer.
 func (s *Server) Deliver(ctx context.Context, target, prompt string) error {
 	if !s.Probe(ctx, target).LiveOrUnknown() {
 		return fmt.Errorf("%w: %s", ErrMissing, target)
 	}
-	evt, submit := "the-loop-evt-"+target, "the-loop-submit-"+target
+	n := fmt.Sprintf("%s-%d-%d", target, os.Getpid(), deliveries.Add(1))
+	evt, submit := "the-loop-evt-"+n, "the-loop-submit-"+n
 	steps := []struct {
 		stdin []byte
 		args  []string

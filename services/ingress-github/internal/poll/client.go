@@ -74,7 +74,9 @@ func (c *client) get(ctx context.Context, u, etag string, into any) (http.Header
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.token != "" { // else the client's transport authenticates (a GitHub App)
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	req.Header.Set("Accept", "application/vnd.github+json")
 	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
 	if etag != "" {

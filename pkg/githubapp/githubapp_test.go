@@ -1,0 +1,132 @@
+package githubapp_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/pkg/githubapp"
+)
+
+const repo = "octo/widgets"
+
+func comment(t *testing.T, hc *http.Client, api string, n int) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("%s/repos/%s/issues/1/comments", api, repo), bytes.NewReader([]byte(fmt.Sprintf(`{"body":"record %d"}`, n))))
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("comment %d: status %d", n, resp.StatusCode)
+	}
+}
+
+// TestInstallationTokensAreMintedRefreshedAndRenewed: the app finds its
+// installation on the repository, writes as its bot, renews a token the
+// fake expired under it without losing the write, and learns its login
+// from GET /app.
+func TestInstallationTokensAreMintedRefreshedAndRenewed(t *testing.T) {
+	gh := ghfake.New(t)
+	gh.AddRepo(repo)
+	gh.AddIssue(repo, "octocat", "work", "body")
+	app := gh.InstallApp(t, "the-loop", time.Hour)
+	a, err := githubapp.New(githubapp.Options{AppID: app.ID, PrivateKeyFile: app.KeyFile, APIURL: gh.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: a, Timeout: 10 * time.Second}
+	api := gh.URL()
+	comment(t, hc, api, 1)
+	comment(t, hc, api, 2)
+	if c := gh.AppCounts(); c.Minted != 1 || c.BadJWT != 0 {
+		t.Errorf("after two writes: %+v, want one token minted and reused", c)
+	}
+	gh.ExpireAppTokens()
+	comment(t, hc, api, 3)
+	c := gh.AppCounts()
+	if c.Expired != 1 || c.Minted != 2 {
+		t.Errorf("after the token expired: %+v, want the refusal seen once and a second token minted", c)
+	}
+	cs := gh.Comments(repo, 1)
+	if len(cs) != 3 {
+		t.Fatalf("%d comments, want 3 (none lost)", len(cs))
+	}
+	for _, x := range cs {
+		if x.Login != app.Login {
+			t.Errorf("comment by %q, want the app's bot %q", x.Login, app.Login)
+		}
+	}
+	login, err := a.Login(context.Background())
+	if err != nil || login != "the-loop[bot]" {
+		t.Errorf("Login = %q, %v", login, err)
+	}
+	for _, r := range gh.Requests() {
+		if r.Path == "/user" {
+			t.Error("the app called GET /user")
+		}
+	}
+}
+
+// TestTokensShortOfTheirHourAreRefreshedBeforeExpiry: with tokens that
+// live 61 s, the transport refreshes each a minute ahead, so writes go on
+// across several tokens and none is refused.
+func TestTokensShortOfTheirHourAreRefreshedBeforeExpiry(t *testing.T) {
+	gh := ghfake.New(t)
+	gh.AddRepo(repo)
+	gh.AddIssue(repo, "octocat", "work", "body")
+	app := gh.InstallApp(t, "the-loop", 61*time.Second)
+	a, err := githubapp.New(githubapp.Options{AppID: app.ID, InstallationID: app.InstallationID, PrivateKeyFile: app.KeyFile, APIURL: gh.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: a, Timeout: 10 * time.Second}
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	n := 0
+	for time.Now().Before(deadline) {
+		n++
+		comment(t, hc, gh.URL(), n)
+		time.Sleep(100 * time.Millisecond)
+	}
+	c := gh.AppCounts()
+	if c.Minted < 2 || c.Expired != 0 || c.BadJWT != 0 {
+		t.Errorf("%+v: want several tokens, none used past its expiry", c)
+	}
+	if got := len(gh.Comments(repo, 1)); got != n {
+		t.Errorf("%d comments, want %d", got, n)
+	}
+}
+
+// TestAJWTOfAnotherKeyIsRefused: the fake verifies the JWT's signature.
+func TestAJWTOfAnotherKeyIsRefused(t *testing.T) {
+	gh := ghfake.New(t)
+	gh.AddRepo(repo)
+	app := gh.InstallApp(t, "the-loop", time.Hour)
+	other, _ := rsa.GenerateKey(rand.Reader, 2048)
+	file := filepath.Join(t.TempDir(), "other.pem")
+	_ = os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(other)}), 0o600)
+	a, err := githubapp.New(githubapp.Options{AppID: app.ID, PrivateKeyFile: file, APIURL: gh.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Login(context.Background()); err == nil {
+		t.Fatal("GET /app with a JWT of another key answered")
+	}
+	if gh.AppCounts().BadJWT == 0 {
+		t.Error("the fake did not count the bad JWT")
+	}
+	if _, err := githubapp.New(githubapp.Options{AppID: app.ID, PrivateKeyFile: filepath.Join(t.TempDir(), "missing.pem")}); err == nil {
+		t.Error("a missing key file was accepted")
+	}
+}

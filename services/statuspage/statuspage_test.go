@@ -1,0 +1,172 @@
+package statuspage_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/services/statuspage"
+)
+
+const (
+	ghToken     = "ghp_statusPageMustNeverShowThis0123456789"
+	statusToken = "status-token-for-the-network-5c1d"
+	adminToken  = "admin-token-for-the-replays-9e4f"
+)
+
+type fixture struct {
+	srv *bustest.Server
+	op  *bus.Conn
+}
+
+// start runs an authorizing server with the default topology and one dead
+// letter whose reason carries a GitHub token.
+func start(t *testing.T) fixture {
+	t.Helper()
+	srv := bustest.StartServer(t, bustest.Options{Auth: true})
+	srv.Provision(t, bus.DefaultTopology())
+	op := srv.Connect(t, "operator")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inbox := "loop.in.0.abc.control.command"
+	h := bus.Header{}
+	h.Set(bus.HeaderDLQReason, "permanent: GitHub said 401 for Authorization: token "+ghToken)
+	h.Set(bus.HeaderDLQStream, bus.StreamInbox)
+	h.Set(bus.HeaderDLQConsumer, "ledger-writer-p00")
+	h.Set(bus.HeaderDLQStreamSeq, "7")
+	h.Set(bus.HeaderDLQDeliveries, "1")
+	h.Set(bus.HeaderDLQSubject, inbox)
+	h.Set(bus.HeaderDLQMsgID, "gh:delivery-1")
+	h.Set(bus.HeaderDLQTime, time.Now().UTC().Format(time.RFC3339Nano))
+	h.Set("ce-id", "gh:delivery-1")
+	if _, err := op.Publish(ctx, bus.Message{Subject: catalog.DLQPrefix + ".ledger-writer-p00." + inbox, Header: h, MsgID: "dlq:LOOP_INBOX:7", Data: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	return fixture{srv: srv, op: op}
+}
+
+func (f fixture) mux(t *testing.T, o statuspage.Options) *http.ServeMux {
+	t.Helper()
+	// Any service's identity serves the page (decision 075).
+	o.Conn = f.srv.ConnectAs(t, bus.IdentitySlackRenderer, "status")
+	o.Config = func() *config.Config { return &config.Config{} }
+	o.Topology = bus.DefaultTopology()
+	o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.Scrub = redact.New(redact.Options{Env: map[string]string{"LOOP_GITHUB_TOKEN": ghToken}})
+	mux := http.NewServeMux()
+	statuspage.Register(mux, o)
+	return mux
+}
+
+func request(mux http.Handler, method, path, remote, host, token string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	r.RemoteAddr, r.Host = remote, host
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, r)
+	return w
+}
+
+func TestAccessIsLocalUnlessExposedWithAToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	f := start(t)
+	local := f.mux(t, statuspage.Options{})
+	exposed := f.mux(t, statuspage.Options{Expose: true, Token: statusToken})
+	cases := []struct {
+		name               string
+		mux                http.Handler
+		path, remote, host string
+		token              string
+		want               int
+	}{
+		{"loopback", local, "/status/api/state", "127.0.0.1:5000", "127.0.0.1:9090", "", 200},
+		{"loopback page", local, "/status", "[::1]:5000", "localhost:9090", "", 200},
+		{"a rebound name over loopback", local, "/status/api/state", "127.0.0.1:5000", "attacker.example:9090", "", 401},
+		{"the network, not exposed", local, "/status/api/state", "192.0.2.7:5000", "loop.internal:9090", statusToken, 403},
+		{"the network, no token", exposed, "/status/api/state", "192.0.2.7:5000", "loop.internal:9090", "", 401},
+		{"the network, a wrong token", exposed, "/status/api/state", "192.0.2.7:5000", "loop.internal:9090", "nope", 401},
+		{"the network, the token", exposed, "/status/api/state", "192.0.2.7:5000", "loop.internal:9090", statusToken, 200},
+		{"the network, the page's static shell", exposed, "/status", "192.0.2.7:5000", "loop.internal:9090", "", 200},
+	}
+	for _, c := range cases {
+		if w := request(c.mux, "GET", c.path, c.remote, c.host, c.token); w.Code != c.want {
+			t.Errorf("%s: %d %s, want %d", c.name, w.Code, strings.TrimSpace(w.Body.String()), c.want)
+		}
+	}
+}
+
+func TestReplayNeedsTheAdminTokenAndNothingSecretIsShown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	f := start(t)
+	mux := f.mux(t, statuspage.Options{AdminToken: adminToken, Replay: f.op, Expose: true, Token: statusToken})
+	const remote, host = "127.0.0.1:5000", "127.0.0.1:9090"
+
+	var st statuspage.State
+	w := request(mux, "GET", "/status/api/state", remote, host, "")
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatalf("%d %s: %v", w.Code, w.Body, err)
+	}
+	if st.CanReplay || st.Role != "viewer" {
+		t.Errorf("without the admin token: role %s, canReplay %v", st.Role, st.CanReplay)
+	}
+	if len(st.DeadLetters) != 1 || st.DeadLetters[0].EventID != "gh:delivery-1" {
+		t.Fatalf("dead letters: %+v", st.DeadLetters)
+	}
+	for _, s := range []string{ghToken, statusToken, adminToken} {
+		if strings.Contains(w.Body.String(), s) {
+			t.Errorf("the state shows a secret (%.8s…): %s", s, w.Body)
+		}
+	}
+	if !strings.Contains(st.DeadLetters[0].Reason, "401") {
+		t.Errorf("the reason lost its words: %q", st.DeadLetters[0].Reason)
+	}
+	page := request(mux, "GET", "/status", remote, host, "").Body.String()
+	for _, s := range []string{statusToken, adminToken, ghToken} {
+		if strings.Contains(page, s) {
+			t.Errorf("the page carries a secret (%.8s…)", s)
+		}
+	}
+
+	path := "/status/api/dlq/1/replay"
+	for _, tok := range []string{"", statusToken} {
+		if w := request(mux, "POST", path, remote, host, tok); w.Code != http.StatusForbidden {
+			t.Errorf("replay with token %q: %d, want 403", tok, w.Code)
+		}
+	}
+	w = request(mux, "GET", "/status/api/state", remote, host, adminToken)
+	st = statuspage.State{}
+	_ = json.Unmarshal(w.Body.Bytes(), &st)
+	if !st.CanReplay || st.Role != "admin" {
+		t.Errorf("with the admin token: role %s, canReplay %v", st.Role, st.CanReplay)
+	}
+	if w := request(mux, "POST", path, remote, host, adminToken); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "gh:delivery-1:replay:1") {
+		t.Fatalf("replay as the admin: %d %s", w.Code, w.Body)
+	}
+	if w := request(mux, "POST", path, remote, host, adminToken); w.Code != http.StatusNotFound {
+		t.Errorf("a second replay of the same entry: %d, want 404", w.Code)
+	}
+	// Without an operator connection the admin has no button either.
+	noop := f.mux(t, statuspage.Options{AdminToken: adminToken})
+	st = statuspage.State{}
+	_ = json.Unmarshal(request(noop, "GET", "/status/api/state", remote, host, adminToken).Body.Bytes(), &st)
+	if st.CanReplay {
+		t.Error("canReplay without an operator identity")
+	}
+}
