@@ -4,7 +4,7 @@
 # packages and Go modules. Run as root; every step is skipped when already done,
 # so CI and a developer run it alike, as often as they like.
 #
-#   - Debian's docker.io package, when dockerd is missing;
+#   - Debian's docker.io and mmdebstrap packages, when missing;
 #   - dockerd started in the background with the vfs storage driver and no
 #     bridge or iptables (what works inside this sandbox), when no engine
 #     answers;
@@ -18,10 +18,14 @@ export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
 
 stage() { echo "docker-env: $*"; }
 
-if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null; then
-	stage "installing docker.io"
+need=()
+command -v dockerd >/dev/null && command -v docker >/dev/null || need+=(docker.io)
+# mmdebstrap makes the test's Debian base image from Debian's packages.
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+if [ "${#need[@]}" -gt 0 ]; then
+	stage "installing ${need[*]}"
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
 if ! docker info >/dev/null 2>&1; then
