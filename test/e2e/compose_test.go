@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,6 +120,9 @@ func startCompose(t *testing.T) *composeRun {
 
 	// The fakes, in this process, reached from the containers through the
 	// network's gateway.
+	// A previous run's leftovers: its containers and volumes (found by
+	// the project's name), then its network.
+	mustRun(t, dockerCmd(os.Environ(), "compose", "-p", composeProject, "down", "--volumes", "--remove-orphans", "--timeout", "5"), "ignore")
 	mustRun(t, dockerCmd(nil, "network", "rm", composeNetwork), "ignore")
 	mustRun(t, dockerCmd(nil, "network", "create", "--subnet", composeSubnet, "--gateway", composeGateway, composeNetwork))
 	t.Cleanup(func() { _ = dockerCmd(nil, "network", "rm", composeNetwork).Run() })
@@ -128,8 +132,8 @@ func startCompose(t *testing.T) *composeRun {
 	c.gh.AddToken(ledgerToken, ledgerLogin)
 	c.gh.SetAuthorAssociation(repoName, alice, "MEMBER")
 	c.slack = slackfake.New(t)
-	ghURL := "http://" + forward(t, c.gh.URL()) + "/"
-	slackURL := "http://" + forward(t, c.slack.URL()) + "/api/"
+	ghURL := forward(t, c.gh.URL())
+	slackURL := forward(t, c.slack.URL())
 	c.webhook = "http://127.0.0.1:8787/gh-webhook"
 	c.events = "http://127.0.0.1:8788/slack/events"
 	c.standIn = filepath.Join(dir, "standin")
@@ -202,7 +206,6 @@ channels:
 	r.files = []string{"-f", compose, "-f", override}
 	r.env = append(os.Environ(), "THE_LOOP_SECRETS="+secrets, "THE_LOOP_CONFIG="+cfg, "DOCKER_BUILDKIT=1")
 
-	r.compose("down", "--volumes", "--remove-orphans") // a previous run's leftovers
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := r.composeOut("logs", "--no-color", "--tail", "60")
@@ -892,14 +895,15 @@ func natsVersion(t *testing.T) string {
 }
 
 // forward listens on the compose network's gateway and forwards every
-// connection to target (a fake on loopback); it returns the listener's
-// host:port, the address the containers use.
+// connection to target's host (a fake on loopback); it returns target with
+// the listener as its host: the URL the containers use.
 func forward(t *testing.T, target string) string {
 	t.Helper()
-	to := strings.TrimSuffix(strings.TrimPrefix(target, "http://"), "/")
-	if i := strings.IndexByte(to, '/'); i >= 0 {
-		to = to[:i]
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
 	}
+	to := u.Host
 	ln, err := net.Listen("tcp", composeGateway+":0")
 	if err != nil {
 		t.Fatal(err)
@@ -925,7 +929,8 @@ func forward(t *testing.T, target string) string {
 			}()
 		}
 	}()
-	return ln.Addr().String()
+	u.Host = ln.Addr().String()
+	return u.String()
 }
 
 func copyConn(dst, src net.Conn) (int64, error) {
