@@ -282,7 +282,7 @@ func (r *composeRun) gateStory(t *testing.T) {
 	r.waitInput(t, tokenFor(n, 2))
 
 	// approve: the agent completes requirements; Alice presses Approve.
-	ran = r.agentRuns(t, c, n, "printf '# Requirements\\n\\nPer token, 100 a minute.\\n' > requirements.md && the-loop graph complete")
+	ran = r.agentRuns(t, c, n, "echo 'Per token, 100 a minute.' > requirements.md && the-loop graph complete "+ref(n))
 	if ran.Exit != 0 {
 		t.Fatalf("graph complete: exit %d\n%s", ran.Exit, ran.Output)
 	}
@@ -295,7 +295,7 @@ func (r *composeRun) gateStory(t *testing.T) {
 	}
 
 	// complete: design (approved by a typed reply), implementation, review.
-	if ran = r.agentRuns(t, c, n, "printf '# Design\\n' > design.md && the-loop graph complete"); ran.Exit != 0 {
+	if ran = r.agentRuns(t, c, n, "echo 'A token bucket per token.' > design.md && the-loop graph complete "+ref(n)); ran.Exit != 0 {
 		t.Fatalf("graph complete: exit %d\n%s", ran.Exit, ran.Output)
 	}
 	r.waitNode(t, n, "design-approval")
@@ -303,7 +303,7 @@ func (r *composeRun) gateStory(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitNode(t, n, "implementation")
-	if ran = r.agentRuns(t, c, n, "the-loop graph complete"); ran.Exit != 0 {
+	if ran = r.agentRuns(t, c, n, "the-loop graph complete "+ref(n)); ran.Exit != 0 {
 		t.Fatalf("graph complete: exit %d\n%s", ran.Exit, ran.Output)
 	}
 	r.waitNode(t, n, "review")
