@@ -218,16 +218,16 @@ type cluster struct {
 	natsProcs []*proc
 	natsPorts []int
 	natsMon   []int
-	procs    []*proc // services, in start order
-	gh       *ghfake.Server
-	slack    *slackfake.Server
-	standIn  string // the stand-in harness's record directory
-	sockets  []string
-	webhook  string // ingress-github's POST /gh-webhook URL
-	events   string // ingress-slack's POST /slack/events URL
-	client   *http.Client
-	issues   []int // work-item issue numbers on the fake
-	stopOnce sync.Once
+	procs     []*proc // services, in start order
+	gh        *ghfake.Server
+	slack     *slackfake.Server
+	standIn   string // the stand-in harness's record directory
+	sockets   []string
+	webhook   string // ingress-github's POST /gh-webhook URL
+	events    string // ingress-slack's POST /slack/events URL
+	client    *http.Client
+	issues    []int // work-item issue numbers on the fake
+	stopOnce  sync.Once
 	// auth is the directory `the-loop auth init` wrote the bus identities
 	// to ("" with authorization off): auth/nats/<identity>.nk.
 	auth string
