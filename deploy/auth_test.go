@@ -22,7 +22,9 @@ import (
 )
 
 // natsConfigs are the nats.conf files the deployments run: compose, the
-// Kubernetes cluster (base) and the single-node dev overlay.
+// Kubernetes cluster (base) and the single-node dev overlay. (compose's
+// cluster profile, nats/cluster.conf, is checked by TestComposeClusterProfile:
+// its routes name the compose hosts.)
 var natsConfigs = []string{"nats/nats.conf", "k8s/base/nats.conf", "k8s/overlays/dev/nats.conf"}
 
 // TestNATSConfigsRequireAuthorization runs each deployment's nats.conf, with

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -518,5 +519,101 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, name string, types map[
 	}
 	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
 		t.Errorf("%s: liveness must be /healthz (never tied to NATS)", name)
+	}
+}
+
+// TestComposeClusterProfile: deploy/nats/cluster.env turns the compose file
+// into a three-node JetStream cluster — nats, nats-2 and nats-3 each running
+// cluster.conf with the authorization block, routes to all three — and gives
+// every service R3 and every server's URL.
+func TestComposeClusterProfile(t *testing.T) {
+	env, err := os.ReadFile("nats/cluster.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vars []string
+	for _, line := range strings.Split(string(env), "\n") {
+		if line != "" && !strings.HasPrefix(line, "#") {
+			vars = append(vars, line)
+		}
+	}
+	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yml"},
+		cli.WithWorkingDirectory(".."), cli.WithEnv(vars), cli.WithInterpolation(true), cli.WithProfiles([]string{"cluster"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatalf("compose-go refuses the cluster profile: %v", err)
+	}
+	conf, err := os.ReadFile("nats/cluster.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"include ./auth/auth.conf", "nats://nats:6222", "nats://nats-2:6222", "nats://nats-3:6222", "server_name: $HOSTNAME"} {
+		if !strings.Contains(string(conf), want) {
+			t.Errorf("cluster.conf lacks %q", want)
+		}
+	}
+	for _, n := range []string{"nats", "nats-2", "nats-3"} {
+		svc, ok := project.Services[n]
+		if !ok {
+			t.Errorf("the cluster profile has no %s", n)
+			continue
+		}
+		if svc.Hostname != n {
+			t.Errorf("%s hostname %q: the server's name must be stable", n, svc.Hostname)
+		}
+		mounted := map[string]string{}
+		for _, v := range svc.Volumes {
+			mounted[v.Target] = v.Source
+		}
+		if !strings.HasSuffix(mounted["/etc/nats/nats.conf"], filepath.Join("deploy", "nats", "cluster.conf")) ||
+			!strings.HasSuffix(mounted["/etc/nats/auth/auth.conf"], filepath.Join("deploy", "secrets", "auth.conf")) {
+			t.Errorf("%s mounts %v, want cluster.conf and the authorization block", n, mounted)
+		}
+	}
+	for _, name := range theServices {
+		e := project.Services[name].Environment
+		if r := e["LOOP_STREAM_REPLICAS"]; r == nil || *r != "3" {
+			t.Errorf("%s LOOP_STREAM_REPLICAS = %v under the cluster profile, want 3", name, r)
+		}
+		if u := e["LOOP_NATS_URL"]; u == nil || strings.Count(*u, "nats://") != 3 {
+			t.Errorf("%s LOOP_NATS_URL = %v, want the three servers", name, u)
+		}
+	}
+}
+
+// TestDockerBuild: the build context is an allow-list that never holds a
+// secret, and the Dockerfile's two targets are what compose and Kubernetes
+// run.
+func TestDockerBuild(t *testing.T) {
+	ignore, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(ignore), "\n")
+	if !slices.Contains(lines, "*") {
+		t.Error(".dockerignore does not start from excluding everything")
+	}
+	for _, l := range lines {
+		for _, secret := range []string{".env", ".the-loop", "deploy", ".git"} {
+			if strings.HasPrefix(l, "!") && strings.HasPrefix(strings.TrimPrefix(l, "!"), secret) {
+				t.Errorf(".dockerignore lets %s into the build context", l)
+			}
+		}
+	}
+	df, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"AS service", "AS session", "ARG STATIC_BASE=", "ARG SESSION_BASE=", "ARG BINARY=",
+		"ARG HARNESS=claude-code", "@anthropic-ai/claude-code@${HARNESS_VERSION}", "USER 65532:65532", "VOLUME /workspace"} {
+		if !strings.Contains(string(df), want) {
+			t.Errorf("deploy/Dockerfile lacks %q", want)
+		}
+	}
+	if m := regexp.MustCompile(`ARG HARNESS_VERSION=(\S+)`).FindStringSubmatch(string(df)); m == nil || !regexp.MustCompile(`^\d+\.\d+\.\d+$`).MatchString(m[1]) {
+		t.Errorf("Claude Code is not pinned to a version: %v", m)
 	}
 }
