@@ -66,7 +66,6 @@ type composeRun struct {
 	env     []string // docker compose's environment
 	files   []string // -f arguments
 	c       *cluster // the fakes and the senders, shared with the process suite
-	natsMon string   // the NATS monitoring port, published on loopback
 	op      *bus.Conn
 	graphs  *graphstate.Store
 }
@@ -222,11 +221,6 @@ channels:
 	r.mustCompose("up", "--detach", "--no-build", "--wait", "--wait-timeout", "300")
 	t.Logf("every container healthy (/readyz) in %s", time.Since(start).Round(time.Second))
 
-	port, err := r.composeOut("port", "nats", "8222")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.natsMon = strings.TrimSpace(port)
 	natsPort, err := r.composeOut("port", "nats", "4222")
 	if err != nil {
 		t.Fatal(err)
@@ -552,6 +546,16 @@ func (r *composeRun) killEachService(t *testing.T) {
 	for _, n := range c.issues {
 		threads[n] = r.waitThread(t, c, n)
 		r.waitBoot(t, n)
+		r.waitNode(t, n, "phase-selection")
+	}
+	// Past the phase-selection gate, to an agent node: a Slack reply is
+	// then the work item's reply, for its session (at a human gate it
+	// would be the gate's answer).
+	for _, n := range c.issues {
+		r.comment(t, c, n, "the-loop execute")
+	}
+	for _, n := range c.issues {
+		r.waitNode(t, n, "requirements")
 	}
 
 	var (
@@ -722,80 +726,78 @@ func (r *composeRun) inspect(id string) (pid, restarts int) {
 // ---- scaling ----
 
 // scaleLedgerWriter scales the ledger-writer to one replica, which then
-// holds every partition, and back to two, which share them: each partition's
-// consumer is pinned to one client, and two clients hold pins.
+// handles every event of a batch spread over the partitions, and to two,
+// which share the next batch's partitions: each container's own log says
+// which events it published.
 func (r *composeRun) scaleLedgerWriter(t *testing.T) {
-	r.mustCompose("up", "--detach", "--no-build", "--no-recreate", "--wait", "--wait-timeout", "180", "--scale", "ledger-writer=1")
-	one := r.waitPins(t, 1)
-	r.mustCompose("up", "--detach", "--no-build", "--no-recreate", "--wait", "--wait-timeout", "180", "--scale", "ledger-writer=2")
-	two := r.waitPins(t, 2)
-	t.Logf("ledger-writer scaled 1 → 2: partitions per pinned client %v → %v", one, two)
+	c := r.clusterFor(t)
+	var items []int
+	for i := range 16 {
+		items = append(items, c.gh.AddIssue(repoName, alice, fmt.Sprintf("scale item %d", i), "").Number)
+	}
+	batch := func(round int) map[string]int {
+		t.Helper()
+		ids := map[string]bool{}
+		for _, n := range items {
+			cm := c.gh.AddComment(repoName, n, alice, fmt.Sprintf("Scale round %d", round))
+			r.webhook(t, c, "issue_comment", deliveryID(n, 5000+round), c.gh.CommentWebhook(cm))
+			ids[fmt.Sprintf("gh:issue-comment:%d", cm.ID)] = true
+		}
+		var per map[string]int
+		if !waitUntil(composeWait, func() bool {
+			per = r.publishedBy(t, "ledger-writer", ids)
+			total := 0
+			for _, k := range per {
+				total += k
+			}
+			return total == len(ids)
+		}) {
+			t.Fatalf("round %d: the ledger-writer published %v of %d events", round, per, len(ids))
+		}
+		return per
+	}
+	scale := func(n int) {
+		r.mustCompose("up", "--detach", "--no-build", "--no-recreate", "--wait", "--wait-timeout", "180", "--scale", fmt.Sprintf("ledger-writer=%d", n))
+	}
+	scale(1)
+	one := batch(1)
+	if len(one) != 1 {
+		t.Errorf("one replica: events published by %v", one)
+	}
+	scale(2)
+	two := batch(2)
+	if len(two) != 2 {
+		t.Errorf("two replicas: events published by %v, want both sharing the partitions", two)
+	}
+	t.Logf("ledger-writer scaled 1 → 2: events of 16 work items published per container %v, then %v", one, two)
 }
 
-// waitPins waits until the ledger-writer's partition consumers are pinned to
-// exactly want clients, every partition pinned, and returns how many
-// partitions each client holds.
-func (r *composeRun) waitPins(t *testing.T, want int) []int {
+// publishedBy counts, per container of svc, the events of ids its log says
+// it published.
+func (r *composeRun) publishedBy(t *testing.T, svc string, ids map[string]bool) map[string]int {
 	t.Helper()
-	var per map[string]int
-	var unpinned int
-	if !waitUntil(composeWait, func() bool {
-		per, unpinned = r.pins(t, "ledger-writer-p")
-		return len(per) == want && unpinned == 0
-	}) {
-		t.Fatalf("ledger-writer partitions pinned to %d clients (%d unpinned), want %d", len(per), unpinned, want)
-	}
-	var counts []int
-	for _, n := range per {
-		counts = append(counts, n)
-	}
-	return counts
-}
-
-// pins reads the NATS monitoring endpoint: for each consumer named prefix…,
-// the client its priority group is pinned to.
-func (r *composeRun) pins(t *testing.T, prefix string) (per map[string]int, unpinned int) {
-	t.Helper()
-	resp, err := http.Get("http://" + r.natsMon + "/jsz?accounts=true&streams=true&consumers=true")
+	out, err := r.composeOut("ps", "--quiet", svc)
 	if err != nil {
-		return nil, -1
-	}
-	defer resp.Body.Close()
-	var jsz struct {
-		Accounts []struct {
-			Streams []struct {
-				Consumers []struct {
-					Name           string `json:"name"`
-					PriorityGroups []struct {
-						PinnedClientID string `json:"pinned_client_id"`
-					} `json:"priority_groups"`
-				} `json:"consumer_detail"`
-			} `json:"stream_detail"`
-		} `json:"account_details"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&jsz); err != nil {
 		t.Fatal(err)
 	}
-	per = map[string]int{}
-	for _, a := range jsz.Accounts {
-		for _, s := range a.Streams {
-			for _, c := range s.Consumers {
-				if !strings.HasPrefix(c.Name, prefix) {
-					continue
-				}
-				pinned := ""
-				for _, g := range c.PriorityGroups {
-					pinned += g.PinnedClientID
-				}
-				if pinned == "" {
-					unpinned++
-					continue
-				}
-				per[pinned]++
+	per := map[string]int{}
+	for _, id := range strings.Fields(out) {
+		logs, err := dockerCmd(nil, "logs", id).CombinedOutput()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(logs), "\n") {
+			var rec struct {
+				Msg       string `json:"msg"`
+				EventID   string `json:"event_id"`
+				Duplicate bool   `json:"duplicate"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "bus.published" && ids[rec.EventID] && !rec.Duplicate {
+				per[id[:12]]++
 			}
 		}
 	}
-	return per, unpinned
+	return per
 }
 
 // ---- plumbing ----
