@@ -61,13 +61,13 @@ const (
 
 // composeRun is one compose project under test.
 type composeRun struct {
-	t       *testing.T
-	dir     string
-	env     []string // docker compose's environment
-	files   []string // -f arguments
-	c       *cluster // the fakes and the senders, shared with the process suite
-	op      *bus.Conn
-	graphs  *graphstate.Store
+	t      *testing.T
+	dir    string
+	env    []string // docker compose's environment
+	files  []string // -f arguments
+	c      *cluster // the fakes and the senders, shared with the process suite
+	op     *bus.Conn
+	graphs *graphstate.Store
 }
 
 // TestCompose brings the real docker-compose.yml up on this machine's Docker
