@@ -726,19 +726,21 @@ func (r *composeRun) inspect(id string) (pid, restarts int) {
 // ---- scaling ----
 
 // scaleLedgerWriter scales the ledger-writer to one replica, which then
-// handles every event of a batch spread over the partitions, and to two,
-// which share the next batch's partitions: each container's own log says
-// which events it published.
+// handles every event of a batch spread over the partitions, and to two.
+// A partition stays with the replica that holds it and the other stands by
+// (decision 022), so the test then stops the replica that handled the
+// second batch, gracefully, as a rollout would: the other takes every
+// partition over and handles the third batch, each event once. Each
+// container's own log says which events it published.
 func (r *composeRun) scaleLedgerWriter(t *testing.T) {
 	c := r.clusterFor(t)
-	var items []int
-	for i := range 16 {
-		items = append(items, c.gh.AddIssue(repoName, alice, fmt.Sprintf("scale item %d", i), "").Number)
-	}
-	batch := func(round int) map[string]int {
+	round := 0
+	batch := func() map[string]int {
 		t.Helper()
+		round++
 		ids := map[string]bool{}
-		for _, n := range items {
+		for i := range 16 {
+			n := c.gh.AddIssue(repoName, alice, fmt.Sprintf("scale round %d item %d", round, i), "").Number
 			cm := c.gh.AddComment(repoName, n, alice, fmt.Sprintf("Scale round %d", round))
 			r.webhook(t, c, "issue_comment", deliveryID(n, 5000+round), c.gh.CommentWebhook(cm))
 			ids[fmt.Sprintf("gh:issue-comment:%d", cm.ID)] = true
@@ -750,9 +752,13 @@ func (r *composeRun) scaleLedgerWriter(t *testing.T) {
 			for _, k := range per {
 				total += k
 			}
-			return total == len(ids)
+			return total >= len(ids)
 		}) {
 			t.Fatalf("round %d: the ledger-writer published %v of %d events", round, per, len(ids))
+		}
+		time.Sleep(2 * time.Second) // a late duplicate would show now
+		if per = r.publishedBy(t, "ledger-writer", ids); sumValues(per) != len(ids) {
+			t.Errorf("round %d: %v published for %d events", round, per, len(ids))
 		}
 		return per
 	}
@@ -760,23 +766,55 @@ func (r *composeRun) scaleLedgerWriter(t *testing.T) {
 		r.mustCompose("up", "--detach", "--no-build", "--no-recreate", "--wait", "--wait-timeout", "180", "--scale", fmt.Sprintf("ledger-writer=%d", n))
 	}
 	scale(1)
-	one := batch(1)
+	one := batch()
 	if len(one) != 1 {
 		t.Errorf("one replica: events published by %v", one)
 	}
 	scale(2)
-	two := batch(2)
-	if len(two) != 2 {
-		t.Errorf("two replicas: events published by %v, want both sharing the partitions", two)
+	ids, err := r.composeOut("ps", "--quiet", "ledger-writer")
+	if err != nil || len(strings.Fields(ids)) != 2 {
+		t.Fatalf("ledger-writer containers after --scale 2: %q %v", ids, err)
 	}
-	t.Logf("ledger-writer scaled 1 → 2: events of 16 work items published per container %v, then %v", one, two)
+	two := batch()
+	holder := ""
+	for id, n := range two {
+		if n > two[holder] {
+			holder = id
+		}
+	}
+	mustRun(t, dockerCmd(nil, "stop", "--time", "60", holder))
+	three := batch()
+	if len(three) != 1 || three[holder] != 0 {
+		t.Errorf("with %s stopped, events published by %v, want all by the other replica", holder, three)
+	}
+	mustRun(t, dockerCmd(nil, "start", holder))
+	shared := map[string]bool{}
+	for id := range two {
+		shared[id] = true
+	}
+	for id := range three {
+		shared[id] = true
+	}
+	if len(shared) != 2 {
+		t.Errorf("the two replicas did not share the partitions: %v, then %v", two, three)
+	}
+	t.Logf("ledger-writer scaled 1 → 2, 16 work items a round: published per container %v; with two %v; the holder stopped, %v",
+		one, two, three)
+}
+
+func sumValues(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // publishedBy counts, per container of svc, the events of ids its log says
 // it published.
 func (r *composeRun) publishedBy(t *testing.T, svc string, ids map[string]bool) map[string]int {
 	t.Helper()
-	out, err := r.composeOut("ps", "--quiet", svc)
+	out, err := r.composeOut("ps", "--quiet", "--all", svc)
 	if err != nil {
 		t.Fatal(err)
 	}
