@@ -77,7 +77,8 @@ type composeRun struct {
 // on several work items while one container of each service, and NATS, is
 // SIGKILLed in turn and brought back by its restart policy, with nothing
 // lost or duplicated; then the ledger-writer scaled from 1 to 2 replicas,
-// sharing its partitions. It prints what it counted.
+// the second taking the partitions over when the first stops. It prints
+// what it counted.
 func TestCompose(t *testing.T) {
 	if _, err := exec.LookPath("docker"); err != nil {
 		t.Skip("docker is not installed: scripts/docker-env.sh installs and starts the engine and Compose")
