@@ -119,12 +119,21 @@ type settings struct {
 	// sessionEnv is the allow-listed part of this process's environment
 	// that agent sessions start with.
 	sessionEnv map[string]string
+	// fromConfig are the warnings of the process settings the operator
+	// config set (an environment variable that overrides one).
+	fromConfig []config.Warning
 }
 
 func loadSettings(env config.Env) (settings, error) {
 	var s settings
 	if err := config.CheckEnv(env); err != nil {
 		return s, err
+	}
+	// A file written for the original sets some process settings
+	// (routing.autoExecuteLabel is LOOP_GITHUB_POLL_LABEL, …). A file that
+	// does not load sets none here; the host refuses it when it loads it.
+	if withFile, ws, err := config.EnvWithConfig(env); err == nil {
+		env, s.fromConfig = withFile, ws
 	}
 	if err := config.Process(env, &s.Common, &s.GitHub, &s.Slack, &s.Up, &s.Dispatcher, &s.Session); err != nil {
 		return s, err
@@ -239,6 +248,7 @@ func (h *host) run(ctx context.Context) (err error) {
 			ln.Close()
 			return fmt.Errorf("operator config: %w", err)
 		}
+		config.LogWarnings(h.log, path, h.settings.fromConfig)
 		current, checks = watcher.Current, watcher
 	}
 	names := make([]string, 0, len(h.defs))

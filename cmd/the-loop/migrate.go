@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/the-loop/bus/pkg/config"
 )
@@ -12,7 +13,10 @@ import (
 // cmdMigrateConfig migrates an operator config to version 0.7.0. Without
 // --write it prints the report and the migrated file; with --write it keeps
 // the original as FILE.bak and rewrites FILE, comments kept. A second run
-// changes nothing.
+// changes nothing. Either way it then says what the migrated file will warn
+// about at every load — the keys of the original's configuration that have
+// no meaning here (docs/decisions/067-migrate-config-on-an-original-file.md)
+// — or why it still does not load.
 func cmdMigrateConfig(_ context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
 	fs := newFlags("migrate-config", stderr)
 	write := fs.Bool("write", false, "rewrite the file (keeping FILE.bak) instead of printing the result")
@@ -38,11 +42,11 @@ func cmdMigrateConfig(_ context.Context, args []string, env config.Env, stdout, 
 		return err
 	}
 	if !report.Changed() {
-		return nil
+		return loadCheck(stdout, out, path)
 	}
 	if !*write {
 		fmt.Fprintf(stdout, "\n# %s after migration (not written; run with --write):\n%s", path, out)
-		return nil
+		return loadCheck(stdout, out, path)
 	}
 	info, err := os.Stat(path)
 	if err != nil {
@@ -59,5 +63,21 @@ func cmdMigrateConfig(_ context.Context, args []string, env config.Env, stdout, 
 		return fmt.Errorf("write config: %w", err)
 	}
 	fmt.Fprintf(stdout, "wrote %s (original kept as %s.bak)\n", path, path)
+	return loadCheck(stdout, out, path)
+}
+
+// loadCheck tells what the migrated config src of path loads with.
+func loadCheck(w io.Writer, src []byte, path string) error {
+	_, warnings, err := config.ParseAt(src, filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("the migrated config still does not load: %w", err)
+	}
+	if len(warnings) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nit loads with %d warning(s):\n", len(warnings))
+	for _, ws := range warnings {
+		fmt.Fprintf(w, "  ! %s\n", ws)
+	}
 	return nil
 }

@@ -116,7 +116,9 @@ type Delivery struct {
 
 	mu      sync.Mutex
 	settled bool
-	msg     jetstream.Msg
+	// acked: the handler acknowledged the message itself (Ack).
+	acked bool
+	msg   jetstream.Msg
 }
 
 // Last reports whether this is the last delivery the consumer allows: if the
@@ -135,6 +137,49 @@ func (d *Delivery) InProgress() error {
 		return nil
 	}
 	return d.msg.InProgress()
+}
+
+// Ack acknowledges the message now, before the handler returns, and waits
+// for the server's confirmation (a double ack; a lost reply is retried). A
+// handler that must settle its message before it does something else calls
+// it — the ledger-writer acknowledges the inbox before it publishes the
+// fan-out (docs/architecture.md, exactly once). Once Ack returned nil the
+// message is settled: the runner neither acknowledges it again nor hands it
+// back, whatever the handler then returns. On an error the message is not
+// settled by Ack (the server may still have applied it); the handler should
+// return an error, and the runner hands the message back as usual.
+func (d *Delivery) Ack(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.acked {
+		return nil
+	}
+	if d.settled {
+		return errors.New("bus: ack of a settled delivery")
+	}
+	if err := doubleAck(ctx, d.msg); err != nil {
+		return fmt.Errorf("bus: ack %s: %w", d.MsgID, err)
+	}
+	d.settled, d.acked = true, true
+	return nil
+}
+
+// doubleAck acknowledges msg and waits for the server's confirmation,
+// retrying a lost reply (acknowledging an acknowledged message is harmless).
+func doubleAck(ctx context.Context, msg jetstream.Msg) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err = msg.DoubleAck(actx)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return err
 }
 
 // Handler handles one delivery. nil → the message is acknowledged; an error
@@ -441,23 +486,20 @@ func (r *Runner) call(ctx context.Context, d *Delivery) (err error) {
 
 func (r *Runner) settle(ctx context.Context, d *Delivery, consumer string, herr error, log *slog.Logger) {
 	d.mu.Lock()
+	acked := d.acked
 	d.settled = true
 	d.mu.Unlock()
 	msg := d.msg
 	switch {
-	case herr == nil:
-		var err error
-		// DoubleAck waits for the server's confirmation; a lost ack reply
-		// is retried (acking an acked message is harmless).
-		for attempt := 0; attempt < 3; attempt++ {
-			actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			err = msg.DoubleAck(actx)
-			cancel()
-			if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) || ctx.Err() != nil {
-				break
-			}
+	case acked:
+		// The handler acknowledged it (Ack); what it did afterwards is
+		// its own to recover.
+		inc(r.m.acked)
+		if herr != nil {
+			log.Info("handler failed after acknowledging its message", "err", herr)
 		}
-		if err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+	case herr == nil:
+		if err := doubleAck(ctx, msg); err != nil {
 			inc(r.m.errors)
 			log.Warn("ack failed; the message will be redelivered", "err", err)
 			return

@@ -227,3 +227,69 @@ func TestEmbedded(t *testing.T) {
 		t.Fatal("connected after Drain")
 	}
 }
+
+// TestHandlerAcksFirst: a handler that acknowledges its message itself
+// (Delivery.Ack) and then fails is not redelivered — the message is settled
+// — while a handler that fails without acknowledging is, as before.
+func TestHandlerAcksFirst(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	srv.Provision(t, bustest.FastTopology(1))
+	c := srv.Connect(t, "ack-first")
+	reg := prometheus.NewPedanticRegistry()
+	m, err := bus.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type call struct {
+		data      string
+		delivered uint64
+		again     error // a second Ack's result
+	}
+	calls := make(chan call, 16)
+	h := bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
+		cl := call{data: string(d.Data), delivered: d.NumDelivered}
+		if cl.data == "ack-then-fail" {
+			if err := d.Ack(ctx); err != nil {
+				t.Errorf("Ack: %v", err)
+			}
+			cl.again = d.Ack(ctx)
+		}
+		calls <- cl
+		return errors.New("fails after its work")
+	})
+	spec := fastSpec("ledger-writer", bus.StreamInbox, 1)
+	spec.Metrics = m
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	r, err := c.NewRunner(spec, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, 10*time.Second, r.Ready, "ready")
+	for _, data := range []string{"ack-then-fail", "fail"} {
+		if _, err := c.Publish(context.Background(), bus.Message{
+			Subject: catalog.InboxSubject(data, catalog.GateFeedback), MsgID: data, Data: []byte(data),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]uint64{}
+	deadline := time.After(10 * time.Second)
+	for seen["fail"] < 3 {
+		select {
+		case cl := <-calls:
+			seen[cl.data] = max(seen[cl.data], cl.delivered)
+			if cl.data == "ack-then-fail" && cl.again != nil {
+				t.Errorf("a second Ack of an acknowledged delivery: %v", cl.again)
+			}
+		case <-deadline:
+			t.Fatalf("the failing message was not redelivered: %v", seen)
+		}
+	}
+	if seen["ack-then-fail"] != 1 {
+		t.Errorf("the message acknowledged by its handler was delivered %d times, want once", seen["ack-then-fail"])
+	}
+}

@@ -8,7 +8,10 @@
 //   - the operator YAML named by LOOP_CONFIG (version 0.7.0): Parse and
 //     LoadFile validate it strictly, Watcher reloads it on change without a
 //     restart, and Migrate rewrites an older file into the current shape for
-//     `the-loop migrate-config`.
+//     `the-loop migrate-config`. A file written for the original the-loop
+//     loads too: each of its keys is read (original.go), the ones that are
+//     process settings here into Config.Settings, which EnvWithConfig
+//     applies to a process's environment at start.
 //
 // Secrets (tokens, signing secrets, the envelope key) are held as Secret, which
 // never prints its value; errors from this package never carry one.

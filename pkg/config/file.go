@@ -32,17 +32,20 @@ const Version = "0.7.0"
 // built into a directory. Treat a *Config as read-only; Watcher hands the same
 // value to every reader.
 //
-// It models what the channel, ledger and identity requirements read (seed 001
-// R2, R3.1, R5, R7), routing.control, which the control grammar needs, and
-// graphs, the operator's process graphs. The original's other sections
-// (routing's dispatch keys, …) are added here as the services that read them
-// are built; until then they are unknown keys.
+// It models what the channel, ledger and identity requirements read,
+// routing.control, which the control grammar needs, and graphs, the
+// operator's process graphs. Every other key of the original's configuration
+// loads too (original.go): the ones that are process settings here end up in
+// Settings, the rest are built in or warned about.
 type Config struct {
 	// Version is the version the file declares, "" when it declares none.
 	Version  string
 	Routing  Routing
 	Channels Channels
 	Graphs   Graphs
+	// Settings are the process settings (LOOP_*) the file sets through the
+	// original's keys, in file order; ApplySettings applies them at start.
+	Settings []FileSetting
 }
 
 // Graphs is the graphs section: the process graphs work items follow.
@@ -303,6 +306,14 @@ func Parse(src []byte) (*Config, []Warning, error) {
 	return cfg, ws, err
 }
 
+// ParseAt is Parse with graph files named by a relative path read from dir
+// (a file's own directory), as LoadFile reads them: for a config that is not
+// in a file yet, such as the result of Migrate.
+func ParseAt(src []byte, dir string) (*Config, []Warning, error) {
+	cfg, ws, _, err := parseIn(src, dir)
+	return cfg, ws, err
+}
+
 // parseIn is Parse with relative graph files read from dir. It also returns
 // the graph files the config names, as read, even when it refuses the
 // config: a Watcher rereads it when one of them changes.
@@ -314,6 +325,7 @@ func parseIn(src []byte, dir string) (*Config, []Warning, []graphFile, error) {
 	p := &parser{cfg: Default(), dir: dir}
 	if root != nil {
 		p.top(root)
+		p.settle()
 	}
 	if err := errors.Join(p.errs...); err != nil {
 		return nil, p.warnings, p.graphFiles, err
@@ -352,6 +364,8 @@ type parser struct {
 	// directory); graphFiles are the ones read.
 	dir        string
 	graphFiles []graphFile
+	// legacy gathers the original's keys that make one setting together.
+	legacy legacy
 }
 
 func (p *parser) fail(n *yaml.Node, path string, kind error, format string, args ...any) {
@@ -539,10 +553,10 @@ func (p *parser) top(n *yaml.Node) {
 		return
 	}
 	c := p.cfg
-	p.mapping(n, "", map[string]field{
+	top := map[string]field{
 		"version": p.version,
 		"routing": func(v *yaml.Node, path string) {
-			p.mapping(v, path, map[string]field{
+			routing := map[string]field{
 				"authorizedUsers": p.authorizedUsers,
 				"control": func(v *yaml.Node, path string) {
 					p.mapping(v, path, map[string]field{
@@ -551,7 +565,9 @@ func (p *parser) top(n *yaml.Node) {
 						"keywords":            p.keywords,
 					})
 				},
-			})
+			}
+			p.originalFields("routing", routing)
+			p.mapping(v, path, routing)
 		},
 		"channels": func(v *yaml.Node, path string) {
 			p.mapping(v, path, map[string]field{
@@ -560,7 +576,9 @@ func (p *parser) top(n *yaml.Node) {
 			})
 		},
 		"graphs": p.graphs,
-	})
+	}
+	p.originalFields("", top)
+	p.mapping(n, "", top)
 	if hasKey(n, "version") == nil {
 		p.warn(n, "version", "not set; read as %s (`the-loop migrate-config` writes it)", Version)
 	}
@@ -690,7 +708,7 @@ var repoPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+$
 
 func (p *parser) slack(v *yaml.Node, path string) {
 	s := &p.cfg.Channels.Slack
-	p.mapping(v, path, map[string]field{
+	fields := map[string]field{
 		"enabled":   p.boolean(&s.Enabled),
 		"channel":   p.str(&s.Channel),
 		"subscribe": p.subscribe,
@@ -735,7 +753,9 @@ func (p *parser) slack(v *yaml.Node, path string) {
 				"labels": p.strings(&s.Kickoff.Labels),
 			})
 		},
-	})
+	}
+	p.originalFields("channels.slack", fields)
+	p.mapping(v, path, fields)
 	if s.Enabled && s.Channel == "" {
 		p.warn(v, join(path, "channel"), "not set while the channel is enabled; every post will fail until it names a channel id (C…)")
 	}

@@ -79,7 +79,7 @@ func TestParseErrors(t *testing.T) {
 		kind error
 		want []string // substrings of the error
 	}{
-		{"unknown top-level key", "version: 0.7.0\ngraph: {}\n", ErrUnknownKey, []string{"graph (line 2): unknown key", "channels, graphs, routing, version"}},
+		{"unknown top-level key", "version: 0.7.0\ngraph: {}\n", ErrUnknownKey, []string{"graph (line 2): unknown key", "channels, collaborators, eventLog, graphs, integrations, notifications, polling, routing, selfDiagnosis, service, standingSessions, state, version, webhooks"}},
 		{"unknown nested key names its path", "version: 0.7.0\nchannels:\n  slack:\n    read:\n      mod: poll\n", ErrUnknownKey, []string{"channels.slack.read.mod (line 5): unknown key", "intervalSeconds, mode"}},
 		{"typo in kickoff", "channels:\n  slack:\n    kickoff:\n      label: [x]\n", ErrUnknownKey, []string{"channels.slack.kickoff.label"}},
 		{"unknown control command", "routing:\n  control:\n    keywords:\n      halt: x\n", ErrUnknownKey, []string{"routing.control.keywords.halt"}},

@@ -28,6 +28,10 @@ func addSeeds(f *testing.F) {
 		"channels: {slack: {read: {mode: [x], intervalSeconds: 1e3}, maxChars: -1, verbosity: {}}}",
 		"version: 0.7.0\n---\nx: 1\n",
 		"# c\nchannels: # d\n  slack: # e\n    events: [] # f\n# g\n",
+		"polling: {enabled: &r yes, sources: [{provider: github, repos: [a/b], label: *r}, {provider: ~}, 7]}",
+		"webhooks: {ghWebhook: {enabled: [x], host: [x], port: {}}}",
+		"service: {enabled: ~, port: 1}\nrouting: {workspace: {root: [1]}, harnessTrust: 3}",
+		"integrations: {github: {api: {tokenEnv: [LOOP_X, '', Y]}}}\nchannels: {slack: {botTokenEnv: {a: b}}}",
 	} {
 		f.Add([]byte(s))
 	}

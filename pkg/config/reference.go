@@ -55,5 +55,50 @@ func ReferenceMarkdown() string {
 	b.WriteString("\nRemoved in 0.7.0 and refused at load, naming the replacement and `the-loop migrate-config`: " +
 		"`channels.slack.events` (now `channels.slack.subscribe`) and `channels.slack.authorizedUsers` " +
 		"(now `{slack: …}` entries of `routing.authorizedUsers`).\n")
+	b.WriteString(originalReference())
+	return b.String()
+}
+
+// originalReference documents how each key of the original's configuration
+// that the table above does not list is read, from the table the parser
+// reads them by.
+func originalReference() string {
+	var b strings.Builder
+	b.WriteString("\n### Keys of the original's configuration\n\n" +
+		"A file written for the original the-loop loads as it is: besides the keys above, every key of the " +
+		"original's configuration is read as below ([decision 065](decisions/065-original-config-keys.md)). A key " +
+		"that is a process setting here applies at start, unless the environment sets that variable (the " +
+		"environment wins, with a warning); a key that has no meaning here is ignored with one warning " +
+		"naming it; a section the file switches off is accepted silently. A key the original did not " +
+		"have either is refused as unknown.\n\n")
+	b.WriteString("| key | here |\n|---|---|\n")
+	for _, k := range originalKeys {
+		var here string
+		switch k.kind {
+		case origSetting:
+			here = fmt.Sprintf("`%s`", k.setting)
+		case origFromEnv:
+			here = fmt.Sprintf("`%s`, read from the environment variable the key names (the first one set, for a list); a `LOOP_*` name is not followed", k.setting)
+		case origBuiltIn:
+			here = fmt.Sprintf("built in: the-loop always %s; a value other than `%s` is warned about and ignored", k.doc, strings.Join(k.want, "` or `"))
+		case origIgnored:
+			here = "warned about and ignored: " + k.doc
+		case origFeature:
+			sw := fmt.Sprintf("`%s: false`", k.want[0])
+			if k.want[0] == "root" {
+				sw = "an empty `root`"
+			}
+			if k.want[1] == "false" {
+				sw += " or absent"
+			}
+			here = fmt.Sprintf("accepted silently with %s; otherwise each of its keys is warned about and ignored: %s", sw, k.doc)
+		case origCustom:
+			here = k.doc
+			if k.setting != "" {
+				here = fmt.Sprintf("`%s`: %s", k.setting, k.doc)
+			}
+		}
+		fmt.Fprintf(&b, "| `%s` | %s |\n", k.path, here)
+	}
 	return b.String()
 }

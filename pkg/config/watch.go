@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -180,6 +182,11 @@ func (w *Watcher) reload(force bool) error {
 		w.refused(err)
 		return err
 	}
+	if changed := changedSettings(w.cur.Load().Settings, cfg.Settings); len(changed) > 0 {
+		// Process settings are read once, at start (EnvWithConfig).
+		ws = append(ws, Warning{Path: strings.Join(changed, ", "),
+			Message: "sets process settings (LOOP_*), which are read at start: this change takes effect when the services restart"})
+	}
 	w.err = nil
 	w.warnings = ws
 	w.cur.Store(cfg)
@@ -196,6 +203,29 @@ func (w *Watcher) reload(force bool) error {
 		ch <- cfg
 	}
 	return nil
+}
+
+// changedSettings lists the keys whose process setting differs between two
+// configs, in file order.
+func changedSettings(old, cur []FileSetting) []string {
+	key := func(s FileSetting) string { return s.Name + "\x00" + s.Value + "\x00" + strings.Join(s.FromEnv, ",") }
+	was := map[string]string{}
+	for _, s := range old {
+		was[s.Path] = key(s)
+	}
+	var out []string
+	for _, s := range cur {
+		if was[s.Path] != key(s) && !slices.Contains(out, s.Path) {
+			out = append(out, s.Path)
+		}
+		delete(was, s.Path)
+	}
+	for _, s := range old {
+		if _, gone := was[s.Path]; gone && !slices.Contains(out, s.Path) {
+			out = append(out, s.Path)
+		}
+	}
+	return out
 }
 
 // configSum digests the config's bytes (or the error reading them, so a

@@ -285,3 +285,33 @@ func TestLedgerLoginRefused(t *testing.T) {
 		t.Errorf("empty login: %v", err)
 	}
 }
+
+// TestReloadWarnsProcessSettingsWaitForRestart: a reload that changes a key
+// which sets a process setting (routing.autoExecuteLabel) is taken, with a
+// warning that the setting changes only when the services restart; one
+// that leaves those keys alone says nothing of the kind.
+func TestReloadWarnsProcessSettingsWaitForRestart(t *testing.T) {
+	t.Parallel()
+	const base = "version: \"0.7.0\"\nrouting:\n  autoExecuteLabel: go\n"
+	w, path, _ := startWatcher(t, base, WithPollInterval(0))
+	replace(t, path, base+"  authorizedUsers: [alice]\n")
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ws := range w.Warnings() {
+		if strings.Contains(ws.Message, "restart") {
+			t.Errorf("warned of a restart when no setting changed: %s", ws)
+		}
+	}
+	replace(t, path, "version: \"0.7.0\"\nrouting:\n  autoExecuteLabel: run\n")
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, ws := range w.Warnings() {
+		found = found || ws.Path == "routing.autoExecuteLabel" && strings.Contains(ws.Message, "when the services restart")
+	}
+	if !found {
+		t.Errorf("no restart warning for routing.autoExecuteLabel: %v", w.Warnings())
+	}
+}

@@ -17,10 +17,12 @@ import (
 
 var errKilled = errors.New("test: writer killed")
 
-// crashOpts are short enough that a crashed claim is taken over in seconds.
-// The lease still exceeds the HTTP timeout, as it must.
+// crashOpts are short enough that a crashed claim is taken over in seconds,
+// and a fan-out left in the outbox is swept within a second. The lease still
+// exceeds the HTTP timeout, as it must.
 func crashOpts() []Option {
-	return []Option{WithHTTPTimeout(2 * time.Second), WithClaimLease(2500 * time.Millisecond)}
+	return []Option{WithHTTPTimeout(2 * time.Second), WithClaimLease(2500 * time.Millisecond),
+		WithSweep(100*time.Millisecond, 300*time.Millisecond)}
 }
 
 // inboxEmpty: every inbox message was acknowledged (WorkQueue retention drops
@@ -66,13 +68,16 @@ func (e *env) checkExactlyOnce(t *testing.T, ev *loopv1.Event) {
 
 // TestCrashAtEveryStep kills the writer (its NATS connection closed, the
 // delivery abandoned mid-way, as a crash leaves it) right after each step of
-// DESIGN §7 — claim, GitHub write, recorded, fan-out published — for a comment
-// record and for a kickoff issue, then starts a fresh writer. Each time
-// exactly one record is on the fake and exactly one fan-out event exists.
+// a delivery — claim, GitHub write, recorded, fan-out queued in the outbox,
+// inbox acknowledged, fan-out published, fan-out out of the outbox — for a
+// comment record and for a kickoff issue, then starts a fresh writer. Each
+// time exactly one record is on the fake and exactly one fan-out event
+// exists: after the acknowledgement nothing comes back to the inbox, and the
+// fresh writer's sweeper publishes what the outbox holds.
 func TestCrashAtEveryStep(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"comment", "issue"} {
-		for _, at := range []step{stepClaimed, stepWritten, stepRecorded, stepPublished} {
+		for _, at := range []step{stepClaimed, stepWritten, stepRecorded, stepQueued, stepAcked, stepPublished, stepFannedOut} {
 			t.Run(fmt.Sprintf("%s/after-%s", kind, at), func(t *testing.T) {
 				t.Parallel()
 				e := newEnv(t, testTopology())

@@ -22,10 +22,13 @@ import (
 type step string
 
 const (
-	stepClaimed   step = "claimed"   // ledger/E created (pending)
-	stepWritten   step = "written"   // the record is on GitHub
-	stepRecorded  step = "recorded"  // ledger/E says recorded
-	stepPublished step = "published" // the fan-out has its PubAck
+	stepClaimed   step = "claimed"    // ledger/E created (pending)
+	stepWritten   step = "written"    // the record is on GitHub
+	stepRecorded  step = "recorded"   // ledger/E says recorded
+	stepQueued    step = "queued"     // the fan-out waits in the partition's outbox
+	stepAcked     step = "acked"      // the inbox message is acknowledged
+	stepPublished step = "published"  // the fan-out has its PubAck
+	stepFannedOut step = "fanned-out" // the fan-out left the outbox
 )
 
 func (s *Service) step(st step, id string) error {
@@ -87,12 +90,18 @@ type owned struct {
 }
 
 func (s *Service) handle(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, d *bus.Delivery) error {
+	// What a stopped delivery of this partition acknowledged but did not
+	// publish goes out first: a work item's fan-out keeps its order.
+	b, err := s.flush(ctx, stop, d.Partition)
+	if err != nil {
+		return err
+	}
 	if err := mayClaim(ev, d.Subject); err != nil {
 		return s.failed(ctx, ev, d, claimReason, err)
 	}
 	entry, _ := catalog.Lookup(catalog.Type(ev.GetType()))
 	if !entry.Record.Recorded() || standingReply(ev, entry.Record) {
-		return s.fanOut(ctx, stop, ev, d, nil)
+		return s.fanOut(ctx, stop, &b, ev, d, nil)
 	}
 	s.deps.Log.LogAttrs(ctx, slog.LevelInfo, "ledger-writer: recording", s.logAttrs(ev, d)...)
 	if s.gh == nil {
@@ -117,7 +126,7 @@ func (s *Service) handle(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 			return err
 		}
 	}
-	return s.fanOut(ctx, stop, ev, d, &w)
+	return s.fanOut(ctx, stop, &b, ev, d, &w)
 }
 
 // standingReply: a reply to a standing session (ref standing:<name>) has no
@@ -521,9 +530,14 @@ func (s *Service) bind(ctx context.Context, stop <-chan struct{}, ev *loopv1.Eve
 	}
 }
 
-// fanOut publishes ev, with its record when it has one, to loop.ev under
-// Nats-Msg-Id E and waits for the PubAck.
-func (s *Service) fanOut(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, d *bus.Delivery, w *written) error {
+// fanOut hands ev, with its record when it has one, to the channels and the
+// loop, acknowledging the inbox before it publishes: the fan-out message
+// enters the partition's outbox b, the inbox message is double-acked, the
+// fan-out is published to loop.ev under Nats-Msg-Id E (waiting for the
+// PubAck), and leaves the outbox. From the acknowledgement on, the delivery
+// is settled whatever happens next: a crash leaves the fan-out in the outbox
+// for the partition's next delivery or a sweeper to publish (outbox.go).
+func (s *Service) fanOut(ctx context.Context, stop <-chan struct{}, b *box, ev *loopv1.Event, d *bus.Delivery, w *written) error {
 	out := ev
 	if w != nil {
 		out = proto.Clone(ev).(*loopv1.Event)
@@ -534,37 +548,57 @@ func (s *Service) fanOut(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 			out.Subject = "github:" + w.Repo + "#" + strconv.Itoa(w.Number)
 		}
 	}
-	for attempt := 1; ; attempt++ {
-		ack, err := s.publish(ctx, out, d)
-		if err == nil {
-			s.m.published.WithLabelValues(ev.GetType()).Inc()
-			s.deps.Events.Emit(ctx, "bus.published",
-				slog.String("event_id", ev.GetId()), slog.String("event_type", ev.GetType()),
-				slog.String("work_item", out.GetSubject()), slog.String("stream", ack.Stream),
-				slog.Uint64("stream_seq", ack.Seq), slog.Bool("duplicate", ack.Duplicate), slog.Bool("recorded", w != nil))
-			return s.step(stepPublished, ev.GetId())
-		}
-		var inv *invalidEvent
-		if errors.As(err, &inv) {
-			return bus.Permanent(err)
-		}
-		// The bus is our own: wait for it rather than let a recorded event
-		// reach the DLQ, whose replay (under a new id) would record it
-		// twice.
-		s.m.retried.WithLabelValues("publish").Inc()
-		s.deps.Log.Warn("ledger-writer: fan-out publish failed; retrying", "event_id", ev.GetId(), "err", err)
-		if err := sleep(ctx, stop, s.backoff(attempt)); err != nil {
-			return s.interrupted(err)
-		}
+	m, err := message(out, d)
+	if err != nil {
+		return bus.Permanent(err)
 	}
+	id := ev.GetId()
+	if m.MsgID != id {
+		return bus.Permanent(fmt.Errorf("fan-out of %s carries message id %q", id, m.MsgID))
+	}
+	f := &pendingFanOut{ID: id, Queued: time.Now(), Subject: m.Subject, Header: m.Header, Data: m.Data,
+		Type: ev.GetType(), WorkItem: out.GetSubject(), Recorded: w != nil}
+	if err := s.enqueue(ctx, stop, b, f); err != nil {
+		return s.interrupted(err)
+	}
+	if err := s.step(stepQueued, id); err != nil {
+		return err
+	}
+	if err := d.Ack(ctx); err != nil {
+		// Not settled: the message comes back, and its redelivery (or a
+		// sweeper) publishes the fan-out waiting in the outbox.
+		s.m.retried.WithLabelValues("ack").Inc()
+		s.deps.Log.LogAttrs(ctx, slog.LevelWarn, "ledger-writer: inbox acknowledgement failed; the fan-out waits in the outbox",
+			s.logAttrs(ev, d, slog.Any("err", err))...)
+		return bus.Retry(err, time.Second)
+	}
+	if err := s.step(stepAcked, id); err != nil {
+		return err
+	}
+	if err := s.publishPending(ctx, stop, f, "delivery", false); err != nil {
+		return s.interrupted(err)
+	}
+	if err := s.step(stepPublished, id); err != nil {
+		return err
+	}
+	if err := s.dequeue(ctx, stop, b, id); err != nil {
+		// Published: a later flush or sweep publishes it again, which
+		// LOOP_EVENTS drops as a duplicate.
+		return s.interrupted(err)
+	}
+	return s.step(stepFannedOut, id)
 }
 
-type invalidEvent struct{ err error }
-
-func (e *invalidEvent) Error() string { return e.err.Error() }
-func (e *invalidEvent) Unwrap() error { return e.err }
-
 func (s *Service) publish(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) (bus.PubAck, error) {
+	m, err := message(ev, d)
+	if err != nil {
+		return bus.PubAck{}, err
+	}
+	return s.deps.Conn.Publish(ctx, m)
+}
+
+// message is ev as it is published to loop.ev, carrying d's trace context.
+func message(ev *loopv1.Event, d *bus.Delivery) (bus.Message, error) {
 	tp := d.Header.Get(envelope.HeaderTraceparent)
 	m, err := envelope.ToMessage(ev, envelope.Events, tp)
 	if err != nil && tp != "" {
@@ -572,9 +606,9 @@ func (s *Service) publish(ctx context.Context, ev *loopv1.Event, d *bus.Delivery
 		m, err = envelope.ToMessage(ev, envelope.Events, "")
 	}
 	if err != nil {
-		return bus.PubAck{}, &invalidEvent{err: err}
+		return bus.Message{}, fmt.Errorf("fan-out of %s: %w", ev.GetId(), err)
 	}
-	return s.deps.Conn.Publish(ctx, bus.FromEnvelope(m))
+	return bus.FromEnvelope(m), nil
 }
 
 // The high-water mark of a kickoff repository: the newest issue number the

@@ -1,28 +1,38 @@
 // Package ledgerwriter is the ledger-writer service: the sole consumer of the
 // inbox (loop.in.>) and the only writer to GitHub. For every inbox event it
-// writes the event's record onto the work item (seed 001 R3), then fans the
-// event out on loop.ev.> carrying that record, and only then acknowledges the
-// inbox message — exactly once (DESIGN §7).
+// writes the event's record onto the work item (docs/architecture.md, the
+// ledger), acknowledges the inbox message, and only then fans the event out
+// on loop.ev.> carrying that record — exactly once (docs/architecture.md,
+// exactly once).
 //
 // Per event E, on the partitioned, pinned runner (one event in flight per
 // partition, so a work item's records keep their order):
 //
-//  1. types the catalog does not record are published to loop.ev unchanged;
+//  0. publish what the partition's outbox still holds (a delivery that
+//     acknowledged its event and stopped before publishing left it there);
+//  1. types the catalog does not record go straight to step 5;
 //  2. otherwise wait for the content-write pacer (GitHub's secondary limits),
 //     then claim ledger/E with Create (pending, owner, lease);
 //  3. write the record (a comment, or for a kickoff an issue) with a signed
 //     envelope naming E;
 //  4. Update ledger/E to recorded with the record's ref (compare-and-set);
-//  5. publish the event to loop.ev with Nats-Msg-Id E and the record attached,
-//     wait for the PubAck; the runner then double-acks.
+//  5. put the fan-out message in the partition's outbox (KV ledger,
+//     outbox/pNNN): the fan-out is pending;
+//  6. double-ack E on the inbox;
+//  7. publish the fan-out to loop.ev with Nats-Msg-Id E, wait for the PubAck;
+//  8. take it out of the outbox: fanned out.
+//
+// A sweeper in every replica publishes, under the same Nats-Msg-Id, what has
+// waited in an outbox past a grace period, so a crash between 6 and 8 loses
+// nothing even when the partition sees no next event (outbox.go).
 //
 // A delivery that finds ledger/E already there decides from it: recorded →
-// publish only; failed → fail again (the notice and DLQ were not finished);
+// fan out only; failed → fail again (the notice and DLQ were not finished);
 // pending → take the claim over with compare-and-set once its owner released
 // it or its lease ran out, read the work item back for E's envelope, and
 // write only if it is not there. The lease is longer than any write the owner
 // can still have in flight, so two workers never both write. The crash table
-// this satisfies is reference/nats-jetstream.md §1.6.
+// this satisfies is in docs/architecture.md (exactly once).
 //
 // Transient GitHub failures (5xx, timeouts, dropped responses, 403/429 rate
 // limits) hand the delivery back with a delay (bus.Retry: NakWithDelay, the
@@ -48,6 +58,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
@@ -68,6 +79,8 @@ const (
 	DefaultPerMinute   = 80
 	DefaultPerHour     = 500
 	DefaultHTTPTimeout = 30 * time.Second
+	DefaultSweepEvery  = 5 * time.Second
+	DefaultSweepGrace  = 10 * time.Second
 )
 
 // Option configures New.
@@ -81,6 +94,8 @@ type options struct {
 	retryBase          time.Duration
 	retryMax           time.Duration
 	transport          http.RoundTripper
+	sweepEvery         time.Duration
+	sweepGrace         time.Duration
 	scrub              func(string) string
 	// hook, when set (tests), runs after each step of a delivery; a non-nil
 	// error makes the delivery stop there and return it, as if the process
@@ -121,6 +136,14 @@ func WithRetryBackoff(base, maxWait time.Duration) Option {
 	return func(o *options) { o.retryBase, o.retryMax = base, maxWait }
 }
 
+// WithSweep sets how often every replica's sweeper reads the outboxes
+// (default 5s), and how long a fan-out waits in one before the sweeper
+// publishes it for the delivery that queued it (default 10s; that delivery,
+// if alive, published it within milliseconds).
+func WithSweep(every, grace time.Duration) Option {
+	return func(o *options) { o.sweepEvery, o.sweepGrace = every, grace }
+}
+
 // WithTransport sets the HTTP transport of the GitHub client.
 func WithTransport(rt http.RoundTripper) Option {
 	return func(o *options) { o.transport = rt }
@@ -152,9 +175,16 @@ func New(deps runtime.Deps, opts ...Option) (*Service, error) {
 		return nil, err
 	}
 	o := options{perMinute: DefaultPerMinute, perHour: DefaultPerHour, timeScale: 1,
-		httpTimeout: DefaultHTTPTimeout, retryBase: time.Second, retryMax: time.Minute}
+		httpTimeout: DefaultHTTPTimeout, retryBase: time.Second, retryMax: time.Minute,
+		sweepEvery: DefaultSweepEvery, sweepGrace: DefaultSweepGrace}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.sweepEvery <= 0 {
+		o.sweepEvery = DefaultSweepEvery
+	}
+	if o.sweepGrace < 0 {
+		o.sweepGrace = 0
 	}
 	if o.lease <= 0 {
 		o.lease = 2*o.httpTimeout + 30*time.Second
@@ -216,9 +246,12 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	var sweeper sync.WaitGroup
+	sweeper.Go(func() { s.sweep(ctx) })
 	err := runtime.Consume(ctx, s.deps, Name, bus.StreamInbox, func(hctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
 		return s.handle(hctx, ctx.Done(), ev, d)
 	})
+	sweeper.Wait()
 	if err == nil {
 		err = refused(ctx)
 	}

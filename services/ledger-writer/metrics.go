@@ -15,6 +15,7 @@ type metrics struct {
 	retried    *prometheus.CounterVec // by reason: transient failures waited out
 	dlq        *prometheus.CounterVec // by type: events this service sent to the DLQ
 	published  *prometheus.CounterVec // by type: fan-out events (PubAck received)
+	swept      *prometheus.CounterVec // by via: fan-outs published from the outbox for a stopped delivery
 	headroom   prometheus.Gauge       // x-ratelimit-remaining of the last response
 	configured prometheus.Gauge       // 1 when a GitHub token is configured
 	latency    prometheus.Histogram   // delivery start → record on GitHub
@@ -33,6 +34,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "dlq_total", Help: "Events sent to the dead-letter queue as permanently failed."}, []string{"type"}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "published_total", Help: "Fan-out events accepted by LOOP_EVENTS."}, []string{"type"}),
+		swept: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "outbox_recovered_total", Help: "Fan-outs a delivery acknowledged but did not publish (it stopped), published from the outbox by the partition's next delivery (flush) or a sweeper (sweep)."}, []string{"via"}),
 		headroom: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "github_ratelimit_remaining", Help: "x-ratelimit-remaining of the last GitHub response (primary budget headroom)."}),
 		configured: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -50,6 +53,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.retried = register(reg, m.retried, &err)
 	m.dlq = register(reg, m.dlq, &err)
 	m.published = register(reg, m.published, &err)
+	m.swept = register(reg, m.swept, &err)
 	m.headroom = register(reg, m.headroom, &err)
 	m.configured = register(reg, m.configured, &err)
 	m.latency = register(reg, m.latency, &err)
