@@ -377,6 +377,11 @@ func TestKubernetesOverlays(t *testing.T) {
 				}
 			}
 			if k.name == "prod" {
+				for name, d := range deployments {
+					if img := d.Spec.Template.Spec.Containers[0].Image; strings.HasSuffix(img, ":latest") || !strings.Contains(img, ":") {
+						t.Errorf("prod %s runs %s: pin the tag", name, img)
+					}
+				}
 				if *nats.Spec.Replicas != 3 {
 					t.Errorf("prod runs %d NATS servers, want 3", *nats.Spec.Replicas)
 				}
