@@ -435,6 +435,7 @@ channels:
 	c.workdir = workdir
 
 	common := append(baseEnv(),
+		"LOOP_NATS_URL="+c.natsURLs(0),
 		"LOOP_CONFIG="+cfgPath,
 		"LOOP_LOG_LEVEL="+o.logLevel,
 		"LOOP_GITHUB_TOKEN="+ledgerToken,
@@ -460,7 +461,7 @@ channels:
 	add := func(svc string, replica int, extra ...string) *proc {
 		admin := fmt.Sprintf("127.0.0.1:%d", freePortTB(t))
 		// Spread over the servers: each process lists them starting from
-		// another one.
+		// another one (the later LOOP_NATS_URL wins: exec keeps the last).
 		env := append(append([]string(nil), common...), "LOOP_ADMIN_ADDR="+admin, "LOOP_NATS_URL="+c.natsURLs(len(c.procs)))
 		if c.auth != "" {
 			env = append(env, "LOOP_NATS_NKEY_FILE="+c.seed(svc))
