@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -471,8 +472,9 @@ func (p *player) report() {
 	}
 }
 
-// gist is what a typed prompt is about: its event line and the comment it
-// carries, when it carries one.
+// gist is what a typed prompt is about: its event line and the words of the
+// comment it carries, when it carries one (a relayed record's text without
+// its attribution line and envelope).
 func gist(prompt string) string {
 	var event, body string
 	for _, line := range strings.Split(prompt, "\n") {
@@ -482,6 +484,10 @@ func gist(prompt string) string {
 			event = strings.TrimSpace(strings.TrimPrefix(t, "- event:"))
 		case body == "" && strings.HasPrefix(t, `"body":`):
 			body = strings.TrimSuffix(strings.TrimSpace(strings.TrimPrefix(t, `"body":`)), ",")
+			var text string
+			if json.Unmarshal([]byte(body), &text) == nil && graph.RelayedText(text) != "" {
+				body = `"` + graph.RelayedText(text) + `"`
+			}
 		}
 	}
 	switch {

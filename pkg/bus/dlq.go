@@ -125,7 +125,9 @@ var ErrNoSuchDeadLetter = errors.New("bus: no such dead letter")
 type ReplayResult struct {
 	Subject string // the un-partitioned subject it was published to
 	MsgID   string // the new msg id, <old-id>:replay:<dlq-seq>
-	PubAck  PubAck
+	// Original is the dead letter's own msg id (the event id it had).
+	Original string
+	PubAck   PubAck
 }
 
 // ReplayDLQ republishes dead letter seq to its original un-partitioned
@@ -159,5 +161,5 @@ func (c *Conn) ReplayDLQ(ctx context.Context, seq uint64) (ReplayResult, error) 
 	if err := s.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return ReplayResult{}, fmt.Errorf("bus: dlq replay %d: published as %s but not deleted: %w", seq, id, err)
 	}
-	return ReplayResult{Subject: m.Subject, MsgID: id, PubAck: ack}, nil
+	return ReplayResult{Subject: m.Subject, MsgID: id, Original: e.MsgID, PubAck: ack}, nil
 }

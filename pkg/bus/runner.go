@@ -63,6 +63,21 @@ type ConsumerSpec struct {
 	// Logger (nil discards) and Metrics (nil records nothing).
 	Logger  *slog.Logger
 	Metrics *Metrics
+	// DeadLettered, when set, is told of every message copied to the DLQ
+	// (after the copy is stored), so the service can record it in its
+	// event log.
+	DeadLettered func(ctx context.Context, dl DeadLetter)
+}
+
+// DeadLetter is what DeadLettered is told: the message and why it went.
+type DeadLetter struct {
+	Delivery *Delivery
+	Consumer string
+	// Permanent: the handler said no retry could help; otherwise the
+	// message used its last allowed delivery.
+	Permanent bool
+	// Reason is the reason stored with the copy (Loop-Dlq-Reason).
+	Reason string
 }
 
 func (s *ConsumerSpec) setDefaults() error {
@@ -523,6 +538,9 @@ func (r *Runner) settle(ctx context.Context, d *Delivery, consumer string, herr 
 		}
 		inc(r.m.dlqd)
 		log.Warn("message dead-lettered", "reason", reason)
+		if r.spec.DeadLettered != nil {
+			r.spec.DeadLettered(ctx, DeadLetter{Delivery: d, Consumer: consumer, Permanent: IsPermanent(herr), Reason: reason})
+		}
 	default:
 		delay, ok := RetryDelay(herr)
 		if !ok {

@@ -197,7 +197,7 @@ func TestRespawnWithResume(t *testing.T) {
 	}
 	ev := comment(ref, 4001, alice, "are you still there?")
 	e.publish(ev)
-	e.waitRecord("session.spawned", map[string]any{"work_item": ref, "respawned": true, "resumed": true})
+	e.waitRecord("session.respawned", map[string]any{"work_item": ref, "resumed": true})
 	boots := e.bootsOf(sess.HarnessSessionID)
 	waitFor(t, "the resumed boot", func() bool { boots = e.bootsOf(sess.HarnessSessionID); return len(boots) == 2 })
 	if boots[1].Mode != "resume" || boots[1].Prompt != e.expected(ev, false) {

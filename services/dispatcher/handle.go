@@ -108,6 +108,9 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 		s.drop(ctx, in, DropUnauthorized, slog.String("actor", in.actor))
 		return nil
 	}
+	if err := s.wholePayload(ctx, in); err != nil {
+		return err
+	}
 	if in.labeled || in.unlabeled {
 		want := in.labeled
 		if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
@@ -291,8 +294,16 @@ func (s *Service) setStatus(ctx context.Context, store *registry.Store, in *inpu
 // cleanup releases the session's local resources (its tmux session) and
 // forgets it; the control record stays (§2.8).
 func (s *Service) cleanup(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, ctl *registry.Control) (string, error) {
+	cleaned := func(found bool) {
+		s.deps.Events.Emit(ctx, "session.cleaned", append(s.sessionAttrs(in, sess),
+			slog.String("actor", in.actor), slog.String("source", sourceOf(in)), slog.Bool("found", found))...)
+	}
 	if sess == nil {
-		return s.record(ctx, store, in, ctl, "nothing-to-clean")
+		effect, err := s.record(ctx, store, in, ctl, "nothing-to-clean")
+		if err == nil {
+			cleaned(false)
+		}
+		return effect, err
 	}
 	if sess.Live() {
 		if err := s.hostHere(ctx, store, in, sess); err != nil {
@@ -309,6 +320,7 @@ func (s *Service) cleanup(ctx context.Context, store *registry.Store, in *input,
 	if err != nil {
 		return "", fmt.Errorf("registry: %w", err)
 	}
+	cleaned(true)
 	return "cleaned", nil
 }
 
@@ -572,7 +584,7 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 		return s.respawn(ctx, store, in, sess, p)
 	}
 	if err != nil {
-		return s.failed(ctx, store, in, sess, err)
+		return s.failed(ctx, store, in, sess, "dispatch.failed", err)
 	}
 	if err := s.delivered(ctx, store, in, func(*registry.Session) {}); err != nil {
 		return err
@@ -605,9 +617,11 @@ func (s *Service) delivered(ctx context.Context, store *registry.Store, in *inpu
 	return nil
 }
 
-// failed clears Pending after a delivery that certainly did not happen and
-// asks for a retry.
-func (s *Service) failed(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, cause error) error {
+// failed clears Pending after a delivery that certainly did not happen,
+// records it as record (dispatch.failed: the paste failed;
+// session.spawn_failed: the respawn that was to take it failed) and asks
+// for a retry.
+func (s *Service) failed(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, record string, cause error) error {
 	_, _ = store.Mutate(ctx, in.ref, func(r *registry.Record) error {
 		if r.Session == nil || r.Session.Pending != in.ev.GetId() {
 			return registry.ErrNoChange
@@ -616,16 +630,26 @@ func (s *Service) failed(ctx context.Context, store *registry.Store, in *input, 
 		return nil
 	})
 	s.m.deliveries.WithLabelValues("failed").Inc()
-	s.deps.Events.Emit(ctx, "dispatch.failed", append(eventAttrs(in),
+	s.deps.Events.Emit(ctx, record, append(eventAttrs(in),
 		slog.String("harness", sess.Harness), slog.String("via", s.set.Runner), slog.String("tmux_target", sess.TmuxTarget),
 		slog.String("error", cause.Error()), slog.Bool("will_retry", !in.last))...)
 	return cause
 }
 
-// drop records a dispatch.dropped.
+// drop records a dispatch.dropped. A channel member's reply that reaches no
+// session is also the channel's drop, undeliverable (its record on the
+// ledger stands), so that the channel's own records say what became of it.
 func (s *Service) drop(ctx context.Context, in *input, reason string, extra ...slog.Attr) {
 	s.m.dropped.WithLabelValues(reason).Inc()
 	s.deps.Events.Emit(ctx, "dispatch.dropped", append(append([]slog.Attr{slog.String("reason", reason)}, eventAttrs(in)...), extra...)...)
+	if in.ev.GetReply() == nil || reason == DropAlreadyProcessed || reason == DropDeliveryUncertain {
+		return
+	}
+	c := in.ev.GetConversation()
+	s.deps.Events.Emit(ctx, "channel.dropped", slog.String("reason", "undeliverable"), slog.String("detail", reason),
+		slog.String("event_id", in.ev.GetId()), slog.String("event_type", in.ev.GetType()), slog.String("work_item", in.ref),
+		slog.String("origin", in.ev.GetSource()), slog.String("channel", c.GetChannel()), slog.String("thread_ts", c.GetThreadTs()),
+		slog.String("message_ts", c.GetMessageTs()), slog.String("actor", in.slack))
 }
 
 // reject records a control.rejected; nothing is recorded in the registry.

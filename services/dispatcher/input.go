@@ -1,10 +1,14 @@
 package dispatcher
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/excerpt"
@@ -22,8 +26,11 @@ type input struct {
 	ghEvent, action, deliveryID string
 	// excerptEvent and payload are what the excerpt is computed from: the
 	// raw webhook payload, or a comment payload built from the event.
+	// payloadRef names the whole payload in the object store when the
+	// event carries only its summary (see wholePayload).
 	excerptEvent string
 	payload      []byte
+	payloadRef   string
 	repository   string
 	// body is the text control keywords are parsed from; parse says
 	// whether to parse at all (comment and review bodies and relayed
@@ -72,7 +79,7 @@ func (s *Service) read(ev *loopv1.Event) (in *input, ok bool) {
 		c := ev.GetComment()
 		in.ghEvent, in.action = commentEvent(ev.GetId())
 		in.excerptEvent = in.ghEvent
-		in.payload = commentPayload(in.ghEvent, c.GetBody(), c.GetUrl(), c.GetAuthor())
+		in.payload = commentPayload(in.ghEvent, c)
 		in.body, in.parse, in.note = c.GetBody(), true, c.GetUrl()
 		in.gate, in.gateBody = true, c.GetBody()
 		in.prov = graph.Provenance{Channel: "github", RecordURL: c.GetUrl(), EventID: ev.GetId()}
@@ -82,15 +89,20 @@ func (s *Service) read(ev *loopv1.Event) (in *input, ok bool) {
 		// never parsed for control (channel control is its own grant).
 		in.ghEvent, in.action = string(catalog.WorkItemReply), ev.GetSource()
 		in.excerptEvent = "issue_comment"
-		in.payload = commentPayload("issue_comment", ev.GetReply().GetText(), ev.GetLedger().GetUrl(), displayName(ev.GetActor()))
+		in.payload = commentPayload("issue_comment", &loopv1.Comment{Body: ev.GetReply().GetText(),
+			Url: ev.GetLedger().GetUrl(), Author: displayName(ev.GetActor())})
 		return in, true
 	case catalog.LedgerRecord:
 		r := ev.GetLedgerRecord()
 		text := graph.RelayedText(envelope.StripLedger(r.GetComment().GetBody()))
 		in.note = r.GetComment().GetUrl()
 		in.ghEvent, in.action = r.GetEventType(), "recorded"
-		in.excerptEvent = "issue_comment"
-		in.payload = commentPayload("issue_comment", text, r.GetComment().GetUrl(), in.actor)
+		// The session is shown the record as GitHub delivered it: the
+		// excerpt of its comment, poster and envelope included, as of any
+		// other comment (the gate and the control seam read the relayed
+		// text; the excerpt only informs).
+		in.excerptEvent, _ = commentEvent(ev.GetId())
+		in.payload = commentPayload(in.excerptEvent, r.GetComment())
 		in.gate, in.gateBody = true, r.GetComment().GetBody()
 		in.prov = recordProvenance(ev)
 		switch catalog.Type(r.GetEventType()) {
@@ -108,7 +120,7 @@ func (s *Service) read(ev *loopv1.Event) (in *input, ok bool) {
 		if in.deliveryID == "" {
 			in.deliveryID = ev.GetId()
 		}
-		in.excerptEvent, in.payload = a.GetEvent(), a.GetPayload()
+		in.excerptEvent, in.payload, in.payloadRef = a.GetEvent(), a.GetPayload(), a.GetPayloadRef()
 		var p activityPayload
 		_ = json.Unmarshal(a.GetPayload(), &p) // a payload we cannot read carries no label and no entity
 		if p.Repository.FullName != "" {
@@ -127,6 +139,34 @@ func (s *Service) read(ev *loopv1.Event) (in *input, ok bool) {
 		return in, true
 	}
 	return nil, false
+}
+
+// wholePayload puts the whole payload of an activity too large for one
+// message, kept in the object store (decision 012), in place of the summary
+// the event carries, so that the session is shown the excerpt of the
+// delivery itself. An object gone with its TTL (a replay of an old event)
+// leaves the summary, which still names what the event is about; any other
+// failure is retried.
+func (s *Service) wholePayload(ctx context.Context, in *input) error {
+	if in.payloadRef == "" {
+		return nil
+	}
+	if bucket, _, _ := strings.Cut(in.payloadRef, "/"); bucket != bus.ObjectPayloads {
+		s.deps.Log.Warn("dispatcher: a payload reference outside the payload store; showing the summary",
+			"event_id", in.ev.GetId(), "payload_ref", in.payloadRef)
+		return nil
+	}
+	b, err := s.deps.Conn.GetObject(ctx, in.payloadRef)
+	switch {
+	case errors.Is(err, bus.ErrNotFound):
+		s.deps.Log.Warn("dispatcher: the whole payload is gone from the object store; showing the summary",
+			"event_id", in.ev.GetId(), "payload_ref", in.payloadRef)
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the whole payload of %s: %w", in.ev.GetId(), err)
+	}
+	in.payload = b
+	return nil
 }
 
 // render is the prompt of kind k for in.
@@ -151,22 +191,34 @@ func commentEvent(id string) (event, action string) {
 	return "issue_comment", "created"
 }
 
-// commentPayload is the webhook-shaped payload the excerpt reads for text
-// that reached us as an event body rather than as a payload: the same
-// container and fields a webhook of that event would give.
-func commentPayload(event, body, url, author string) []byte {
-	c := map[string]any{"body": body}
-	if url != "" {
-		c["html_url"] = url
+// commentPayload is the webhook-shaped payload the excerpt reads for a
+// comment that reached us as an event body rather than as a payload: the
+// container of event with every field of it the excerpt shows (an inline
+// comment's path and line, a review's state, the body, the URL, the author),
+// so that its excerpt is the excerpt of the delivery itself.
+func commentPayload(event string, c *loopv1.Comment) []byte {
+	m := map[string]any{"body": c.GetBody()}
+	if c.GetUrl() != "" {
+		m["html_url"] = c.GetUrl()
 	}
-	if author != "" {
-		c["user"] = map[string]any{"login": author}
+	if c.GetAuthor() != "" {
+		m["user"] = map[string]any{"login": c.GetAuthor()}
 	}
 	key := "comment"
 	if event == "pull_request_review" {
 		key = "review"
+		if c.GetReviewState() != "" {
+			m["state"] = c.GetReviewState()
+		}
+	} else {
+		if c.GetPath() != "" {
+			m["path"] = c.GetPath()
+		}
+		if c.Line != nil {
+			m["line"] = c.GetLine()
+		}
 	}
-	b, _ := json.Marshal(map[string]any{key: c})
+	b, _ := json.Marshal(map[string]any{key: m})
 	return b
 }
 

@@ -181,6 +181,16 @@ func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, s
 	wait = min(wait, askWaitMax)
 	ev := ask.Event(ref, question, sess.HarnessSessionID, sess.TmuxTarget, time.Now())
 	url, err := ask.Publish(ctx, s.deps.Conn, ev, wait)
+	outcome := "recorded"
+	switch {
+	case errors.Is(err, ask.ErrPending):
+		outcome = "pending"
+	case err != nil:
+		outcome = "failed"
+	}
+	// Ids only: the question is on the work item, never in the log.
+	s.deps.Events.Emit(ctx, "session.awaiting_input", slog.String("work_item", ref), slog.String("event_id", ev.GetId()),
+		slog.String("harness_session_id", sess.HarnessSessionID), slog.String("comment_url", url), slog.String("outcome", outcome))
 	switch {
 	case errors.Is(err, ask.ErrPending):
 		return http.StatusAccepted, sessionapi.AskAnswer{ID: ev.GetId(), Pending: true}

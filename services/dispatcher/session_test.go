@@ -451,7 +451,7 @@ func TestSessionTokenRotatesOnRespawn(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.publish(comment(ref, 9401, alice, "are you still there?"))
-	e.waitRecord("session.spawned", map[string]any{"work_item": ref, "respawned": true})
+	e.waitRecord("session.respawned", map[string]any{"work_item": ref})
 	id := e.record(ref).Session.HarnessSessionID
 	n := 0
 	if id == sess.HarnessSessionID {

@@ -28,13 +28,14 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 	}
 	var id string
 	var prev *registry.Session
+	var prevControl *registry.Control
 	recovering := false
 	token, tokenHash, err := newSessionToken(in.ref)
 	if err != nil {
 		return err
 	}
 	_, err = store.Mutate(ctx, in.ref, func(r *registry.Record) error {
-		prev, recovering = nil, false
+		prev, prevControl, recovering = nil, r.Control, false
 		if r.Session.Live() {
 			if r.Session.Status == registry.Spawning && r.Session.Pending == evID && r.Session.Host == s.set.Host {
 				// Our own claim from before a crash. A process that claim
@@ -86,7 +87,10 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 			if r.Session == nil || r.Session.Status != registry.Spawning || r.Session.Pending != evID {
 				return registry.ErrNoChange
 			}
-			r.Session = prev
+			// Nothing of the attempt stays: with the command's control
+			// record left in place, its retry would read as already
+			// applied and the start would be lost.
+			r.Session, r.Control = prev, prevControl
 			return nil
 		}); rerr != nil {
 			return fmt.Errorf("registry: undo spawn claim: %w", rerr)
@@ -100,7 +104,7 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 			return nil
 		}
 		s.m.spawns.WithLabelValues("failed").Inc()
-		s.deps.Events.Emit(ctx, "dispatch.failed", append(attrs, slog.Bool("will_retry", !in.last))...)
+		s.deps.Events.Emit(ctx, "session.spawn_failed", append(attrs, slog.Bool("will_retry", !in.last))...)
 		return fmt.Errorf("spawn %s: %w", target, err)
 	}
 	rec, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
@@ -176,7 +180,8 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 			return s.averted(ctx, store, in, sess, target, p)
 		}
 		if err != nil {
-			return s.failed(ctx, store, in, sess, fmt.Errorf("respawn: %w", err))
+			s.m.spawns.WithLabelValues("failed").Inc()
+			return s.failed(ctx, store, in, sess, "session.spawn_failed", fmt.Errorf("respawn: %w", err))
 		}
 	}
 	err = s.delivered(ctx, store, in, func(ss *registry.Session) {
@@ -193,9 +198,9 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 	s.m.spawns.WithLabelValues(kind).Inc()
 	s.m.deliveries.WithLabelValues("respawned").Inc()
 	rec, _, _ := store.Get(ctx, in.ref)
-	s.deps.Events.Emit(ctx, "session.spawned", append(s.sessionAttrs(in, rec.Session),
+	s.deps.Events.Emit(ctx, "session.respawned", append(s.sessionAttrs(in, rec.Session),
 		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.tmpl.Mode)),
-		slog.Bool("respawned", true), slog.Bool("resumed", resumed))...)
+		slog.Bool("resumed", resumed))...)
 	return nil
 }
 
@@ -218,7 +223,7 @@ func (s *Service) stillLive(ctx context.Context, target string) bool {
 // averted pastes p into a live session found where a respawn would go.
 func (s *Service) averted(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, target, p string) error {
 	if err := s.tmux.Deliver(ctx, target, p); err != nil {
-		return s.failed(ctx, store, in, sess, err)
+		return s.failed(ctx, store, in, sess, "dispatch.failed", err)
 	}
 	// The occupant keeps its own token; the one made for the respawn went
 	// to no process.

@@ -95,12 +95,16 @@ func (s *Service) grammar(cfg *config.Config) control.Grammar {
 	return g
 }
 
-// process runs one message through the pipeline, in the order the issue
-// fixes: ignore what is not a person's message → map → drop bot and own
-// messages → authorize → check a gate button's visit → classify → publish
-// grant → kickoff checks → publish. A returned error is transient (KV or bus): nothing was decided,
-// and the caller must let the message come again (HTTP 503, no Socket Mode
-// ack, no cursor advance); the event id makes the retry harmless.
+// process runs one message through the pipeline, in this order: ignore
+// what is not a person's message → drop bot and own messages → authorize →
+// map → check a gate button's visit → classify → kickoff checks → publish
+// grant → publish. Authorization comes before mapping, so a stranger's reply
+// in an unbound thread, or press on an unbound message, is recorded as
+// unauthorized-actor, never as unmapped (abuse 1); an empty kickoff.repo
+// refuses a kickoff before the grant is read (abuse 6). A returned error is
+// transient (KV or bus): nothing was decided, and the caller must let the
+// message come again (HTTP 503, no Socket Mode ack, no cursor advance); the
+// event id makes the retry harmless.
 func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
 	s.m.received.WithLabelValues(in.via, kindOf(in)).Inc()
 	if in.ignore != "" {
@@ -119,12 +123,27 @@ func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
 		return s.drop(ctx, in, result{reason: reasonInvalid, detail: in.invalid}, in.user), nil
 	}
 
-	// 1. Map. A reply or a press belongs to the work item its thread is
+	// 1. Drop bot and own messages: the Slack half of loop prevention.
+	var r result
+	if in.botID != "" || in.subtype == "bot_message" || (in.user != "" && in.user == s.ownUser()) {
+		r.reason = reasonSelfAuthored
+		return s.drop(ctx, in, r, ""), nil
+	}
+
+	// 2. Authorize the member by their Slack id in routing.authorizedUsers;
+	// the actor is that entry, never anything the text says (abuse 1, 8).
+	// Before mapping: a stranger learns nothing of which threads are bound.
+	person, ok := cfg.Routing.AuthorizedUsers.ByChannel(identity.ChannelSlack, in.user)
+	if !ok {
+		r.reason = reasonUnauthorized
+		return s.drop(ctx, in, r, in.user), nil
+	}
+
+	// 3. Map. A reply or a press belongs to the work item its thread is
 	// bound to; a top-level message in the configured channel is a kickoff
 	// candidate; anything else is not addressed to the loop. A press never
 	// starts a work item, wherever its message is.
-	var r result
-	kickoff := false
+	topLevel := false
 	switch {
 	case in.press != nil || !in.topLevel():
 		ref, ok, err := kv.threads.Lookup(ctx, in.channel, in.threadTS)
@@ -132,26 +151,14 @@ func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
 			return result{}, fmt.Errorf("map %s/%s: %w", in.channel, in.threadTS, err)
 		}
 		if !ok {
-			return s.drop(ctx, in, result{reason: reasonUnmapped}, ""), nil
+			r.reason = reasonUnmapped
+			return s.drop(ctx, in, r, in.user), nil
 		}
 		r.ref = ref
 	case sc.Channel != "" && in.channel == sc.Channel:
-		kickoff = true
+		topLevel = true
 	default:
-		return s.drop(ctx, in, result{reason: reasonUnmapped}, ""), nil
-	}
-
-	// 2. Drop bot and own messages: the Slack half of loop prevention.
-	if in.botID != "" || in.subtype == "bot_message" || (in.user != "" && in.user == s.ownUser()) {
-		r.reason = reasonSelfAuthored
-		return s.drop(ctx, in, r, ""), nil
-	}
-
-	// 3. Authorize the member by their Slack id in routing.authorizedUsers;
-	// the actor is that entry, never anything the text says (abuse 1, 8).
-	person, ok := cfg.Routing.AuthorizedUsers.ByChannel(identity.ChannelSlack, in.user)
-	if !ok {
-		r.reason = reasonUnauthorized
+		r.reason = reasonUnmapped
 		return s.drop(ctx, in, r, in.user), nil
 	}
 	s.deps.Events.Emit(ctx, "channel.reply_received", s.attrs(in, r, in.user)...)
@@ -180,13 +187,17 @@ func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
 		atGate = func() (bool, error) { return sc.CanPublish(catalog.GateFeedback), nil }
 	}
 
-	// 4. Classify into exactly one type.
+	// 4. Classify into exactly one type. A top-level message has no work
+	// item a gate answer could be for: it is a kickoff, unless it carries a
+	// control keyword, which makes it a control command wherever it is
+	// typed (abuse 2: without the grant it is dropped, never opened as an
+	// issue).
 	var cmd control.Result
-	if kickoff {
-		// A top-level message has no work item a command or a gate answer
-		// could act on: it is a kickoff, whose body the ledger scrubs and
-		// defangs (AMB-19), so a keyword in it is never executed.
+	if topLevel {
 		r.typ = catalog.WorkItemCreate
+		if res := s.grammar(cfg).Parse(in.text); res.Found() {
+			r.typ, cmd = catalog.ControlCommand, res
+		}
 	} else {
 		r.typ, cmd, err = classify(s.grammar(cfg), in.text, atGate)
 		if err != nil {
@@ -194,11 +205,24 @@ func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
 		}
 	}
 
-	// 5. The channel's publish grant: never downgraded to another type, so
+	// 5. Kickoff: an empty repo disables the path whatever the grant says
+	// (abuse 6); checked before anything is published.
+	if r.typ == catalog.WorkItemCreate && sc.Kickoff.Repo == "" {
+		r.reason = reasonKickoffDisabled
+		return s.drop(ctx, in, r, in.user), nil
+	}
+
+	// 6. The channel's publish grant: never downgraded to another type, so
 	// a control keyword without the grant is dropped, not delivered as
 	// prose (R2.3, abuse 2).
 	if !sc.CanPublish(r.typ) {
 		r.reason = reasonUnpublishable
+		return s.drop(ctx, in, r, in.user), nil
+	}
+	if topLevel && r.typ == catalog.ControlCommand {
+		// Granted, but a command outside a bound thread names no work
+		// item to act on.
+		r.reason, r.detail = reasonUnmapped, "control-without-work-item"
 		return s.drop(ctx, in, r, in.user), nil
 	}
 	switch r.typ {
@@ -216,13 +240,6 @@ func (s *Service) process(ctx context.Context, in *inbound) (result, error) {
 		// nothing is recorded that the control seam would refuse anyway.
 		s.deps.Events.Emit(ctx, "control.ambiguous", s.attrs(in, r, in.user)...)
 		r.reason = reasonAmbiguousControl
-		return s.drop(ctx, in, r, in.user), nil
-	}
-
-	// 6. Kickoff: an empty repo disables the path whatever the grant says
-	// (abuse 6); checked before anything is published.
-	if r.typ == catalog.WorkItemCreate && sc.Kickoff.Repo == "" {
-		r.reason = reasonKickoffDisabled
 		return s.drop(ctx, in, r, in.user), nil
 	}
 

@@ -184,7 +184,9 @@ func TestDropReasons(t *testing.T) {
 }
 
 // TestAbuse1Unauthorized: a member in no entry replies, presses a button and
-// posts top-level; nothing is published and each is unauthorized-actor.
+// posts top-level; nothing is published and each is unauthorized-actor —
+// in a bound thread or not: authorization comes before mapping, so a reply
+// in an unbound thread and a press on an unbound message are no different.
 func TestAbuse1Unauthorized(t *testing.T) {
 	e, s := started(t)
 	before := e.stored()
@@ -196,6 +198,17 @@ func TestAbuse1Unauthorized(t *testing.T) {
 	}
 	if got, _ := e.send(s, topLevel("UMALLORY", "create a thing")); got.reason != reasonUnauthorized {
 		t.Errorf("top-level: %v", got)
+	}
+	if got, rec := e.send(s, reply("UMALLORY", "1600000000.000001", "approved")); got.reason != reasonUnauthorized || rec["work_item"] != nil {
+		t.Errorf("reply in an unbound thread: %v %v", got, rec)
+	}
+	if got, _ := e.press(s, pressBody("UMALLORY", testChannel, "1600000000.000009", "", slackmsg.ApproveActionID, slackmsg.ApproveValue)); got.reason != reasonUnauthorized {
+		t.Errorf("press on an unbound message: %v", got)
+	}
+	other := topLevel("UMALLORY", "hello")
+	other["channel"] = "C0ELSEWHERE"
+	if got, _ := e.send(s, other); got.reason != reasonUnauthorized {
+		t.Errorf("top-level outside the configured channel: %v", got)
 	}
 	if n := e.stored(); n != before {
 		t.Errorf("the inbox stored %d message(s), want none", n-before)
@@ -215,19 +228,43 @@ func TestAbuse2ControlWithoutGrant(t *testing.T) {
 	if got.reason != reasonUnpublishable || rec["event_type"] != string(catalog.ControlCommand) {
 		t.Errorf("%v %v, want dropped:unpublishable-event of control.command", got, rec)
 	}
+	// Typed top-level on a channel that may open issues: the keyword makes
+	// it a control command, dropped without the grant, not an issue.
+	e.update(func(c *config.Config) {
+		c.Channels.Slack.Publish = []catalog.Type{catalog.WorkItemReply, catalog.GateFeedback, catalog.WorkItemCreate}
+	})
+	got, rec = e.send(s, topLevel("UALICE", "the-loop stop"))
+	if got.reason != reasonUnpublishable || rec["event_type"] != string(catalog.ControlCommand) {
+		t.Errorf("top-level: %v %v, want dropped:unpublishable-event of control.command", got, rec)
+	}
+	if n := e.stored(); n != before {
+		t.Errorf("the inbox stored %d message(s), want none", n-before)
+	}
+	// With the grant a top-level command still names no work item.
+	e.update(func(c *config.Config) {
+		c.Channels.Slack.Publish = []catalog.Type{catalog.WorkItemReply, catalog.ControlCommand, catalog.WorkItemCreate}
+	})
+	if got, rec := e.send(s, topLevel("UALICE", "the-loop stop")); got.reason != reasonUnmapped || rec["event_type"] != string(catalog.ControlCommand) {
+		t.Errorf("top-level with the grant: %v %v, want dropped:unmapped", got, rec)
+	}
 	if n := e.stored(); n != before {
 		t.Errorf("the inbox stored %d message(s), want none", n-before)
 	}
 }
 
-// TestAbuse6KickoffDisabled: with the grant and no kickoff.repo nothing is
-// created.
+// TestAbuse6KickoffDisabled: with no kickoff.repo nothing is created,
+// whatever the grant says: kickoff-disabled with the work-item.create grant
+// and without it.
 func TestAbuse6KickoffDisabled(t *testing.T) {
 	e, s := started(t)
 	e.update(func(c *config.Config) { c.Channels.Slack.Kickoff = config.Kickoff{Labels: []string{"x"}} })
 	before := e.stored()
 	if got, _ := e.send(s, topLevel("UALICE", "Build it")); got.reason != reasonKickoffDisabled {
 		t.Errorf("%v, want dropped:kickoff-disabled", got)
+	}
+	e.update(func(c *config.Config) { c.Channels.Slack.Publish = []catalog.Type{catalog.WorkItemReply} })
+	if got, _ := e.send(s, topLevel("UALICE", "Build it")); got.reason != reasonKickoffDisabled {
+		t.Errorf("without the grant: %v, want dropped:kickoff-disabled", got)
 	}
 	if n := e.stored(); n != before {
 		t.Errorf("the inbox stored %d message(s), want none", n-before)

@@ -510,17 +510,15 @@ func (s *Service) publishNotice(ctx context.Context, ev *loopv1.Event, d *bus.De
 }
 
 // bind binds the kickoff's conversation to the new work item (R3.6), so a
-// reply in the thread reaches it. Idempotent: a redelivery binds again.
+// reply in the thread reaches it, and records channel.kickoff_created.
+// Idempotent: a redelivery binds (and records) again.
 func (s *Service) bind(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, w written) error {
 	ch, ts := ev.GetConversation().GetChannel(), threadOf(ev)
-	if ch == "" || ts == "" {
-		return nil
-	}
 	ref := "github:" + w.Repo + "#" + strconv.Itoa(w.Number)
-	for attempt := 1; ; attempt++ {
+	for attempt := 1; ch != "" && ts != ""; attempt++ {
 		err := s.threads.Bind(ctx, ch, ts, ref)
 		if err == nil {
-			return nil
+			break
 		}
 		s.m.retried.WithLabelValues("kv").Inc()
 		s.deps.Log.Warn("ledger-writer: thread binding failed; retrying", "event_id", ev.GetId(), "err", err)
@@ -528,6 +526,10 @@ func (s *Service) bind(ctx context.Context, stop <-chan struct{}, ev *loopv1.Eve
 			return s.interrupted(err)
 		}
 	}
+	s.deps.Events.Emit(ctx, "channel.kickoff_created",
+		slog.String("event_id", ev.GetId()), slog.String("work_item", ref), slog.String("origin", ev.GetSource()),
+		slog.String("channel", ch), slog.String("thread_ts", ts), slog.String("actor", memberID(ev)))
+	return nil
 }
 
 // fanOut hands ev, with its record when it has one, to the channels and the

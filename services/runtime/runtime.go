@@ -85,6 +85,9 @@ func Consume(ctx context.Context, deps Deps, service, stream string, h EventHand
 		Partitions: deps.Partitions,
 		Logger:     deps.Log,
 		Metrics:    deps.Metrics,
+		DeadLettered: func(ctx context.Context, dl bus.DeadLetter) {
+			deps.Events.Emit(ctx, "bus.dead_lettered", DeadLetterAttrs(dl)...)
+		},
 	}, bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
 		ev, err := envelope.FromMessage(envelope.Message{Subject: d.Subject, Header: d.Header, Data: d.Data})
 		if err != nil {
@@ -116,6 +119,27 @@ func EventAttrs(ev *loopv1.Event, d *bus.Delivery) []slog.Attr {
 		slog.String("origin", ev.GetSource()),
 		slog.Int("partition", d.Partition),
 		slog.Uint64("delivery", d.NumDelivered),
+	}
+}
+
+// DeadLetterAttrs are the event-log attributes of a dead letter: where it
+// was and why it went, by kind (the reason text, which may quote a remote
+// error, stays in LOOP_DLQ where `the-loop dlq list` shows it).
+func DeadLetterAttrs(dl bus.DeadLetter) []slog.Attr {
+	d := dl.Delivery
+	why := "max-deliveries"
+	if dl.Permanent {
+		why = "permanent"
+	}
+	return []slog.Attr{
+		slog.String("event_id", d.MsgID),
+		slog.String("event_type", string(d.Type)),
+		slog.String("work_item", d.Header.Get("ce-subject")),
+		slog.String("consumer", dl.Consumer),
+		slog.Int("partition", d.Partition),
+		slog.Uint64("stream_seq", d.StreamSeq),
+		slog.Uint64("deliveries", d.NumDelivered),
+		slog.String("reason", why),
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 )
 
@@ -138,6 +140,124 @@ func BenchmarkEndToEnd(b *testing.B) {
 		b.Run("system", throughput(system))
 		b.Run("raw", throughput(rawSend))
 	})
+
+	// hops: one event at a time into a started work item, each hop timed
+	// on its own (run last: the sessions it starts would otherwise be typed
+	// into during the runs above).
+	var threads map[int]string
+	var inboxed *watch
+	var once sync.Once
+	started := func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			var sent []sentEvent
+			threads = c.startWorkItems(ctx, &sent)
+			inboxed = watchStreams(b, c, "loop.in.>")
+		})
+	}
+	b.Run("hops", func(b *testing.B) {
+		b.Run("github", func(b *testing.B) {
+			started()
+			var h hops
+			for range b.N {
+				seq++
+				number, n := c.issues[0], 1000+seq
+				k := tokenFor(number, n)
+				start := time.Now()
+				if err := c.githubComment(context.Background(), number, deliveryID(number, n), "hop "+k); err != nil {
+					b.Fatal(err)
+				}
+				h.add("webhook-202", time.Since(start))
+				in := h.wait(b, "webhook-to-inbox", start, inboxed, k)
+				ev := h.wait(b, "inbox-to-events", in, ledgered, k)
+				h.wait(b, "events-to-slack", ev, posted, k)
+				h.session(b, c, "events-to-session", ev, k)
+				time.Sleep(1100 * time.Millisecond) // the renderer's pacer, off the figures
+			}
+			h.report(b)
+		})
+		b.Run("slack", func(b *testing.B) {
+			started()
+			var h hops
+			for range b.N {
+				seq++
+				number, n := c.issues[0], 1000+seq
+				k := tokenFor(number, n)
+				start := time.Now()
+				if _, err := c.slackReply(context.Background(), threads[number], "hop "+k); err != nil {
+					b.Fatal(err)
+				}
+				h.add("events-api-200", time.Since(start))
+				in := h.wait(b, "events-api-to-inbox", start, inboxed, k)
+				ev := h.wait(b, "inbox-to-events-recorded", in, ledgered, k)
+				h.session(b, c, "events-to-session", ev, k)
+			}
+			h.report(b)
+		})
+	})
+}
+
+// hops collects the duration of each hop of a path, by name, in the order
+// first seen.
+type hops struct {
+	names []string
+	took  map[string][]time.Duration
+}
+
+func (h *hops) add(name string, d time.Duration) {
+	if h.took == nil {
+		h.took = map[string][]time.Duration{}
+	}
+	if _, ok := h.took[name]; !ok {
+		h.names = append(h.names, name)
+	}
+	h.took[name] = append(h.took[name], d)
+}
+
+// wait adds hop name, from since until w first saw token k, and returns
+// when that was.
+func (h *hops) wait(b *testing.B, name string, since time.Time, w *watch, k string) time.Time {
+	b.Helper()
+	at, err := w.wait(k, 2*time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h.add(name, at.Sub(since))
+	return at
+}
+
+// session adds hop name: from since until the stand-in agent read the
+// prompt carrying token k (its own record of when).
+func (h *hops) session(b *testing.B, c *cluster, name string, since time.Time, k string) {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		for _, in := range tmuxtest.Inputs(b, c.standIn) {
+			if strings.Contains(in.Text, k) && !in.At.IsZero() {
+				h.add(name, in.At.Sub(since))
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s was not typed into its session", k)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// report reports each hop's p50 and p99 in milliseconds.
+func (h *hops) report(b *testing.B) {
+	for _, name := range h.names {
+		lat := slices.Clone(h.took[name])
+		slices.Sort(lat)
+		pct := func(p float64) float64 {
+			i := max(0, min(int(p*float64(len(lat))+0.5)-1, len(lat)-1))
+			return float64(lat[i]) / float64(time.Millisecond)
+		}
+		b.ReportMetric(pct(0.50), name+"-p50-ms")
+		b.ReportMetric(pct(0.99), name+"-p99-ms")
+	}
 }
 
 // natsOptions are the options of a plain NATS client of the test: named, and

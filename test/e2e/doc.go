@@ -11,6 +11,9 @@
 //
 //   - TestEndToEnd: a few events through every path, each exactly once,
 //     prompts in order, then every service drains on SIGTERM with exit 0.
+//   - TestSessionSeesTheExcerpt: one delivery of every event type the loop
+//     passes to sessions, GitHub's own examples, an oversized one among
+//     them; each prompt carries exactly `the-loop excerpt` of its delivery.
 //   - TestChaos: 1,000 events across 50 work items while a random service
 //     process is SIGKILLed every few seconds and nats-server once; prints
 //     sent/recorded/posted/prompted, lost and duplicated.

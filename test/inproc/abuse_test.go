@@ -10,6 +10,7 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/services/dispatcher/registry"
 )
@@ -45,7 +46,8 @@ var envelopeRE = regexp.MustCompile(`<!-- the-loop:envelope [^\n]*?-->`)
 
 // Abuse 1: a Slack member in no routing.authorizedUsers entry replies,
 // presses a button or posts top-level: nothing is recorded, delivered or
-// created, and unauthorized-actor is recorded each time.
+// created, and unauthorized-actor is recorded each time — in a bound thread
+// or not (authorization before mapping: never unmapped).
 func TestAbuse1UnauthorizedSlackMember(t *testing.T) {
 	w := newWorld(t)
 	number, r := w.start("Abuse 1")
@@ -58,6 +60,13 @@ func TestAbuse1UnauthorizedSlackMember(t *testing.T) {
 	w.pressButton(malSlack, ping, root, slackmsg.ApproveActionID)
 	w.waitLog("channel.dropped", map[string]any{"actor": malSlack, "reason": "unauthorized-actor", "message_ts": ping.TS})
 	w.dropped(messageID(w.say(malSlack, "", "Create an issue for me")), "unauthorized-actor")
+	unbound := w.nextTS()
+	w.dropped(messageID(w.say(malSlack, unbound, "approved")), "unauthorized-actor")
+	w.press(malSlack, slackfake.Message{TS: unbound, User: aliceSlack}, "", slackmsg.ApproveActionID, slackmsg.ApproveValue)
+	w.waitLog("channel.dropped", map[string]any{"actor": malSlack, "reason": "unauthorized-actor", "message_ts": unbound})
+	if n := len(w.loopLog.find("channel.dropped", map[string]any{"actor": malSlack, "reason": "unmapped"})); n != 0 {
+		t.Errorf("%d of the stranger's messages were recorded unmapped", n)
+	}
 
 	// A sentinel through the same thread shows the pipeline moved past them.
 	w.say(aliceSlack, root, "sentinel: what is the status?")
@@ -86,7 +95,8 @@ func TestAbuse1UnauthorizedSlackMember(t *testing.T) {
 
 // Abuse 2: an authorized member types a control keyword on a channel
 // without the control.command grant: dropped as unpublishable-event, not
-// delivered to the agent, not recorded undefanged.
+// delivered to the agent, not recorded undefanged — in a work item's thread,
+// and top-level, where the channel may open issues: no issue opens with it.
 func TestAbuse2ControlWithoutGrant(t *testing.T) {
 	w := newWorld(t, func(c *config.Config) {
 		c.Channels.Slack.Publish = []catalog.Type{catalog.WorkItemReply, catalog.GateFeedback, catalog.WorkItemCreate}
@@ -101,6 +111,20 @@ func TestAbuse2ControlWithoutGrant(t *testing.T) {
 	for _, c := range w.gh.Comments(repo, number)[comments:] {
 		if strings.Contains(c.Body, "the-loop stop") {
 			t.Errorf("the keyword was recorded undefanged:\n%s", c.Body)
+		}
+	}
+	issues := len(w.gh.Issues(repo))
+	top := messageID(w.say(aliceSlack, "", "the-loop stop"))
+	w.dropped(top, "unpublishable-event")
+	if rec := w.waitLog("channel.dropped", map[string]any{"event_id": top}); rec.Fields["event_type"] != string(catalog.ControlCommand) {
+		t.Errorf("the top-level keyword was classified %v, want control.command", rec.Fields["event_type"])
+	}
+	// A sentinel kickoff shows the pipeline moved past it.
+	w.say(aliceSlack, "", "Sentinel: a real kickoff")
+	w.eventually("the sentinel's issue", func() bool { return len(w.gh.Issues(repo)) == issues+1 })
+	for _, is := range w.gh.Issues(repo) {
+		if strings.Contains(is.Title+is.Body, "stop") {
+			t.Errorf("an issue was opened with the keyword: %s\n%s", is.Title, is.Body)
 		}
 	}
 	for _, in := range w.inputs() {
@@ -201,10 +225,12 @@ func TestAbuse5RelayedControlSeam(t *testing.T) {
 }
 
 // Abuse 6: with kickoff.repo empty nothing is created, whatever the grant
-// says (kickoff-disabled).
+// says: kickoff-disabled with the work-item.create grant and without it.
 func TestAbuse6KickoffDisabled(t *testing.T) {
 	w := newWorld(t, func(c *config.Config) { c.Channels.Slack.Kickoff.Repo = "" })
 	w.dropped(messageID(w.say(aliceSlack, "", "Please build a frobnicator")), "kickoff-disabled")
+	w.update(func(c *config.Config) { c.Channels.Slack.Publish = []catalog.Type{catalog.WorkItemReply} })
+	w.dropped(messageID(w.say(aliceSlack, "", "Please build a frobnicator, again")), "kickoff-disabled")
 	if n := len(w.gh.Issues(repo)); n != 0 {
 		t.Errorf("%d issue(s) created", n)
 	}

@@ -82,17 +82,24 @@ const wait = 90 * time.Second
 // behind the Socket Mode fake, and a private tmux server running the stand-in
 // harness in the sessions' workspace.
 type world struct {
-	t      *testing.T
-	srv    *bustest.Server
-	conn   *bus.Conn
-	gh     *ghfake.Server
-	slack  *slackfake.Server
-	sock   *socketfake.Server
-	cfg    atomic.Pointer[config.Config]
-	logs   *eventlog.Recorder
-	work   string // the sessions' workspace
-	agent  string // the stand-in's record directory
-	hookAt string // ingress-github's webhook URL
+	t     *testing.T
+	srv   *bustest.Server
+	conn  *bus.Conn
+	gh    *ghfake.Server
+	slack *slackfake.Server
+	sock  *socketfake.Server
+	cfg   atomic.Pointer[config.Config]
+	logs  *eventlog.Recorder
+	// loopLog is the event log as read back from LOOP_LOG (loop.log.>),
+	// where the services published it: what waitLog waits on.
+	loopLog *loopLog
+	work    string // the sessions' workspace
+	agent   string // the stand-in's record directory
+	hookAt  string // ingress-github's webhook URL
+	// tmuxSocket is the private tmux server the sessions run on; faults,
+	// with worldOptions.faults, the directory whose fail-<tmux command>
+	// files make that tmux command fail.
+	tmuxSocket, faults string
 
 	seq     atomic.Int64
 	relayMu sync.Mutex
@@ -100,12 +107,62 @@ type world struct {
 	closing atomic.Bool
 }
 
-// corePublisher forwards event-log records to loop.log as the host does:
-// the world keeps them (eventlog.Recorder) and sends them on.
-type corePublisher struct{ conn *bus.Conn }
+// servicePublisher sends a service's event-log records to loop.log as the
+// host does, over the service's own connection (its grant covers
+// loop.log.<service>.>), and keeps a copy in the world's recorder.
+type servicePublisher struct {
+	keep *eventlog.Recorder
+	conn *bus.Conn
+}
 
-func (p corePublisher) PublishLog(_ context.Context, subject string, data []byte) error {
+func (p servicePublisher) PublishLog(ctx context.Context, subject string, data []byte) error {
+	_ = p.keep.PublishLog(ctx, subject, data)
 	return p.conn.PublishCore(bus.Message{Subject: subject, Data: data})
+}
+
+// loopLog keeps the records read back from the LOOP_LOG stream.
+type loopLog struct {
+	mu   sync.Mutex
+	recs []eventlog.Record
+}
+
+// follow reads loop.log.> from the stream's first record until ctx ends,
+// as `the-loop events --follow` does.
+func (l *loopLog) follow(ctx context.Context, t *testing.T, conn *bus.Conn) {
+	err := conn.TailLog(ctx, bus.TailOptions{Last: 1 << 30}, func(r bus.LogRecord) error {
+		var rec eventlog.Record
+		if err := json.Unmarshal(r.Data, &rec); err != nil {
+			return fmt.Errorf("loop.log record %d: %w", r.Seq, err)
+		}
+		l.mu.Lock()
+		l.recs = append(l.recs, rec)
+		l.mu.Unlock()
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		t.Errorf("following loop.log: %v", err)
+	}
+}
+
+// find returns the records called name whose fields hold every pair of
+// match (compared as printed), as eventlog.Recorder.Find does.
+func (l *loopLog) find(name string, match map[string]any) []eventlog.Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []eventlog.Record
+next:
+	for _, x := range l.recs {
+		if x.Event != name {
+			continue
+		}
+		for k, v := range match {
+			if fmt.Sprint(x.Fields[k]) != fmt.Sprint(v) {
+				continue next
+			}
+		}
+		out = append(out, x)
+	}
+	return out
 }
 
 // logDump is the event log as JSON lines, for a failed test's output.
@@ -146,13 +203,36 @@ func baseConfig(t *testing.T) *config.Config {
 	return cfg
 }
 
+// worldOptions shape a world beyond its operator config.
+type worldOptions struct {
+	// faults runs the dispatcher's tmux through a wrapper that fails a tmux
+	// command while the file fail-<command> exists in w.faults (a tmux that
+	// breaks under a running dispatcher).
+	faults bool
+}
+
 func newWorld(t *testing.T, edit ...func(*config.Config)) *world {
+	t.Helper()
+	return newWorldWith(t, worldOptions{}, edit...)
+}
+
+func newWorldWith(t *testing.T, o worldOptions, edit ...func(*config.Config)) *world {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("in-process end-to-end: needs JetStream, tmux and the fakes")
 	}
-	w := &world{t: t, work: t.TempDir(), agent: t.TempDir()}
+	w := &world{t: t, work: t.TempDir(), agent: t.TempDir(), loopLog: &loopLog{}}
 	socket := tmuxtest.Socket(t) // skips without tmux
+	w.tmuxSocket = socket
+	tmuxBinary := ""
+	if o.faults {
+		w.faults = t.TempDir()
+		tmuxBinary = filepath.Join(w.faults, "tmux")
+		script := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do\n  if [ -e %q/\"fail-$a\" ]; then echo \"tmux $a: injected failure\" >&2; exit 1; fi\ndone\nexec tmux \"$@\"\n", w.faults)
+		if err := os.WriteFile(tmuxBinary, []byte(script), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Authorization on, as under `the-loop up`: every service connects as
 	// its own identity, so the whole story runs inside the grants; the
 	// test itself reads and writes as the operator.
@@ -160,7 +240,11 @@ func newWorld(t *testing.T, edit ...func(*config.Config)) *world {
 	w.srv = bustest.StartServer(t, bustest.Options{InProcessOnly: true, Auth: true, Topology: &topo})
 	w.srv.Provision(t, topo)
 	w.conn = w.srv.Connect(t, "inproc-test")
-	w.logs = &eventlog.Recorder{Next: corePublisher{w.conn}}
+	w.logs = &eventlog.Recorder{}
+	followCtx, stopFollowing := context.WithCancel(context.Background())
+	followed := make(chan struct{})
+	go func() { defer close(followed); w.loopLog.follow(followCtx, t, w.conn) }()
+	t.Cleanup(func() { stopFollowing(); <-followed })
 	cfg := baseConfig(t)
 	for _, f := range edit {
 		f(cfg)
@@ -203,10 +287,11 @@ func newWorld(t *testing.T, edit ...func(*config.Config)) *world {
 	// The start order and constructors of cmd/the-loop/host.go; only the
 	// pacing of the Slack renderer is shortened.
 	for _, name := range []string{ledgerwriter.Name, slackrenderer.Name, dispatcher.Name, ingressgithub.Name, ingressslack.Name} {
+		conn := w.srv.ConnectAs(t, name, name)
 		deps := runtime.Deps{
-			Conn:       w.srv.ConnectAs(t, name, name),
+			Conn:       conn,
 			Log:        log.With("service", name),
-			Events:     eventlog.New(name, log.With("service", name), w.logs),
+			Events:     eventlog.New(name, log.With("service", name), servicePublisher{w.logs, conn}),
 			Registry:   reg,
 			Ready:      ready,
 			Partitions: partitions,
@@ -231,7 +316,7 @@ func newWorld(t *testing.T, edit ...func(*config.Config)) *world {
 			r, err = slackrenderer.New(deps, slackrenderer.WithPostInterval(20*time.Millisecond))
 		case dispatcher.Name:
 			r, err = dispatcher.New(deps, dispatcher.WithSettings(dispatcher.Settings{
-				Harness: h, TmuxSocket: socket, Host: "inproc", Workdir: w.work,
+				Harness: h, TmuxBinary: tmuxBinary, TmuxSocket: socket, Host: "inproc", Workdir: w.work,
 				Label: armLabel, SpawnOnUnmatched: dispatcher.SpawnLabeled, ResumeProbe: -1,
 			}))
 		case ingressgithub.Name:
@@ -334,12 +419,13 @@ func (w *world) update(f func(*config.Config)) {
 	w.cfg.Store(&c)
 }
 
-// waitLog waits for an event-log record called name holding match.
+// waitLog waits for an event-log record called name holding match, read
+// back from loop.log.
 func (w *world) waitLog(name string, match map[string]any) eventlog.Record {
 	w.t.Helper()
 	var got []eventlog.Record
-	w.eventually(fmt.Sprintf("%s %v", name, match), func() bool {
-		got = w.logs.Find(name, match)
+	w.eventually(fmt.Sprintf("%s %v on loop.log", name, match), func() bool {
+		got = w.loopLog.find(name, match)
 		return len(got) > 0
 	})
 	return got[0]

@@ -29,6 +29,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Record files in the stand-in's directory.
@@ -72,6 +73,10 @@ type Ran struct {
 type Input struct {
 	SessionID string `json:"session_id"`
 	Text      string `json:"text"`
+	// At is when the stand-in read the submitting carriage return: when
+	// the session was told (the end-to-end benchmark times the last hop by
+	// it).
+	At time.Time `json:"at,omitzero"`
 }
 
 // Run is the stand-in: it parses args, records the boot in dir, then
@@ -155,7 +160,7 @@ func Run(dir string, args []string, in io.Reader, out io.Writer) error {
 			// tmux pastes newlines as carriage returns; give them back.
 			text := strings.ReplaceAll(pending.String(), "\r", "\n")
 			pending.Reset()
-			if err := appendJSON(filepath.Join(dir, InputsFile), Input{SessionID: boot.SessionID, Text: text}); err != nil {
+			if err := appendJSON(filepath.Join(dir, InputsFile), Input{SessionID: boot.SessionID, Text: text, At: time.Now()}); err != nil {
 				return err
 			}
 			echo(out, "typed into the session", text)

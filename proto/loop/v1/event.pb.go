@@ -679,7 +679,16 @@ type Comment struct {
 	// author_association (OWNER, MEMBER, COLLABORATOR, ...).
 	AuthorAssociation string `protobuf:"bytes,4,opt,name=author_association,json=authorAssociation,proto3" json:"author_association,omitempty"`
 	// The comment body.
-	Body          string `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	Body string `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	// The file an inline review comment is anchored to (its path), empty for
+	// a conversation comment.
+	Path string `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
+	// The line an inline review comment is anchored to; absent for a
+	// conversation comment and for a comment on an outdated diff.
+	Line *int64 `protobuf:"varint,7,opt,name=line,proto3,oneof" json:"line,omitempty"`
+	// A review's state (approved, changes_requested, commented, ...), set
+	// only when the comment is a review's body.
+	ReviewState   string `protobuf:"bytes,8,opt,name=review_state,json=reviewState,proto3" json:"review_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -745,6 +754,27 @@ func (x *Comment) GetAuthorAssociation() string {
 func (x *Comment) GetBody() string {
 	if x != nil {
 		return x.Body
+	}
+	return ""
+}
+
+func (x *Comment) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Comment) GetLine() int64 {
+	if x != nil && x.Line != nil {
+		return *x.Line
+	}
+	return 0
+}
+
+func (x *Comment) GetReviewState() string {
+	if x != nil {
+		return x.ReviewState
 	}
 	return ""
 }
@@ -1203,14 +1233,18 @@ const file_loop_v1_event_proto_rawDesc = "" +
 	"gate_visit\x18\a \x01(\tR\tgateVisit\x1a9\n" +
 	"\vDetailEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xee\x01\n" +
 	"\aComment\x12\x1d\n" +
 	"\n" +
 	"comment_id\x18\x01 \x01(\x03R\tcommentId\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
 	"\x06author\x18\x03 \x01(\tR\x06author\x12-\n" +
 	"\x12author_association\x18\x04 \x01(\tR\x11authorAssociation\x12\x12\n" +
-	"\x04body\x18\x05 \x01(\tR\x04body\"\x1b\n" +
+	"\x04body\x18\x05 \x01(\tR\x04body\x12\x12\n" +
+	"\x04path\x18\x06 \x01(\tR\x04path\x12\x17\n" +
+	"\x04line\x18\a \x01(\x03H\x00R\x04line\x88\x01\x01\x12!\n" +
+	"\freview_state\x18\b \x01(\tR\vreviewStateB\a\n" +
+	"\x05_line\"\x1b\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\"Y\n" +
 	"\fGateFeedback\x12\x12\n" +
@@ -1311,6 +1345,7 @@ func file_loop_v1_event_proto_init() {
 		(*Event_GithubActivity)(nil),
 		(*Event_LedgerRecord)(nil),
 	}
+	file_loop_v1_event_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

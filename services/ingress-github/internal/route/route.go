@@ -357,6 +357,15 @@ func build(dec *Decision, d Delivery, p, c obj, typ catalog.Type, actor *loopv1.
 		Author:            login(c),
 		AuthorAssociation: c.str("author_association"),
 		Body:              body,
+		// What the session's excerpt shows of a comment besides its body
+		// and URL: an inline comment's anchor, a review's state.
+		Path: c.str("path"),
+	}
+	if line, ok := c.int("line"); ok {
+		cm.Line = &line
+	}
+	if d.Event == "pull_request_review" {
+		cm.ReviewState = c.str("state")
 	}
 	when := parseTime(c.str("created_at"))
 	if when.IsZero() {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/the-loop/bus/pkg/identity"
 )
 
 func refsOf(t *testing.T, event, payload string) []string {
@@ -112,3 +114,49 @@ func TestDecodeRejectsNonObjects(t *testing.T) {
 		t.Errorf("Decode of an object with spaces: %v", err)
 	}
 }
+
+// TestCommentCarriesWhatTheExcerptShows: the comment event carries every
+// field of the comment the session's excerpt shows besides its body, URL
+// and author — an inline comment's path and line, a review's state — so the
+// dispatcher shows the excerpt of the delivery itself; a line GitHub sends
+// as null (an outdated diff) stays absent.
+func TestCommentCarriesWhatTheExcerptShows(t *testing.T) {
+	dir, problems := identity.New([]identity.Person{{GitHub: "alice"}})
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	pol := Policy{Directory: dir}
+	repo := `"repository":{"full_name":"octo/repo","html_url":"https://github.com/octo/repo"},"pull_request":{"number":2}`
+	tests := []struct {
+		name, event, payload string
+		path                 string
+		line                 *int64
+		state                string
+	}{
+		{"inline comment", "pull_request_review_comment", `{"action":"created",` + repo +
+			`,"comment":{"id":5,"path":"README.md","line":265,"body":"More emoji here.","user":{"login":"alice"}}}`, "README.md", ptr(265), ""},
+		{"comment on an outdated diff", "pull_request_review_comment", `{"action":"created",` + repo +
+			`,"comment":{"id":6,"path":"main.go","line":null,"body":"Still?","user":{"login":"alice"}}}`, "main.go", nil, ""},
+		{"review with a body", "pull_request_review", `{"action":"submitted",` + repo +
+			`,"review":{"id":7,"state":"changes_requested","body":"Split it.","user":{"login":"alice"}}}`, "", nil, "changes_requested"},
+		{"conversation comment", "issue_comment", `{"action":"created","repository":{"full_name":"octo/repo"},"issue":{"number":2}` +
+			`,"comment":{"id":8,"body":"Thanks.","user":{"login":"alice"}}}`, "", nil, ""},
+	}
+	for _, tt := range tests {
+		p, err := Decode([]byte(tt.payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := Route(Delivery{Event: tt.event, DeliveryID: "d", Payload: []byte(tt.payload)}, p, pol)
+		if len(dec.Events) != 1 || dec.Events[0].GetComment() == nil {
+			t.Fatalf("%s: routed to %+v", tt.name, dec)
+		}
+		c := dec.Events[0].GetComment()
+		if c.GetPath() != tt.path || c.GetReviewState() != tt.state || (c.Line == nil) != (tt.line == nil) ||
+			tt.line != nil && c.GetLine() != *tt.line {
+			t.Errorf("%s: path %q line %v state %q, want %q %v %q", tt.name, c.GetPath(), c.Line, c.GetReviewState(), tt.path, tt.line, tt.state)
+		}
+	}
+}
+
+func ptr(n int64) *int64 { return &n }
