@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/hmac"
@@ -215,19 +216,20 @@ type cluster struct {
 	nats     *proc // the first server
 	// natsProcs are every nats-server (one, or the cluster's nodes), with
 	// their client and monitoring ports.
-	natsProcs []*proc
-	natsPorts []int
-	natsMon   []int
-	procs     []*proc // services, in start order
-	gh        *ghfake.Server
-	slack     *slackfake.Server
-	standIn   string // the stand-in harness's record directory
-	sockets   []string
-	webhook   string // ingress-github's POST /gh-webhook URL
-	events    string // ingress-slack's POST /slack/events URL
-	client    *http.Client
-	issues    []int // work-item issue numbers on the fake
-	stopOnce  sync.Once
+	natsProcs  []*proc
+	natsPorts  []int
+	natsMon    []int
+	natsRoutes []int   // the cluster's route ports
+	procs      []*proc // services, in start order
+	gh         *ghfake.Server
+	slack      *slackfake.Server
+	standIn    string // the stand-in harness's record directory
+	sockets    []string
+	webhook    string // ingress-github's POST /gh-webhook URL
+	events     string // ingress-slack's POST /slack/events URL
+	client     *http.Client
+	issues     []int // work-item issue numbers on the fake
+	stopOnce   sync.Once
 	// auth is the directory `the-loop auth init` wrote the bus identities
 	// to ("" with authorization off): auth/nats/<identity>.nk.
 	auth string
@@ -378,6 +380,9 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 		}
 	})
 	c.waitNATS(60 * time.Second)
+	if len(c.natsRoutes) > 0 && c.auth != "" {
+		c.routeRefusesStrangers()
+	}
 
 	// The operator config: Slack on in events mode; Alice (GitHub and
 	// Slack) authorized. Never the ledger's own login: agents post with
@@ -653,6 +658,21 @@ func (c *cluster) startNATS(bin string, nodes int) {
 		routes[i] = freePortTB(c.t)
 	}
 	c.natsPort = c.natsPorts[0]
+	if nodes > 1 {
+		c.natsRoutes = routes
+	}
+	if nodes > 1 && c.auth != "" {
+		// The deployments' way: the routes and their credential come from
+		// scripts/nats-routes.sh, included in the cluster block.
+		var hosts []string
+		for _, p := range routes {
+			hosts = append(hosts, fmt.Sprintf("127.0.0.1:%d", p))
+		}
+		out, err := exec.Command(filepath.Join("..", "..", "scripts", "nats-routes.sh"), append([]string{c.auth}, hosts...)...).CombinedOutput()
+		if err != nil {
+			c.t.Fatalf("scripts/nats-routes.sh: %v\n%s", err, out)
+		}
+	}
 	for i := range nodes {
 		name := "nats-server"
 		if nodes > 1 {
@@ -660,7 +680,10 @@ func (c *cluster) startNATS(bin string, nodes int) {
 		}
 		conf := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n",
 			name, c.natsPorts[i], c.natsMon[i], filepath.Join(c.dir, "jetstream-"+name))
-		if nodes > 1 {
+		switch {
+		case nodes > 1 && c.auth != "":
+			conf += fmt.Sprintf("cluster {\n  name: e2e\n  listen: 127.0.0.1:%d\n  include \"auth/routes.conf\"\n}\n", routes[i])
+		case nodes > 1:
 			var rs []string
 			for _, p := range routes {
 				rs = append(rs, fmt.Sprintf("    nats-route://127.0.0.1:%d", p))
@@ -684,6 +707,48 @@ func (c *cluster) startNATS(bin string, nodes int) {
 		c.natsProcs = append(c.natsProcs, p)
 	}
 	c.nats = c.natsProcs[0]
+}
+
+// routeRefusesStrangers opens a route to the first node as a stranger
+// would — anything that reaches the port, an agent session among them — and
+// expects the server to refuse it: a route is a peer server, trusted with
+// every subject around the authorization block, so it needs the cluster's
+// route credential.
+func (c *cluster) routeRefusesStrangers() {
+	c.t.Helper()
+	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", c.natsRoutes[0]), 5*time.Second)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(conn)
+	info, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(info, "INFO ") {
+		c.t.Fatalf("route port: %q %v", info, err)
+	}
+	if !strings.Contains(info, `"auth_required":true`) {
+		c.t.Fatalf("the route port requires no credential: %s", strings.TrimSpace(info))
+	}
+	if _, err := conn.Write([]byte("CONNECT {\"verbose\":false,\"pedantic\":false,\"name\":\"stranger\",\"cluster\":\"e2e\"}\r\nPING\r\n")); err != nil {
+		c.t.Fatal(err)
+	}
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			c.t.Fatalf("a route without the credential was not refused (%v)", err)
+		}
+		if strings.HasPrefix(line, "-ERR") {
+			if !strings.Contains(line, "Authorization Violation") {
+				c.t.Fatalf("route refused for another reason: %s", strings.TrimSpace(line))
+			}
+			c.t.Logf("a route without the cluster's credential is refused: %s", strings.TrimSpace(line))
+			return
+		}
+		if strings.HasPrefix(line, "PONG") {
+			c.t.Fatal("a route without the credential was admitted (PONG)")
+		}
+	}
 }
 
 // natsURLs is LOOP_NATS_URL for the k-th process: every server, starting
