@@ -221,7 +221,10 @@ func (h *host) run(ctx context.Context) (err error) {
 	topo := bus.DefaultTopology()
 	topo.Partitions = h.settings.Common.Partitions
 	topo.Replicas = h.settings.Common.Replicas
-	pctx, cancel := context.WithTimeout(rctx, 30*time.Second)
+	// Each replica of a replicated topology is a raft group per stream and
+	// consumer, formed through the meta leader while every other service
+	// provisions the same: give each replica its 30 seconds.
+	pctx, cancel := context.WithTimeout(rctx, time.Duration(max(1, topo.Replicas))*30*time.Second)
 	err = conns[h.defs[0].name].Provision(pctx, topo)
 	cancel()
 	var ae *bus.AuthError

@@ -61,13 +61,14 @@ const (
 
 // composeRun is one compose project under test.
 type composeRun struct {
-	t      *testing.T
-	dir    string
-	env    []string // docker compose's environment
-	files  []string // -f arguments
-	c      *cluster // the fakes and the senders, shared with the process suite
-	op     *bus.Conn
-	graphs *graphstate.Store
+	t       *testing.T
+	dir     string
+	env     []string // docker compose's environment
+	files   []string // -f arguments
+	c       *cluster // the fakes and the senders, shared with the process suite
+	secrets string   // THE_LOOP_SECRETS: identities, env files, the route credential
+	op      *bus.Conn
+	graphs  *graphstate.Store
 }
 
 // TestCompose brings the real docker-compose.yml up on this machine's Docker
@@ -77,8 +78,10 @@ type composeRun struct {
 // on several work items while one container of each service, and NATS, is
 // SIGKILLed in turn and brought back by its restart policy, with nothing
 // lost or duplicated; then the ledger-writer scaled from 1 to 2 replicas,
-// the second taking the partitions over when the first stops. It prints
-// what it counted.
+// the second taking the partitions over when the first stops; then the
+// project again as its three-node JetStream cluster profile, the stream
+// leader's server SIGKILLed while a work item's events flow. It prints what
+// it counted.
 func TestCompose(t *testing.T) {
 	if _, err := exec.LookPath("docker"); err != nil {
 		t.Skip("docker is not installed: scripts/docker-env.sh installs and starts the engine and Compose")
@@ -96,6 +99,7 @@ func TestCompose(t *testing.T) {
 	}
 	t.Run("KillEachService", r.killEachService)
 	t.Run("ScaleLedgerWriter", r.scaleLedgerWriter)
+	t.Run("ClusterProfile", r.clusterProfile)
 	t.Logf("compose run: %s in all", time.Since(began).Round(time.Second))
 }
 
@@ -189,8 +193,10 @@ channels:
 	build := func(args string) string {
 		return "    build:\n      network: none\n      args: {BINARY: prebuilt, " + args + "}\n"
 	}
-	ov := "# Image sources only: built here, no registry.\nservices:\n" +
-		"  nats:\n    image: " + natsImage + "\n"
+	ov := "# Image sources only: built here, no registry.\nservices:\n"
+	for _, name := range []string{"nats", "nats-2", "nats-3"} {
+		ov += "  " + name + ":\n    image: " + natsImage + "\n"
+	}
 	for _, name := range []string{"ingress-github", "ingress-slack", "ledger-writer", "slack-renderer"} {
 		ov += "  " + name + ":\n    image: " + composeServiceImage + "\n" + build("STATIC_BASE: scratch")
 	}
@@ -204,6 +210,7 @@ channels:
 		t.Fatal(err)
 	}
 	r.files = []string{"-f", compose, "-f", override}
+	r.secrets = secrets
 	r.env = append(os.Environ(), "THE_LOOP_SECRETS="+secrets, "THE_LOOP_CONFIG="+cfg, "DOCKER_BUILDKIT=1")
 
 	t.Cleanup(func() {
@@ -226,14 +233,21 @@ channels:
 	if err != nil {
 		t.Fatal(err)
 	}
-	op, err := bus.Connect(context.Background(), bus.Options{URL: "nats://" + strings.TrimSpace(natsPort), Name: "compose-e2e",
-		Credentials: bus.Credentials{SeedFile: filepath.Join(secrets, "nats", bus.IdentityOperator+".nk")}, Identity: bus.IdentityOperator})
+	r.connect(t, strings.TrimSpace(natsPort))
+	return r
+}
+
+// connect is the operator's connection to the project's NATS (the first
+// server) at addr, for reading the graph state.
+func (r *composeRun) connect(t *testing.T, addr string) {
+	t.Helper()
+	op, err := bus.Connect(context.Background(), bus.Options{URL: "nats://" + addr, Name: "compose-e2e",
+		Credentials: bus.Credentials{SeedFile: filepath.Join(r.secrets, "nats", bus.IdentityOperator+".nk")}, Identity: bus.IdentityOperator})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(op.Close)
-	r.op = op
-	return r
+	r.t.Cleanup(op.Close)
+	r.op, r.graphs = op, nil
 }
 
 // ---- the story ----
@@ -801,6 +815,132 @@ func (r *composeRun) scaleLedgerWriter(t *testing.T) {
 	}
 	t.Logf("ledger-writer scaled 1 → 2, 16 work items a round: published per container %v; with two %v; the holder stopped, %v",
 		one, two, three)
+}
+
+// ---- the cluster profile ----
+
+// clusterProfile brings the project up again as `docker compose --env-file
+// deploy/nats/cluster.env` runs it — a three-node JetStream cluster, every
+// stream, consumer and bucket R3, the routes closed by
+// scripts/nats-routes.sh — and plays one work item through it while the
+// server leading LOOP_INBOX is SIGKILLed and brought back by its restart
+// policy: every event reaches GitHub, Slack and the session once, in order.
+func (r *composeRun) clusterProfile(t *testing.T) {
+	r.op.Close()
+	mustRun(t, r.cmd("down", "--volumes", "--remove-orphans", "--timeout", "20"))
+	mustRun(t, exec.Command(filepath.Join(composeRepoRoot, "scripts", "nats-routes.sh"), r.secrets, "nats:6222", "nats-2:6222", "nats-3:6222"))
+	env, err := filepath.Abs(filepath.Join(composeRepoRoot, "deploy", "nats", "cluster.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.files = append(r.files, "--env-file", env)
+	start := time.Now()
+	mustRun(t, r.cmd("up", "--detach", "--no-build", "--wait", "--wait-timeout", "300"))
+	ids, err := r.composeOut("ps", "--quiet", "nats-2", "nats-3")
+	if err != nil || len(strings.Fields(ids)) != 2 {
+		t.Fatalf("the cluster profile runs no nats-2 and nats-3: %q %v", ids, err)
+	}
+	t.Logf("three NATS nodes and the five services healthy in %s", time.Since(start).Round(time.Second))
+	natsPort, err := r.composeOut("port", "nats", "4222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.connect(t, strings.TrimSpace(natsPort))
+
+	c := r.clusterFor(t)
+	n := r.openItem(t, c, "compose cluster work item")
+	c.issues = []int{n}
+	setup := []sentEvent{{tok{n, 0}, viaGitHub}}
+	r.comment(t, c, n, fmt.Sprintf("the-loop start\n\nPlease work on this (%s).", tokenFor(n, 0)))
+	root := r.waitThread(t, c, n)
+	r.waitBoot(t, n)
+	r.waitNode(t, n, "phase-selection")
+	r.comment(t, c, n, "the-loop execute")
+	r.waitNode(t, n, "requirements")
+
+	leader := r.streamLeader(t, bus.StreamInbox)
+	id, before := r.killOne(t, leader)
+	t.Logf("SIGKILLed %s, the leader of %s", leader, bus.StreamInbox)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var sent []sentEvent
+	for k := 1; k <= 9; k++ {
+		e := sentEvent{tok{n, k}, viaSlack}
+		if k%3 == 1 {
+			e.kind = viaGitHub
+			r.comment(t, c, n, fmt.Sprintf("Comment %d: %s", k, tokenFor(n, k)))
+		} else if _, err := c.slackReply(ctx, root, fmt.Sprintf("Reply %d: %s", k, tokenFor(n, k))); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, e)
+		time.Sleep(time.Second)
+	}
+	after, back := r.waitRestarted(id, before)
+	r.syncStandIn(t)
+	o, gh, sl, pr := r.settle(c, append(setup, sent...))
+	bad := outOfOrder(o.order)
+	report := fmt.Sprintf("COMPOSE CLUSTER RESULT (3 NATS nodes, R3, %s SIGKILLed, restart count %d → %d): sent %d events + 1 start comment\n%s\n%s\n%s\nprompts out of order: %d work items",
+		leader, before, after, len(sent), gh, sl, pr, len(bad))
+	t.Log(report)
+	fmt.Println(report)
+	for _, x := range []tally{gh, sl, pr} {
+		if x.lost != 0 || x.duplicate != 0 {
+			t.Errorf("%s: %d lost, %d duplicated", x.name, x.lost, x.duplicate)
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("prompts out of order: %s", strings.Join(bad, "; "))
+	}
+	if !back {
+		t.Errorf("%s did not come back by its restart policy", leader)
+	}
+}
+
+// streamLeader is the compose service (nats, nats-2 or nats-3: each
+// server is named by its hostname) leading stream, as the first server's
+// monitoring port reports it.
+func (r *composeRun) streamLeader(t *testing.T, stream string) string {
+	t.Helper()
+	mon, err := r.composeOut("port", "nats", "8222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leader string
+	if !waitUntil(composeWait, func() bool {
+		resp, err := r.c.client.Get("http://" + strings.TrimSpace(mon) + "/jsz?accounts=true&streams=true")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var jsz struct {
+			Accounts []struct {
+				Streams []struct {
+					Name    string `json:"name"`
+					Cluster struct {
+						Leader string `json:"leader"`
+					} `json:"cluster"`
+				} `json:"stream_detail"`
+			} `json:"account_details"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&jsz) != nil {
+			return false
+		}
+		for _, a := range jsz.Accounts {
+			for _, s := range a.Streams {
+				if s.Name == stream && s.Cluster.Leader != "" {
+					leader = s.Cluster.Leader
+					return true
+				}
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("no leader of %s reported", stream)
+	}
+	if leader != "nats" && leader != "nats-2" && leader != "nats-3" {
+		t.Fatalf("the leader of %s is %q, not a compose service", stream, leader)
+	}
+	return leader
 }
 
 func sumValues(m map[string]int) int {
