@@ -520,6 +520,19 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, name string, types map[
 	}
 	if p := c.StartupProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
 		t.Errorf("%s: startup probe must be /healthz (a NATS outage at start is readiness's business)", name)
+	} else {
+		// The admin port opens once streams and consumers are
+		// provisioned, which a service allows 30 s a replica: the
+		// kubelet must not kill it sooner.
+		replicas := 1
+		for _, e := range c.Env {
+			if e.Name == "LOOP_STREAM_REPLICAS" {
+				fmt.Sscan(e.Value, &replicas)
+			}
+		}
+		if budget := p.PeriodSeconds * p.FailureThreshold; int(budget) < 30*replicas+10 {
+			t.Errorf("%s: the startup probe allows %ds, provisioning R%d up to %ds", name, budget, replicas, 30*replicas)
+		}
 	}
 	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" {
 		t.Errorf("%s: readiness must be /readyz", name)
