@@ -63,7 +63,8 @@ e2e:
 
 ## compose-e2e: the real docker-compose.yml on this machine's Docker engine (scripts/docker-env.sh
 ## installs and starts it, and builds Compose v2 once): the gate story through the containers, a
-## SIGKILL of one container of each service and NATS, the ledger-writer scaled; prints its counts and duration.
+## SIGKILL of one container of each service and NATS, the ledger-writer scaled, the three-node cluster profile
+## with its stream leader SIGKILLed; prints its counts and duration.
 compose-e2e:
 	@start=$$(date +%s); ./scripts/docker-env.sh && \
 	$(GO) test -count=1 -v -timeout=45m -tags='e2e compose' -run '^TestCompose$$' ./test/e2e/; rc=$$?; \

@@ -47,7 +47,8 @@ func TestChaos(t *testing.T) {
 
 // TestChaosCluster is the chaos run on a three-node JetStream cluster:
 // three nats-server processes with routes on loopback and authorization on
-// (the same auth.conf), every stream, consumer and bucket replicated on all
+// (the same auth.conf; the routes' credential from scripts/nats-routes.sh,
+// and a stranger's route refused), every stream, consumer and bucket replicated on all
 // three (LOOP_STREAM_REPLICAS=3), the services spread across the servers.
 // Besides the service kills, the server leading LOOP_INBOX is SIGKILLed
 // mid-run and restarted, twice. It reports lost, duplicated and reordered,
