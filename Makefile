@@ -50,8 +50,9 @@ proto-breaking:
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
-## bench: every benchmark, the multi-process end-to-end one included (needs tmux; BENCHTAGS= skips it,
-## E2E_BENCHTIME=50x sizes it); figures are also printed as ratios to a baseline measured in the same run.
+## bench: every benchmark, the multi-process end-to-end ones included (the webhook intake of `the-loop up`
+## among them; need tmux; BENCHTAGS= skips them, E2E_BENCHTIME=50x sizes the end-to-end one); figures are
+## also printed as ratios to a baseline measured in the same run.
 bench:
 	BENCHTIME=$(BENCHTIME) ./scripts/bench.sh
 

@@ -197,6 +197,19 @@ func (h *host) run(ctx context.Context) (err error) {
 		}
 		conns[def.name] = c
 	}
+	// The services' event-log records are written by one goroutine, off
+	// the path of the work they describe; the queue is emptied before the
+	// connections are drained (defers run last first).
+	logq := eventlog.NewQueue(8192)
+	go logq.Run()
+	defer func() {
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		logq.Close(qctx)
+	}()
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "loop_eventlog_dropped_total", Help: "Event-log records dropped because the log's queue was full (the work they describe went on).",
+	}, func() float64 { return float64(logq.Dropped()) }))
 	ready := httpserver.NewReadiness()
 	ready.Add("nats", func() error {
 		for name, c := range conns {
@@ -260,7 +273,7 @@ func (h *host) run(ctx context.Context) (err error) {
 		deps := runtime.Deps{
 			Conn:       conn,
 			Log:        h.log.With("service", def.name),
-			Events:     eventlog.New(def.name, h.log.With("service", def.name), logPublisher{conn}),
+			Events:     eventlog.New(def.name, h.log.With("service", def.name), logPublisher{conn}).Queued(logq),
 			Registry:   reg,
 			Ready:      ready,
 			Partitions: topo.Partitions,

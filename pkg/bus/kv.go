@@ -30,6 +30,7 @@ var (
 // stream leader.
 type KV struct {
 	kv     jetstream.KeyValue
+	js     jetstream.JetStream
 	bucket string
 }
 
@@ -47,7 +48,7 @@ func (c *Conn) KV(ctx context.Context, bucket string) (*KV, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus: kv %s: %w", bucket, err)
 	}
-	return &KV{kv: kv, bucket: bucket}, nil
+	return &KV{kv: kv, js: c.js, bucket: bucket}, nil
 }
 
 // Get returns the key's latest value, or ErrNotFound.

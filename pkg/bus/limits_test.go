@@ -112,3 +112,51 @@ func TestTopologyCapsDefaultsDoNotAlias(t *testing.T) {
 		t.Error("a 100 KiB value was stored in a bucket capped at 64 KiB")
 	}
 }
+
+// TestLogWrittenWithoutASyncEach: on one node LOOP_LOG is the one stream
+// written without a sync per write (decision 051) — every other stream
+// keeps the server's sync_interval — and a LOOP_LOG provisioned before that
+// (persist mode is fixed at creation) keeps its mode while the rest of its
+// configuration still converges.
+func TestLogWrittenWithoutASyncEach(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t, bustest.Options{InProcessOnly: true})
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// An older store: LOOP_LOG as it used to be created.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.StreamLog, Subjects: []string{"loop.log.>"},
+		Storage: jetstream.FileStorage, MaxBytes: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	topo := bustest.FastTopology(2)
+	srv.Provision(t, topo)
+	s, err := js.Stream(ctx, bus.StreamLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := s.CachedInfo().Config; cfg.PersistMode != jetstream.DefaultPersistMode || cfg.MaxBytes != bus.DefaultTopology().LogMaxBytes {
+		t.Errorf("LOOP_LOG provisioned before: persist mode %v, max bytes %d; want its own mode kept and the cap converged", cfg.PersistMode, cfg.MaxBytes)
+	}
+	if err := js.DeleteStream(ctx, bus.StreamLog); err != nil {
+		t.Fatal(err)
+	}
+	srv.Provision(t, topo)
+	for info := range js.ListStreams(ctx).Info() {
+		want := jetstream.DefaultPersistMode
+		if info.Config.Name == bus.StreamLog {
+			want = jetstream.AsyncPersistMode
+		}
+		if info.Config.PersistMode != want {
+			t.Errorf("stream %s: persist mode %v, want %v", info.Config.Name, info.Config.PersistMode, want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ type Metrics struct {
 	dlqd        *prometheus.CounterVec
 	errors      *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
+	pending     *prometheus.GaugeVec
 }
 
 // NewMetrics registers the runner's collectors on reg (never the global
@@ -40,6 +41,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time a handler took per delivery.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, []string{"service"}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "loop", Subsystem: "bus", Name: "consumer_pending",
+			Help: "Messages a partition consumer has not acknowledged yet: waiting in its partition, plus the one in flight. Read from each delivery and, idle or stuck, from the server every few seconds.",
+		}, []string{"service", "consumer"}),
 	}
 	var err error
 	m.received, err = register(reg, m.received)
@@ -60,6 +65,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	if err == nil {
 		m.latency, err = register(reg, m.latency)
+	}
+	if err == nil {
+		m.pending, err = register(reg, m.pending)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: metrics: %w", err)
@@ -85,6 +93,8 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 type serviceMetrics struct {
 	received, redelivered, acked, nakd, dlqd, errors prometheus.Counter
 	latency                                          prometheus.Observer
+	// pending is the gauge of one consumer, by name (nil: not recorded).
+	pending func(consumer string) prometheus.Gauge
 }
 
 func (m *Metrics) forService(service string) serviceMetrics {
@@ -99,6 +109,7 @@ func (m *Metrics) forService(service string) serviceMetrics {
 		dlqd:        m.dlqd.WithLabelValues(service),
 		errors:      m.errors.WithLabelValues(service),
 		latency:     m.latency.WithLabelValues(service),
+		pending:     func(consumer string) prometheus.Gauge { return m.pending.WithLabelValues(service, consumer) },
 	}
 }
 

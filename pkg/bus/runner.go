@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/the-loop/bus/pkg/catalog"
 )
@@ -126,6 +127,9 @@ type Delivery struct {
 	NumDelivered uint64
 	MaxDeliver   int
 	StreamSeq    uint64
+	// Pending is how many messages waited behind this one in its partition
+	// when it was delivered (the server's count; no request needed).
+	Pending uint64
 	// Time is when the message was stored.
 	Time time.Time
 
@@ -274,6 +278,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	for p := range r.spec.Partitions {
 		wg.Go(func() { r.loop(ctx, hctx, p) })
 	}
+	if r.m.pending != nil {
+		wg.Go(func() { r.watchPending(ctx) })
+	}
 	wg.Wait()
 	if r.c.nc.IsClosed() && ctx.Err() == nil {
 		return ErrClosed
@@ -293,6 +300,33 @@ func (r *Runner) Ready() bool {
 		}
 	}
 	return true
+}
+
+// pendingEvery is how often a runner reads its consumers' pending counts
+// from the server; deliveries update them in between.
+const pendingEvery = 5 * time.Second
+
+// watchPending keeps the consumer_pending gauges true while a partition is
+// idle or its handler stuck (no delivery to read them from), until ctx ends.
+func (r *Runner) watchPending(ctx context.Context) {
+	t := time.NewTicker(pendingEvery)
+	defer t.Stop()
+	for {
+		for p := range r.spec.Partitions {
+			name := ConsumerName(r.spec.Service, p)
+			ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if c, err := r.c.js.Consumer(ictx, r.spec.Stream, name); err == nil {
+				info := c.CachedInfo()
+				r.m.pending(name).Set(float64(info.NumPending) + float64(info.NumAckPending))
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (r *Runner) fetchWait(cfg jetstream.ConsumerConfig) time.Duration {
@@ -438,6 +472,7 @@ func (r *Runner) handle(hctx context.Context, p int, name string, msg jetstream.
 		MsgID:        msg.Headers().Get(jetstream.MsgIDHeader),
 		Partition:    p,
 		NumDelivered: meta.NumDelivered,
+		Pending:      meta.NumPending,
 		MaxDeliver:   cfg.MaxDeliver,
 		StreamSeq:    meta.Sequence.Stream,
 		Time:         meta.Timestamp,
@@ -448,6 +483,13 @@ func (r *Runner) handle(hctx context.Context, p int, name string, msg jetstream.
 	}
 	log = log.With("msg_id", d.MsgID, "stream_seq", d.StreamSeq, "delivered", d.NumDelivered)
 	inc(r.m.received)
+	var pending prometheus.Gauge
+	if r.m.pending != nil {
+		// The ones waiting behind this one, and this one.
+		pending = r.m.pending(name)
+		pending.Set(float64(meta.NumPending) + 1)
+		defer func() { pending.Set(float64(meta.NumPending)) }()
+	}
 	if d.NumDelivered > 1 {
 		inc(r.m.redelivered)
 	}

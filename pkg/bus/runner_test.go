@@ -228,6 +228,61 @@ func TestEmbedded(t *testing.T) {
 	}
 }
 
+// TestRunnerReportsPending: loop_bus_consumer_pending says how many messages
+// a partition consumer holds — waiting behind a stuck handler, then none
+// once they are handled.
+func TestRunnerReportsPending(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	srv.Provision(t, bustest.FastTopology(1))
+	c := srv.Connect(t, "pending")
+	reg := prometheus.NewPedanticRegistry()
+	m, err := bus.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	h := bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
+		<-release
+		return nil
+	})
+	spec := fastSpec("ledger-writer", bus.StreamInbox, 1)
+	spec.Metrics = m
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, spec, h) }()
+	defer func() { cancel(); <-done }()
+	for i := range 5 {
+		if _, err := c.Publish(context.Background(), bus.Message{
+			Subject: catalog.InboxSubject("k", catalog.GateFeedback), MsgID: "p" + strconv.Itoa(i), Data: []byte("x"),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pending := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "loop_bus_consumer_pending" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "consumer" && l.GetValue() == bus.ConsumerName("ledger-writer", 0) {
+						return m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		return -1
+	}
+	waitFor(t, 15*time.Second, func() bool { return pending() == 5 }, "5 pending behind the stuck handler")
+	close(release)
+	waitFor(t, 15*time.Second, func() bool { return pending() == 0 }, "none pending once handled")
+}
+
 // TestHandlerAcksFirst: a handler that acknowledges its message itself
 // (Delivery.Ack) and then fails is not redelivered — the message is settled
 // — while a handler that fails without acknowledging is, as before.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -333,6 +334,7 @@ func (t Topology) streamConfigs() []jetstream.StreamConfig {
 			MaxBytes:    t.LogMaxBytes,
 			MaxAge:      t.LogMaxAge,
 			Replicas:    r,
+			PersistMode: logPersistMode(r),
 		},
 		{
 			Name:        StreamAdvisories,
@@ -346,6 +348,20 @@ func (t Topology) streamConfigs() []jetstream.StreamConfig {
 			Replicas:    r,
 		},
 	}
+}
+
+// logPersistMode: the event log is written with core publishes that nobody
+// waits for, so a record lost in a host crash is already possible and
+// harmless; on one node its records are written to the disk without a sync
+// each, which the server otherwise does for every write (sync_interval:
+// always) at the cost of the syncs of the streams that hold the loop's state
+// (decision 051). A replicated stream is written by its Raft log and syncs
+// on its own terms; JetStream refuses the mode there.
+func logPersistMode(replicas int) jetstream.PersistModeType {
+	if replicas > 1 {
+		return jetstream.DefaultPersistMode
+	}
+	return jetstream.AsyncPersistMode
 }
 
 func (t Topology) consumerConfig(g ConsumerGroup, p int) (jetstream.ConsumerConfig, error) {
@@ -451,6 +467,16 @@ func (c *Conn) upsertStream(ctx context.Context, cfg jetstream.StreamConfig) err
 	_, err := c.js.CreateOrUpdateStream(ctx, cfg)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		_, err = c.js.UpdateStream(ctx, cfg)
+	}
+	if err != nil && strings.Contains(err.Error(), "can not change persist mode") {
+		// A stream's persist mode is fixed when it is created (a store
+		// provisioned before the mode was chosen keeps its own); the rest
+		// of the configuration still converges.
+		var s jetstream.Stream
+		if s, err = c.js.Stream(ctx, cfg.Name); err == nil {
+			cfg.PersistMode = s.CachedInfo().Config.PersistMode
+			_, err = c.js.UpdateStream(ctx, cfg)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("bus: provision stream %s: %w", cfg.Name, err)

@@ -110,11 +110,21 @@ type Logger struct {
 	log     *slog.Logger
 	pub     Publisher
 	now     func() time.Time
+	pid     int
+	q       *Queue
 }
 
 // New returns a Logger for service. pub may be nil (slog only).
 func New(service string, log *slog.Logger, pub Publisher) *Logger {
-	return &Logger{service: service, log: log, pub: pub, now: time.Now}
+	return &Logger{service: service, log: log, pub: pub, now: time.Now, pid: os.Getpid()}
+}
+
+// Queued returns a copy of l whose Emit hands records to q and returns at
+// once (see Queue).
+func (l *Logger) Queued(q *Queue) *Logger {
+	c := *l
+	c.q = q
+	return &c
 }
 
 // Record is one event-log record as it appears on loop.log.>.
@@ -130,6 +140,15 @@ type Record struct {
 // Emit writes one record of type name. Unregistered names are a programming
 // error and are logged as such rather than dropped silently.
 func (l *Logger) Emit(ctx context.Context, name string, attrs ...slog.Attr) {
+	at := l.now()
+	// The caller may reuse its slice once Emit returns.
+	if l.q != nil && l.q.put(queued{l: l, ctx: context.WithoutCancel(ctx), name: name, at: at, attrs: slices.Clone(attrs)}) {
+		return
+	}
+	l.emit(ctx, name, at, attrs)
+}
+
+func (l *Logger) emit(ctx context.Context, name string, at time.Time, attrs []slog.Attr) {
 	t, ok := Lookup(name)
 	if !ok {
 		l.log.LogAttrs(ctx, slog.LevelError, "unregistered event-log type", slog.String("event", name))
@@ -151,11 +170,11 @@ func (l *Logger) Emit(ctx context.Context, name string, attrs ...slog.Attr) {
 		return
 	}
 	rec := Record{
-		TS:     l.now().UTC().Format("2006-01-02T15:04:05.000Z"),
+		TS:     at.UTC().Format("2006-01-02T15:04:05.000Z"),
 		Source: l.service,
 		Event:  name,
 		Level:  strings.ToLower(t.Level.String()),
-		PID:    os.Getpid(),
+		PID:    l.pid,
 		Fields: fields,
 	}
 	data, err := json.Marshal(rec)

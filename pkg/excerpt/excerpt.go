@@ -1,6 +1,11 @@
 package excerpt
 
-import "strconv"
+import (
+	"bytes"
+	"slices"
+	"strconv"
+	"sync"
+)
 
 const (
 	// TextMaxChars caps each free-text field (a body, a description, a check
@@ -124,27 +129,30 @@ type node struct {
 // pull_request_review_thread, a sender that is truthy but not an object made
 // the original raise; here it yields no actor and the rest of the excerpt.
 func Excerpt(event string, payload []byte) (string, error) {
-	top, isObject, err := parse(payload)
+	w := works.Get().(*work)
+	defer w.release()
+	doc, isObject, err := parse(payload, &w.want)
 	if err != nil {
 		return Empty, err
 	}
-	if !isObject {
+	if !isObject || len(doc) == 0 {
 		return Empty, nil
 	}
-	d := distil(event, top)
+	d := w.distil(event)
 
 	// JSON escaping inflates what a cap measured in code points renders as (a
 	// body of newlines doubles, non-ASCII grows sixfold), so halve the cap
 	// until the excerpt fits: the limit is met by shortening prose rather than
 	// by cutting the document. The budget falls to zero in twelve steps.
 	budget := TextMaxChars
-	e := encoder{buf: make([]byte, 0, 1024)}
+	e := encoder{buf: w.buf[:0]}
 	e.nodes(d, 0, budget)
 	for len(e.buf) > ExcerptMaxChars && budget > 0 {
 		budget /= 2
 		e.buf = e.buf[:0]
 		e.nodes(d, 0, budget)
 	}
+	w.buf = e.buf
 	if len(e.buf) > ExcerptMaxChars {
 		return string(e.buf[:ExcerptMaxChars]) + "\n" + TruncatedMarker, nil
 	}
@@ -157,97 +165,226 @@ func PayloadExcerpt(payload []byte) (string, error) {
 	return Excerpt("", payload)
 }
 
-// distil selects what the excerpt carries. It does not depend on the text
-// budget, so the halving loop renders the same selection again.
-func distil(event string, top []member) []node {
-	var d []node
+// want is what the one pass over a payload keeps: the members called names
+// of one object (vals, spans of the payload; nil when absent), and for some
+// of them the members of their own value when it is an object (subs). The
+// tree below says which; everything else is only validated.
+type want struct {
+	names []string
+	vals  [][]byte
+	subs  []*want // per name; nil: the value's members are not needed
+}
+
+// reset forgets what a previous pass kept.
+func (w *want) reset() {
+	clear(w.vals)
+	for _, s := range w.subs {
+		if s != nil {
+			s.reset()
+		}
+	}
+}
+
+// index is the position of key (a string's raw content) in names, or -1.
+func (w *want) index(key []byte) int {
+	if bytes.IndexByte(key, '\\') < 0 {
+		for k, name := range w.names {
+			if string(key) == name {
+				return k
+			}
+		}
+		return -1
+	}
+	decoded := decodeKey(key)
+	for k, name := range w.names {
+		if decoded == name {
+			return k
+		}
+	}
+	return -1
+}
+
+// get is the value kept for name, and its members' want.
+func (w *want) get(name string) ([]byte, *want) {
+	for k, n := range w.names {
+		if n == name {
+			return w.vals[k], w.subs[k]
+		}
+	}
+	return nil, nil
+}
+
+func newWant(names []string) *want {
+	return &want{names: names, vals: make([][]byte, len(names)), subs: make([]*want, len(names))}
+}
+
+// newTopWant is the tree of what any event reads: the root fields, the
+// sender's login, and every container's fields, its user's login and a
+// check run's output.
+func newTopWant() want {
+	names := []string{"sender"}
+	for _, fields := range rootFields {
+		names = append(names, fields...)
+	}
+	for _, c := range containers {
+		names = append(names, c.key)
+	}
+	top := newWant(names)
+	top.subs[0] = newWant([]string{"login"})
+	for _, c := range containers {
+		fields := c.fields
+		if c.authored {
+			fields = append(fields[:len(fields):len(fields)], "user")
+		}
+		cw := newWant(fields)
+		for k, f := range fields {
+			switch f {
+			case "user":
+				cw.subs[k] = newWant([]string{"login"})
+			case "output":
+				cw.subs[k] = newWant(outputFields)
+			}
+		}
+		top.subs[slices.Index(names, c.key)] = cw
+	}
+	return *top
+}
+
+// work is what one excerpt needs besides its result: what the pass kept,
+// the distilled nodes and the rendering buffer, all of fixed size (the
+// tables bound the nodes, renderLimit the rendering), kept in a pool. An
+// excerpt allocates its result and nothing else, however large the payload;
+// only a carried field that is itself an object (none of GitHub's is) costs
+// a list of its members to render.
+type work struct {
+	want want
+	top  [maxTop]node
+	kids [maxKids]node
+	buf  []byte
+}
+
+var works = sync.Pool{New: func() any {
+	return &work{want: newTopWant(), buf: make([]byte, 0, renderLimit+renderSlack)}
+}}
+
+// release forgets the payload (the kept values and the nodes are spans of
+// it) and returns w to the pool.
+func (w *work) release() {
+	w.want.reset()
+	clear(w.top[:])
+	clear(w.kids[:])
+	works.Put(w)
+}
+
+// renderSlack is what one step of rendering may write past renderLimit
+// before the encoder notices: a key with its indent, an escaped code point.
+const renderSlack = 64
+
+// maxTop and maxKids bound the distilled excerpt, as the tables fix it: at
+// most the root fields, an actor and every container at the top; for each
+// container its fields, its author, and two for a check run's output.
+const (
+	maxTop  = 16
+	maxKids = 64
+)
+
+// distil selects what the excerpt carries from what the pass kept, in w's
+// nodes. It does not depend on the text budget, so the halving loop renders
+// the same selection again.
+func (w *work) distil(event string) []node {
+	top := &w.want
+	out, pool := w.top[:0], w.kids[:]
 	if fields, ok := rootFields[event]; ok {
-		d = pick(d, top, fields)
+		for _, name := range fields {
+			v, _ := top.get(name)
+			out = pickField(out, name, v)
+		}
 	}
 	if actorEvent(event) {
 		if actor, ok := senderLogin(top); ok {
-			d = append(d, node{key: "actor", raw: actor})
+			out = append(out, node{key: "actor", raw: actor})
 		}
 	}
-	for _, c := range containersFor(event, top) {
-		if n, ok := distilContainer(top, c); ok {
-			d = append(d, n)
+	each := func(c container) {
+		raw, cw := top.get(c.key)
+		if raw == nil || raw[0] != '{' {
+			// A missing, null or non-object container contributes
+			// nothing: a shape the-loop has not seen must not cost an
+			// authorized event its delivery.
+			return
+		}
+		var n node
+		var ok bool
+		if n, pool, ok = distilContainer(c, cw, pool); ok {
+			out = append(out, n)
 		}
 	}
-	return d
-}
-
-// containersFor lists the containers event reads, in excerpt order. An event
-// with no rule of its own (an operator's extra routing event, status, or the
-// legacy no-event call) reads every container of the table the payload carries
-// as a key, whatever its value, so it is distilled rather than dumped raw.
-func containersFor(event string, top []member) []container {
-	var out []container
+	// An event with no rule of its own (an operator's extra routing event,
+	// status, or the legacy no-event call) reads every container of the
+	// table the payload carries as a key, whatever its value, so it is
+	// distilled rather than dumped raw.
 	if named, ok := eventContainers[event]; ok {
 		for _, key := range named {
-			out = append(out, containers[containerIndex[key]])
+			each(containers[containerIndex[key]])
 		}
-		return out
-	}
-	for _, c := range containers {
-		if _, present := get(top, c.key); present {
-			out = append(out, c)
+	} else {
+		for _, c := range containers {
+			if v, _ := top.get(c.key); v != nil {
+				each(c)
+			}
 		}
 	}
 	return out
 }
 
-// distilContainer distils container c of the payload. A missing, null or
-// non-object container, or one with none of its fields, contributes nothing: a
-// shape the-loop has not seen must not cost an authorized event its delivery.
-func distilContainer(top []member, c container) (node, bool) {
-	raw, ok := get(top, c.key)
-	if !ok || raw[0] != '{' {
-		return node{}, false
+// distilContainer distils container c from what the pass kept of its
+// members (cw), into nodes from the front of pool, and returns the rest of
+// pool. A container with none of its fields contributes nothing.
+func distilContainer(c container, cw *want, pool []node) (node, []node, bool) {
+	n := len(c.fields) + 1 // the fields and the author
+	kids, sub, rest := pool[:0:n], pool[n:n+len(outputFields)], pool[n+len(outputFields):]
+	for k, name := range c.fields {
+		raw := cw.vals[k]
+		if name == "output" && raw != nil && raw[0] == '{' {
+			// A check run's output: an object distilled by the same rules.
+			ow, out := cw.subs[k], sub[:0:len(outputFields)]
+			for j, f := range outputFields {
+				out = pickField(out, f, ow.vals[j])
+			}
+			kids = append(kids, node{key: name, raw: raw, isObj: true, kids: out})
+			continue
+		}
+		kids = pickField(kids, name, raw)
 	}
-	ms := members(raw)
-	kids := pick(nil, ms, c.fields)
 	if c.authored {
-		if login, ok := authorLogin(ms); ok {
+		if login, ok := authorLogin(cw.get("user")); ok {
 			kids = append(kids, node{key: "author", raw: login})
 		}
 	}
 	if len(kids) == 0 {
-		return node{}, false
+		return node{}, rest, false
 	}
-	return node{key: c.key, isObj: true, kids: kids}, true
+	return node{key: c.key, isObj: true, kids: kids}, rest, true
 }
 
-// pick appends fields of ms to d, in order, skipping any that is absent or
-// null: an explicit "line": null says nothing absence does not.
-func pick(d []node, ms []member, fields []string) []node {
-	for _, name := range fields {
-		raw, ok := get(ms, name)
-		if !ok || raw[0] == 'n' {
-			continue
-		}
-		n := node{key: name, raw: raw}
-		switch {
-		case isText(name) && raw[0] == '"':
-			n.text = true
-		case name == "output" && raw[0] == '{':
-			n.isObj = true
-			n.kids = pick(nil, members(raw), outputFields)
-		}
-		d = append(d, n)
+// pickField appends field name, whose value is raw (nil: absent), to d,
+// unless it is absent or null: an explicit "line": null says nothing
+// absence does not. Free text is marked to be capped.
+func pickField(d []node, name string, raw []byte) []node {
+	if raw == nil || raw[0] == 'n' {
+		return d
 	}
-	return d
+	return append(d, node{key: name, raw: raw, text: isText(name) && raw[0] == '"'})
 }
 
 // authorLogin is a container's user.login when user is an object and login a
 // non-empty string: a bare login, never GitHub's user object.
-func authorLogin(ms []member) ([]byte, bool) {
-	user, ok := get(ms, "user")
-	if !ok || user[0] != '{' {
+func authorLogin(user []byte, uw *want) ([]byte, bool) {
+	if user == nil || user[0] != '{' || uw == nil {
 		return nil, false
 	}
-	login, ok := get(members(user), "login")
-	if !ok || login[0] != '"' || len(login) == 2 {
+	login := uw.vals[0]
+	if login == nil || login[0] != '"' || len(login) == 2 {
 		return nil, false
 	}
 	return login, true
@@ -257,13 +394,13 @@ func authorLogin(ms []member) ([]byte, bool) {
 // sender.login, carried whatever its JSON type when it is truthy in Python's
 // sense. A sender that is truthy but not an object made the original raise
 // AttributeError; here it yields no actor.
-func senderLogin(top []member) ([]byte, bool) {
-	sender, ok := get(top, "sender")
-	if !ok || sender[0] != '{' {
+func senderLogin(top *want) ([]byte, bool) {
+	sender, sw := top.get("sender")
+	if sender == nil || sender[0] != '{' {
 		return nil, false
 	}
-	login, ok := get(members(sender), "login")
-	if !ok || !truthy(login) {
+	login := sw.vals[0]
+	if login == nil || !truthy(login) {
 		return nil, false
 	}
 	return login, true

@@ -2,11 +2,14 @@ package excerpt
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/the-loop/bus/internal/testkit"
 	"io"
+	"math/bits"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -435,4 +438,46 @@ var pyInfinity = regexp.MustCompile(`(?m)^( *(?:"(?:[^"\\]|\\.)*": )?)-?Infinity
 // that strict JSON tooling can check.
 func pyInfinityAsZero(text string) string {
 	return pyInfinity.ReplaceAllString(text, "${1}0${2}")
+}
+
+// TestSpecial8: the eight-byte test of the string scan stops at the first
+// byte a string scan must look at, and only there: every byte value in every
+// position, and random words.
+func TestSpecial8(t *testing.T) {
+	special := func(c byte) bool { return c < 0x20 || c >= 0x80 || c == '"' || c == '\\' }
+	check := func(w [8]byte) {
+		first := -1
+		for k, c := range w {
+			if special(c) {
+				first = k
+				break
+			}
+		}
+		m := special8(binary.LittleEndian.Uint64(w[:]))
+		got := -1
+		if m != 0 {
+			got = bits.TrailingZeros64(m) >> 3
+		}
+		if got != first {
+			t.Fatalf("% x: first special byte %d, special8 says %d", w, first, got)
+		}
+	}
+	for p := range 8 {
+		for c := range 256 {
+			w := [8]byte{'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'}
+			w[p] = byte(c)
+			check(w)
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		var w [8]byte
+		for k := range w {
+			w[k] = byte(r.IntN(256))
+			if r.IntN(4) > 0 {
+				w[k] = byte(0x20 + r.IntN(0x60)) // mostly printable
+			}
+		}
+		check(w)
+	}
 }

@@ -14,6 +14,16 @@ type encoder struct {
 	buf []byte
 }
 
+// renderLimit is how much of a rendering is ever needed: whether it is over
+// ExcerptMaxChars, and if it stays over, its first ExcerptMaxChars bytes (the
+// hard cut). Rendering stops soon past it, so what a payload costs to render
+// does not grow with the payload.
+const renderLimit = ExcerptMaxChars + 1
+
+// full reports whether the rendering is past renderLimit: the rest would be
+// cut anyway.
+func (e *encoder) full() bool { return len(e.buf) > renderLimit }
+
 const hexDigits = "0123456789abcdef"
 
 func (e *encoder) newline(indent int) {
@@ -31,6 +41,9 @@ func (e *encoder) nodes(ns []node, indent, budget int) {
 	}
 	e.buf = append(e.buf, '{')
 	for k, n := range ns {
+		if e.full() {
+			return
+		}
 		if k > 0 {
 			e.buf = append(e.buf, ',')
 		}
@@ -76,6 +89,9 @@ func (e *encoder) object(raw []byte, indent int) {
 	}
 	e.buf = append(e.buf, '{')
 	for k, m := range ms {
+		if e.full() {
+			return
+		}
 		if k > 0 {
 			e.buf = append(e.buf, ',')
 		}
@@ -121,10 +137,10 @@ func (e *encoder) array(raw []byte, indent int) {
 			e.buf = append(e.buf, ',')
 		}
 		e.newline(indent + 2)
-		end, _ := s.value(i, 0) // validated with the payload
+		end := skip(raw, i)
 		e.value(raw[i:end], indent+2)
 		i = s.ws(end)
-		if raw[i] == ']' {
+		if raw[i] == ']' || e.full() {
 			break
 		}
 		i = s.ws(i + 1)
@@ -140,6 +156,9 @@ func (e *encoder) str(content []byte, budget int) {
 	e.buf = append(e.buf, '"')
 	n := 0
 	for i := 0; i < len(content); {
+		if e.full() {
+			return
+		}
 		if budget >= 0 && n == budget {
 			for _, r := range TruncatedMarker {
 				e.char(r)

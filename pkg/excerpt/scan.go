@@ -2,8 +2,10 @@ package excerpt
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -27,6 +29,9 @@ type member struct {
 // scanner validates JSON and finds the extent of values without decoding them.
 // Strings, numbers and nested values stay spans of the input until something is
 // rendered, so distilling a 30 KB payload copies only what the excerpt carries.
+// One pass validates the payload and keeps, as it goes, the members the
+// excerpt may read (see want): nothing is scanned twice, and nothing is
+// allocated.
 type scanner struct {
 	data []byte
 }
@@ -36,9 +41,17 @@ func (s *scanner) fail(i int, what string) error {
 }
 
 func (s *scanner) ws(i int) int {
-	for i < len(s.data) {
-		switch s.data[i] {
-		case ' ', '\t', '\n', '\r':
+	d := s.data
+	for i < len(d) {
+		switch d[i] {
+		case ' ':
+			// Pretty-printed payloads indent with runs of spaces.
+			if i+8 <= len(d) && binary.LittleEndian.Uint64(d[i:]) == 0x2020202020202020 {
+				i += 8
+				continue
+			}
+			i++
+		case '\t', '\n', '\r':
 			i++
 		default:
 			return i
@@ -80,9 +93,10 @@ func (s *scanner) literal(i int, lit string) (int, error) {
 	return i + len(lit), nil
 }
 
-// object validates the object at i. When out is non-nil its members are
-// appended to *out in document order, duplicates included.
-func (s *scanner) object(i, depth int, out *[]member) (int, error) {
+// object validates the object at i. With w, it keeps the members w names
+// (the last of a repeated key wins, as in Python's dict), and the members of
+// those whose values w wants too.
+func (s *scanner) object(i, depth int, w *want) (int, error) {
 	if depth >= maxDepth {
 		return i, s.fail(i, "nesting too deep")
 	}
@@ -98,18 +112,27 @@ func (s *scanner) object(i, depth int, out *[]member) (int, error) {
 		if err != nil {
 			return kEnd, err
 		}
-		key := s.data[i+1 : kEnd-1]
+		k := -1
+		if w != nil {
+			k = w.index(s.data[i+1 : kEnd-1])
+		}
 		i = s.ws(kEnd)
 		if i >= len(s.data) || s.data[i] != ':' {
 			return i, s.fail(i, "expected ':'")
 		}
 		i = s.ws(i + 1)
 		vStart := i
-		if i, err = s.value(i, depth+1); err != nil {
+		if k >= 0 && w.subs[k] != nil && i < len(s.data) && s.data[i] == '{' {
+			w.subs[k].reset() // a repeated key: only the last one's members
+			i, err = s.object(i, depth+1, w.subs[k])
+		} else {
+			i, err = s.value(i, depth+1)
+		}
+		if err != nil {
 			return i, err
 		}
-		if out != nil {
-			*out = append(*out, member{key: key, val: s.data[vStart:i]})
+		if k >= 0 {
+			w.vals[k] = s.data[vStart:i]
 		}
 		i = s.ws(i)
 		if i >= len(s.data) {
@@ -157,23 +180,47 @@ func (s *scanner) array(i, depth int) (int, error) {
 // str validates the string whose opening quote is at i and returns the offset
 // past its closing quote. Control characters must be escaped, escapes must be
 // JSON's, and raw bytes must be UTF-8 (which also rules out encoded
-// surrogates; an escaped lone surrogate is valid JSON and kept).
+// surrogates; an escaped lone surrogate is valid JSON and kept). Most of a
+// GitHub payload is plain ASCII strings (URLs, names), read eight bytes at a
+// time.
 func (s *scanner) str(i int) (int, error) {
 	i++
-	for i < len(s.data) {
-		c := s.data[i]
+	d := s.data
+	for {
+		for i+8 <= len(d) {
+			if m := special8(binary.LittleEndian.Uint64(d[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+			if i+8 > len(d) {
+				break
+			}
+			if m := special8(binary.LittleEndian.Uint64(d[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		for i < len(d) && plain[d[i]] {
+			i++
+		}
+		if i >= len(d) {
+			return i, s.fail(i, "unterminated string")
+		}
+		c := d[i]
 		switch {
 		case c == '"':
 			return i + 1, nil
 		case c == '\\':
-			if i+1 >= len(s.data) {
+			if i+1 >= len(d) {
 				return i, s.fail(i, "unterminated escape")
 			}
-			switch s.data[i+1] {
+			switch d[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if _, ok := hex4(s.data, i+2); !ok {
+				if _, ok := hex4(d, i+2); !ok {
 					return i, s.fail(i, "invalid \\u escape")
 				}
 				i += 6
@@ -182,17 +229,34 @@ func (s *scanner) str(i int) (int, error) {
 			}
 		case c < 0x20:
 			return i, s.fail(i, "control character in string")
-		case c < utf8.RuneSelf:
-			i++
 		default:
-			r, n := utf8.DecodeRune(s.data[i:])
+			r, n := utf8.DecodeRune(d[i:])
 			if r == utf8.RuneError && n == 1 {
 				return i, s.fail(i, "invalid UTF-8")
 			}
 			i += n
 		}
 	}
-	return i, s.fail(i, "unterminated string")
+}
+
+// plain is the bytes a string scan passes over: printable ASCII other than
+// '"' and '\\'.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// special8 flags, in the high bit of each byte of w (eight bytes,
+// little-endian), the bytes a string scan must stop at: below 0x20, '"',
+// '\\', or with the high bit set. The usual SWAR tests; a flag can be
+// wrong only above a right one, so the lowest flag is the first such byte.
+func special8(w uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q, b := w^(ones*'"'), w^(ones*'\\')
+	// (w - 0x20…) | w: below 0x20 (the subtraction wraps) or high bit set.
+	return ((w - ones*0x20) | w | (q-ones)&^q | (b-ones)&^b) & highs
 }
 
 // number validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)? at i.
@@ -260,17 +324,17 @@ func hex4(d []byte, i int) (rune, bool) {
 	return r, true
 }
 
-// parse validates payload as one JSON text. For an object it returns the
-// top-level members; for any other value, ok is false.
-func parse(payload []byte) (top []member, ok bool, err error) {
+// parse validates payload as one JSON text and returns it without a
+// byte-order mark; ok reports whether it is an object, whose members (and
+// theirs) top names are kept in top.
+func parse(payload []byte, top *want) (doc []byte, ok bool, err error) {
 	// json.loads accepts a UTF-8 byte-order mark on bytes input; so do we.
 	payload = bytes.TrimPrefix(payload, []byte("\xef\xbb\xbf"))
 	s := scanner{data: payload}
 	i := s.ws(0)
 	var end int
 	if i < len(payload) && payload[i] == '{' {
-		top = make([]member, 0, 16)
-		end, err = s.object(i, 0, &top)
+		end, err = s.object(i, 0, top)
 		ok = true
 	} else {
 		end, err = s.value(i, 0)
@@ -281,35 +345,90 @@ func parse(payload []byte) (top []member, ok bool, err error) {
 	if end = s.ws(end); end != len(payload) {
 		return nil, false, s.fail(end, "trailing data")
 	}
-	return top, ok, nil
+	return payload[i:], ok, nil
+}
+
+// The rest reads spans parse validated, so it trusts their syntax and only
+// finds where things end.
+
+// skip returns the offset just past the validated value at d[i].
+func skip(d []byte, i int) int {
+	switch d[i] {
+	case '"':
+		return skipString(d, i)
+	case '{', '[':
+		depth := 0
+		for {
+			switch d[i] {
+			case '"':
+				i = skipString(d, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+	default: // a number or a literal: up to the next delimiter
+		for i < len(d) {
+			switch d[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+// skipString returns the offset just past the validated string whose
+// opening quote is at d[i]: the first quote not escaped by an odd run of
+// backslashes.
+func skipString(d []byte, i int) int {
+	i++
+	for {
+		j := bytes.IndexByte(d[i:], '"') + i
+		k := j
+		for k > i && d[k-1] == '\\' {
+			k--
+		}
+		if (j-k)%2 == 0 {
+			return j + 1
+		}
+		i = j + 1
+	}
+}
+
+// eachMember calls f with every member of obj, a validated object span, in
+// document order, duplicates included, until f returns false.
+func eachMember(obj []byte, f func(m member) bool) {
+	s := scanner{data: obj}
+	i := s.ws(1)
+	for i < len(obj) && obj[i] == '"' {
+		kEnd := skipString(obj, i)
+		key := obj[i+1 : kEnd-1]
+		i = s.ws(kEnd)  // ':'
+		i = s.ws(i + 1) // the value
+		vEnd := skip(obj, i)
+		if !f(member{key: key, val: obj[i:vEnd]}) {
+			return
+		}
+		i = s.ws(vEnd)
+		if obj[i] == '}' {
+			return
+		}
+		i = s.ws(i + 1)
+	}
 }
 
 // members lists the members of obj, a validated object span.
 func members(obj []byte) []member {
-	s := scanner{data: obj}
 	out := make([]member, 0, 16)
-	// obj was validated as part of the payload, so this cannot fail.
-	_, _ = s.object(0, 0, &out)
+	eachMember(obj, func(m member) bool { out = append(out, m); return true })
 	return out
-}
-
-// get returns the value of the last member named name, as Python's dict (last
-// duplicate wins) would.
-func get(ms []member, name string) ([]byte, bool) {
-	for k := len(ms) - 1; k >= 0; k-- {
-		if keyIs(ms[k].key, name) {
-			return ms[k].val, true
-		}
-	}
-	return nil, false
-}
-
-// keyIs reports whether the raw key content decodes to name.
-func keyIs(raw []byte, name string) bool {
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw) == name
-	}
-	return decodeKey(raw) == name
 }
 
 // decodeKey decodes a string's content to a comparable Go string. A lone

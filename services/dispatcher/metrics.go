@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"reason"}),
 		depth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "loop_dispatcher_queue_depth",
-			Help: "Messages stored in LOOP_EVENTS after the one being handled, sampled per event (an upper bound of the work behind it).",
+			Help: "Messages waiting in LOOP_EVENTS behind the one being handled, in its partition, sampled per event (loop_bus_consumer_pending has every consumer's).",
 		}),
 	}
 	if reg == nil {
@@ -81,13 +81,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// observeDepth samples the queue depth behind d.
-func (s *Service) observeDepth(ctx context.Context, d *bus.Delivery) {
-	st, err := s.deps.Conn.StreamStats(ctx, bus.StreamEvents)
-	if err != nil || st.LastSeq < d.StreamSeq {
-		return
-	}
-	s.m.depth.Set(float64(st.LastSeq - d.StreamSeq))
+// observeDepth samples the queue depth behind d, as the server counted it
+// when it delivered d: no request per event.
+func (s *Service) observeDepth(_ context.Context, d *bus.Delivery) {
+	s.m.depth.Set(float64(d.Pending))
 }
 
 // adopt is runtime.Adopt.

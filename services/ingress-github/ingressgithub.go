@@ -211,7 +211,7 @@ func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
 	s := &Service{deps: deps, opts: opts, m: newMetrics(deps.Registry), listening: make(chan struct{}), refused: make(chan error, 1),
 		slots: make(slots, opts.MaxConcurrent), bodies: newBodies(opts.BodyBudget),
 		refusals: newRefusals(deps.Events, opts.RefusalLogEvery, opts.Now)}
-	s.intake = &intake{s: s}
+	s.intake = newIntake(s)
 	s.login = newLedgerLogin(deps.GitHub, opts.Now)
 	s.login.onLearn = func(login string) {
 		if err := s.guardLogin(login); err != nil {
@@ -378,7 +378,15 @@ func (s *Service) Run(ctx context.Context) error {
 			g.Go(func() error { return p.Run(gctx) })
 		}
 	}
-	return g.Wait()
+	err := g.Wait()
+	// Every delivery answered has its events on the bus; keep what is
+	// still to be remembered of them before going.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if ferr := s.intake.marks.flush(fctx); ferr != nil {
+		s.deps.Log.Warn("ingress-github: stopping with seen marks unwritten", "err", ferr)
+	}
+	return err
 }
 
 func (s *Service) newPoller() (*poll.Poller, error) {

@@ -3,15 +3,16 @@ package ingressgithub
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/envelope"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
 )
 
@@ -33,13 +34,22 @@ type outcome struct {
 }
 
 // intake is the one path from a routed delivery to the bus, shared by the
-// webhook and the poller: dedup, route, publish each event and wait for its
-// PubAck, then remember the ids in the seen KV.
+// webhook and the poller: route, dedup, publish the events together and
+// await their PubAcks together, then hand their marks to the seen writer.
+// The PubAcks are the one durable write a delivery waits for (decisions 050,
+// 052).
 type intake struct {
-	s *Service
+	s     *Service
+	marks *marks
 
 	mu   sync.Mutex
 	seen *bus.KV
+}
+
+func newIntake(s *Service) *intake {
+	in := &intake{s: s}
+	in.marks = newMarks(in.seenKV, s.deps.Log, s.m)
+	return in
 }
 
 func (in *intake) seenKV(ctx context.Context) (*bus.KV, error) {
@@ -56,19 +66,44 @@ func (in *intake) seenKV(ctx context.Context) (*bus.KV, error) {
 	return kv, nil
 }
 
-// isSeen reports whether key is in the seen KV.
-func (in *intake) isSeen(ctx context.Context, key string) (bool, error) {
+// seenKeys reports, for each key, whether it is remembered: waiting in the
+// writer, or in the seen bucket (the rest read together).
+func (in *intake) seenKeys(ctx context.Context, keys []string) ([]bool, error) {
+	out := make([]bool, len(keys))
+	var ask []string
+	var at []int
+	for i, k := range keys {
+		if in.marks.has(k) {
+			out[i] = true
+			continue
+		}
+		ask = append(ask, k)
+		at = append(at, i)
+	}
+	if len(ask) == 0 {
+		return out, nil
+	}
 	kv, err := in.seenKV(ctx)
+	if err != nil {
+		return nil, err
+	}
+	got, err := kv.Has(ctx, ask...)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		out[i] = got[j]
+	}
+	return out, nil
+}
+
+// isSeen reports whether key is remembered.
+func (in *intake) isSeen(ctx context.Context, key string) (bool, error) {
+	got, err := in.seenKeys(ctx, []string{key})
 	if err != nil {
 		return false, err
 	}
-	if _, err := kv.Get(ctx, key); err != nil {
-		if errors.Is(err, bus.ErrNotFound) {
-			return false, nil
-		}
-		return false, err
-	}
-	return true, nil
+	return got[0], nil
 }
 
 // handle routes d and publishes what it yields. An error means nothing is
@@ -77,7 +112,6 @@ func (in *intake) isSeen(ctx context.Context, key string) (bool, error) {
 // ids, which the bus drops if they had been stored.
 func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload, via string, checkDelivery bool) (outcome, error) {
 	s := in.s
-	log := s.deps.Log.With("delivery_id", d.DeliveryID, "gh_event", d.Event, "via", via)
 	s.m.received.WithLabelValues(eventLabel(d.Event), via).Inc()
 	base := []slog.Attr{
 		slog.String("gh_event", d.Event), slog.String("action", p.Action()),
@@ -88,17 +122,51 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 		s.deps.Events.Emit(ctx, "routing.dropped", append(append([]slog.Attr{slog.String("reason", reason)}, base...), extra...)...)
 		return outcome{Reason: reason}
 	}
+
+	// The delivery's mark is read while the delivery is routed (pure, no
+	// I/O); the marks of events a redelivery could not be told by
+	// otherwise are read together once their ids are known.
+	type seenResult struct {
+		seen bool
+		err  error
+	}
+	var delivery chan seenResult
 	if checkDelivery {
-		dup, err := in.isSeen(ctx, deliveryKey(d.DeliveryID))
-		if err != nil {
-			return outcome{}, fmt.Errorf("seen check: %w", err)
+		delivery = make(chan seenResult, 1)
+		go func() {
+			seen, err := in.isSeen(ctx, deliveryKey(d.DeliveryID))
+			delivery <- seenResult{seen, err}
+		}()
+	}
+	dec := route.Route(d, p, s.policy())
+	var keys []string
+	var at []int
+	if dec.Drop == "" {
+		for i, ev := range dec.Events {
+			if !checkDelivery || !ownID(d.DeliveryID, ev.GetId()) {
+				keys = append(keys, ev.GetId())
+				at = append(at, i)
+			}
 		}
-		if dup {
+	}
+	got, err := in.seenKeys(ctx, keys)
+	if delivery != nil {
+		r := <-delivery
+		if r.err != nil {
+			return outcome{}, fmt.Errorf("seen check: %w", r.err)
+		}
+		if r.seen {
 			return drop(route.DropDuplicate), nil
 		}
 	}
+	if err != nil {
+		return outcome{}, fmt.Errorf("seen check: %w", err)
+	}
+	seen := make([]bool, len(dec.Events))
+	for j, i := range at {
+		seen[i] = got[j]
+	}
 
-	dec := route.Route(d, p, s.policy())
 	who := []slog.Attr{slog.Any("work_items", dec.Refs)}
 	if dec.Actor != "" {
 		who = append(who, slog.String("actor", dec.Actor))
@@ -116,26 +184,20 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 				slog.String("detail", n), slog.String("event_id", dec.CommentEvent),
 				slog.String("judged_as", judgedAs(dec))}, base...), who...)...)
 		default:
-			log.Warn("routing note", "note", n)
+			s.deps.Log.Warn("routing note", "note", n, "delivery_id", d.DeliveryID, "gh_event", d.Event, "via", via)
 		}
 	}
 	if dec.Drop != "" {
 		return drop(dec.Drop, who...), nil
 	}
 
-	var fresh []int
-	for i, ev := range dec.Events {
-		dup, err := in.isSeen(ctx, ev.GetId())
-		if err != nil {
-			return outcome{}, fmt.Errorf("seen check: %w", err)
-		}
-		if !dup {
-			fresh = append(fresh, i)
-		}
-	}
 	out := outcome{Accepted: true}
-	for _, ev := range dec.Events {
+	var fresh []*loopv1.Event
+	for i, ev := range dec.Events {
 		out.IDs = append(out.IDs, ev.GetId())
+		if !seen[i] {
+			fresh = append(fresh, ev)
+		}
 	}
 	if len(fresh) == 0 {
 		o := drop(route.DropDuplicateEvent, who...)
@@ -156,46 +218,40 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 			}
 		}
 	}
-	for _, i := range fresh {
-		ev := dec.Events[i]
+	msgs := make([]bus.Message, 0, len(fresh))
+	for _, ev := range fresh {
 		msg, err := envelope.ToMessage(ev, envelope.Inbox, "")
 		if err != nil {
 			// A payload no event can carry (an invalid id or ref): nothing
 			// a retry could fix.
-			log.Error("event not encodable", "event_id", ev.GetId(), "err", err)
+			s.deps.Log.Error("event not encodable", "event_id", ev.GetId(), "delivery_id", d.DeliveryID, "err", err)
 			return drop("unencodable", who...), nil
 		}
-		start := time.Now()
-		ack, err := s.deps.Conn.Publish(ctx, bus.FromEnvelope(msg))
-		if err != nil {
-			return outcome{}, err
-		}
-		s.m.latency.Observe(time.Since(start).Seconds())
-		if !ack.Duplicate {
+		msgs = append(msgs, bus.FromEnvelope(msg))
+	}
+	start := time.Now()
+	acks, err := s.deps.Conn.PublishAll(ctx, msgs)
+	if err != nil {
+		return outcome{}, err
+	}
+	s.m.latency.Observe(time.Since(start).Seconds())
+	for i, ev := range fresh {
+		if !acks[i].Duplicate {
 			s.m.published.WithLabelValues(ev.GetType(), via).Inc()
 		}
 		s.deps.Events.Emit(ctx, "bus.published",
 			slog.String("event_id", ev.GetId()), slog.String("event_type", ev.GetType()),
 			slog.String("work_item", ev.GetSubject()), slog.String("delivery_id", d.DeliveryID),
-			slog.Bool("duplicate", ack.Duplicate), slog.String("via", via))
+			slog.Bool("duplicate", acks[i].Duplicate), slog.String("via", via))
 	}
-	// Remembered only now: a delivery that failed half-way is retried whole.
-	kv, err := in.seenKV(ctx)
-	if err == nil {
-		mark, _ := json.Marshal(map[string]string{"via": via, "delivery_id": d.DeliveryID})
-		for _, ev := range dec.Events {
-			if _, err = kv.Put(ctx, ev.GetId(), mark); err != nil {
-				break
-			}
-		}
-		if err == nil && checkDelivery {
-			_, err = kv.Put(ctx, deliveryKey(d.DeliveryID), mark)
-		}
-	}
-	if err != nil {
-		// The events are on the bus; a redelivery inside the duplicate
+	// Remembered only now, and off the request path: a delivery that
+	// failed half-way is retried whole.
+	if marks := markEntries(d, dec.Events, via, checkDelivery); in.marks.add(ctx, marks) != nil {
+		// The writer is a full queue behind and the request's time is up:
+		// its events are on the bus, and a redelivery inside the duplicate
 		// window is still dropped by Nats-Msg-Id.
-		log.Warn("events published but not remembered in the seen bucket", "err", err)
+		s.m.marks.WithLabelValues("lost").Add(float64(len(marks)))
+		s.deps.Log.Warn("events published but not remembered in the seen bucket", "delivery_id", d.DeliveryID)
 	}
 	routed := append(append(base, who...),
 		slog.String("event_type", string(dec.Kind)), slog.Any("event_ids", out.IDs),
@@ -205,6 +261,42 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 	}
 	s.deps.Events.Emit(ctx, "routing.routed", routed...)
 	return out, nil
+}
+
+// markEntries are the seen marks of a published delivery: the delivery
+// itself (webhooks), and every event whose id a redelivery of it could not
+// be told by otherwise. An event keyed by a webhook's delivery id
+// (gh:<delivery>, and its secondaries) is answered by the delivery's mark,
+// which is looked up first; comment-derived ids need their own, as the
+// poller and the webhook meet on them.
+func markEntries(d route.Delivery, events []*loopv1.Event, via string, checkDelivery bool) []bus.KVEntry {
+	mark := markValue(via, d.DeliveryID)
+	var out []bus.KVEntry
+	for _, ev := range events {
+		if checkDelivery && ownID(d.DeliveryID, ev.GetId()) {
+			continue
+		}
+		out = append(out, bus.KVEntry{Key: ev.GetId(), Value: mark})
+	}
+	if checkDelivery {
+		out = append(out, bus.KVEntry{Key: deliveryKey(d.DeliveryID), Value: mark})
+	}
+	return out
+}
+
+// ownID reports whether id is keyed by the delivery: gh:<delivery>, or one
+// of its secondaries gh:<delivery>/<ref>.
+func ownID(delivery, id string) bool {
+	own := envelope.GitHubID(delivery)
+	return id == own || strings.HasPrefix(id, own+"/")
+}
+
+func markValue(via, delivery string) []byte {
+	b, _ := json.Marshal(struct {
+		Via      string `json:"via"`
+		Delivery string `json:"delivery_id"`
+	}{via, delivery})
+	return b
 }
 
 // judgedAs says what became of a comment whose envelope was refused: the

@@ -12,15 +12,17 @@ import (
 // metrics are the service's Prometheus metrics, on the host's registry.
 // A metrics error never fails a request.
 type metrics struct {
-	received  *prometheus.CounterVec // by event, via
-	rejected  *prometheus.CounterVec // HTTP rejections, by reason
-	published *prometheus.CounterVec // by type, via
-	dropped   *prometheus.CounterVec // by reason, via
-	latency   prometheus.Histogram   // PubAck latency of one event
-	poll      *prometheus.CounterVec // GitHub requests of the poller, by result
-	cycles    *prometheus.CounterVec // poll cycles, by result
-	unsigned  prometheus.Counter     // deliveries accepted without a signature check
-	inflight  prometheus.Gauge       // webhook requests holding a slot
+	received  *prometheus.CounterVec   // by event, via
+	rejected  *prometheus.CounterVec   // HTTP rejections, by reason
+	published *prometheus.CounterVec   // by type, via
+	dropped   *prometheus.CounterVec   // by reason, via
+	latency   prometheus.Histogram     // PubAck latency of one delivery's events
+	intake    *prometheus.HistogramVec // webhook request to answer, by result
+	marks     *prometheus.CounterVec   // seen marks written or given up
+	poll      *prometheus.CounterVec   // GitHub requests of the poller, by result
+	cycles    *prometheus.CounterVec   // poll cycles, by result
+	unsigned  prometheus.Counter       // deliveries accepted without a signature check
+	inflight  prometheus.Gauge         // webhook requests holding a slot
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -38,9 +40,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "loop_ingress_github_dropped_total", Help: "Deliveries that became no event, by reason.",
 		}, []string{"reason", "via"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "loop_ingress_github_publish_seconds", Help: "Time from publish to PubAck of one event.",
+			Name: "loop_ingress_github_publish_seconds", Help: "Time from publishing a delivery's events (together) to their PubAcks.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12),
 		}),
+		intake: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "loop_ingress_github_intake_seconds",
+			Help:    "Webhook intake latency: from the request to its answer, by result (accepted: 202, the events stored; dropped: 200; refused: 4xx or 503 before routing; unavailable: 503, the bus down or full).",
+			Buckets: []float64{.00025, .0005, .001, .002, .004, .008, .016, .032, .064, .128, .256, .512, 1, 2, 4, 8},
+		}, []string{"result"}),
+		marks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loop_ingress_github_seen_marks_total", Help: "Seen-bucket marks of published deliveries, by result (written, or lost after retries: a redelivery past the duplicate window would be published again).",
+		}, []string{"result"}),
 		poll: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_github_poll_requests_total", Help: "GitHub REST requests of the poller, by result (ok, not_modified, error).",
 		}, []string{"result"}),
@@ -62,6 +72,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.published = runtime.AdoptOrKeep(reg, m.published)
 	m.dropped = runtime.AdoptOrKeep(reg, m.dropped)
 	m.latency = runtime.AdoptOrKeep(reg, m.latency)
+	m.intake = runtime.AdoptOrKeep(reg, m.intake)
+	m.marks = runtime.AdoptOrKeep(reg, m.marks)
 	m.poll = runtime.AdoptOrKeep(reg, m.poll)
 	m.cycles = runtime.AdoptOrKeep(reg, m.cycles)
 	m.unsigned = runtime.AdoptOrKeep(reg, m.unsigned)

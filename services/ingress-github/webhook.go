@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/google/go-github/v62/github"
 
@@ -74,12 +75,18 @@ const (
 // serveWebhook: a free slot → the signature header and the announced size,
 // before a byte of the body is read → the body streamed through the HMAC
 // into held memory → signature → content type, headers, JSON → ping → bus
-// reachable → dedup and route → publish and PubAck → 202. Nothing is
+// reachable → route and dedup → publish and PubAcks → 202. Nothing is
 // published for a request refused at any step before routing, an unsigned
 // body is never parsed, and 202 is sent only once every event is
 // acknowledged by the bus; a drop is a 200 naming its reason.
 func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	start, result := time.Now(), "refused"
+	defer func() {
+		if result != "" {
+			s.m.intake.WithLabelValues(result).Observe(time.Since(start).Seconds())
+		}
+	}()
 	event, delivery := github.WebHookType(r), github.DeliveryID(r)
 	if s.insecure {
 		w.Header().Set("X-Loop-Warning", insecureWarning)
@@ -144,6 +151,7 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if event == "ping" {
+		result = "" // not a delivery
 		s.m.received.WithLabelValues("ping", viaWebhook).Inc()
 		log.Info("webhook ping answered")
 		reply(w, http.StatusOK, "pong", nil)
@@ -152,6 +160,7 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	// From here the delivery is GitHub's (signed, well-formed): a refusal
 	// names it, so the operator can redeliver it once the bus is back.
 	unavailable := func(reason string) {
+		result = "unavailable"
 		s.m.rejected.WithLabelValues(reason).Inc()
 		s.deps.Events.Emit(ctx, "routing.dropped", slog.String("reason", reason), slog.Int("status", http.StatusServiceUnavailable),
 			slog.String("gh_event", event), slog.String("delivery_id", delivery), slog.String("via", viaWebhook))
@@ -175,6 +184,7 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !out.Accepted {
+		result = "dropped"
 		extra := map[string]any{"reason": out.Reason}
 		if len(out.IDs) > 0 {
 			extra["events"] = out.IDs // already on the bus
@@ -182,6 +192,7 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, "dropped", extra)
 		return
 	}
+	result = "accepted"
 	reply(w, http.StatusAccepted, "accepted", map[string]any{"events": out.IDs})
 }
 

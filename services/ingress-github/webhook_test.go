@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
@@ -189,6 +190,9 @@ func TestDuplicateDeliveryAcrossRestart(t *testing.T) {
 	// and remembering): the stream's duplicate window still drops it.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if err := e.svc.intake.marks.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	kv, err := e.conn.KV(ctx, bus.BucketSeen)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +206,12 @@ func TestDuplicateDeliveryAcrossRestart(t *testing.T) {
 		t.Errorf("third, seen bucket forgotten: %d %q", r.Code, r.Status)
 	}
 	// Restart: a new service instance, and the server restarted on its
-	// store. The seen bucket (72h TTL) is what survives.
+	// store. The seen bucket (72h TTL) is what survives; the marks are
+	// written just after the answer (a crash in between is decision 050's
+	// gap).
+	if err := e.svc.intake.marks.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	e.srv.Restart(t)
 	if err := e.conn.WaitConnected(ctx); err != nil {
 		t.Fatal(err)
@@ -216,6 +225,71 @@ func TestDuplicateDeliveryAcrossRestart(t *testing.T) {
 		t.Errorf("one delivery sent four times stored %d events, want 1", got-before)
 	}
 	e.waitEvents("gh:issue-comment:5")
+}
+
+// TestRedeliveryOutsideTheDuplicateWindow: once the stream's Nats-Msg-Id
+// window has passed, the seen marks written after the answer are what keep
+// a redelivery — GitHub's manual redelivery, up to three days later — from
+// becoming a second event: for an activity (keyed by its delivery) and a
+// comment (keyed by the comment). The control shows the window is over: a
+// delivery whose marks are gone is published again.
+func TestRedeliveryOutsideTheDuplicateWindow(t *testing.T) {
+	e := newEnvBare(t) // no consumer: the inbox keeps what it stored
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	topo := bustest.FastTopology(parts)
+	topo.DuplicateWindow = 500 * time.Millisecond
+	if err := e.conn.Provision(ctx, topo); err != nil {
+		t.Fatal(err)
+	}
+	activity := issuesJSON("labeled", "alice", "github.com")
+	comment := issueCommentJSON("created", 41, "alice", "OWNER", "once")
+	control := issueCommentJSON("created", 42, "alice", "OWNER", "control")
+	before := e.stored()
+	for _, d := range []struct {
+		event, id string
+		body      []byte
+	}{{"issues", "late-activity", activity}, {"issue_comment", "late-comment", comment}, {"issue_comment", "late-control", control}} {
+		if r := e.post(d.event, d.id, d.body, ""); r.Code != http.StatusAccepted {
+			t.Fatalf("%s: %d %q %q", d.id, r.Code, r.Status, r.Reason)
+		}
+	}
+	if err := e.svc.intake.marks.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := e.conn.KV(ctx, bus.BucketSeen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{deliveryKey("late-control"), "gh:issue-comment:42"} {
+		if err := kv.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // past the duplicate window
+	// A new instance: nothing of the first one's memory, only the bucket.
+	e.svc = e.newService()
+	e.http.Config.Handler = e.svc.Handler()
+	if r := e.post("issues", "late-activity", activity, ""); r.Code != http.StatusOK || r.Reason != route.DropDuplicate {
+		t.Errorf("activity redelivered after the window: %d %q %q, want 200 duplicate-delivery", r.Code, r.Status, r.Reason)
+	}
+	if r := e.post("issue_comment", "late-comment", comment, ""); r.Code != http.StatusOK || r.Reason != route.DropDuplicate {
+		t.Errorf("comment redelivered after the window: %d %q %q, want 200 duplicate-delivery", r.Code, r.Status, r.Reason)
+	}
+	// The same comment under another delivery id (the poller's, or a
+	// second hook): its own mark drops it.
+	if r := e.post("issue_comment", "late-comment-again", comment, ""); r.Code != http.StatusOK || r.Reason != route.DropDuplicateEvent {
+		t.Errorf("comment under a new delivery id: %d %q %q, want 200 duplicate-event", r.Code, r.Status, r.Reason)
+	}
+	if got := e.stored(); got != before+3 {
+		t.Errorf("stored %d events, want 3 (each once)", got-before)
+	}
+	if r := e.post("issue_comment", "late-control", control, ""); r.Code != http.StatusAccepted {
+		t.Fatalf("control, its marks deleted: %d %q %q, want 202 (the window is over)", r.Code, r.Status, r.Reason)
+	}
+	if got := e.stored(); got != before+4 {
+		t.Errorf("control: stored %d events in all, want 4: the duplicate window did not pass", got-before)
+	}
 }
 
 // TestDropsAreNotRemembered: a dropped delivery is not marked seen, so an
@@ -427,3 +501,36 @@ func TestActivityCarriesPayload(t *testing.T) {
 }
 
 func identityPerson(login string) identity.Person { return identity.Person{GitHub: login} }
+
+// TestIntakeLatencyMetric: every webhook request is timed from its arrival
+// to its answer, by result, in loop_ingress_github_intake_seconds; pings are
+// not deliveries and are not counted.
+func TestIntakeLatencyMetric(t *testing.T) {
+	e := newEnv(t)
+	body := issueCommentJSON("created", 51, "alice", "OWNER", "timed")
+	e.post("issue_comment", "timed-1", body, "")          // accepted
+	e.post("issue_comment", "timed-1", body, "")          // dropped: duplicate
+	e.post("issue_comment", "timed-2", body, "sha256=00") // refused: bad signature
+	e.post("ping", "timed-3", []byte(`{"zen":"x"}`), "")  // not counted
+	counts := map[string]uint64{}
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "loop_ingress_github_intake_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" {
+					counts[l.GetValue()] += m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	want := map[string]uint64{"accepted": 1, "dropped": 1, "refused": 1}
+	if fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Errorf("intake latency samples by result = %v, want %v", counts, want)
+	}
+}

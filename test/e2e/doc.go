@@ -29,6 +29,9 @@
 //     (docs/decisions/042-multi-process-attack-suite.md).
 //   - BenchmarkEndToEnd: webhook → Slack latency and throughput, each with
 //     a raw JetStream baseline of the same hops (see its doc comment).
+//   - BenchmarkWebhookIntake: webhook intake of `the-loop up` at 1 and 8
+//     senders and a sustained load, against raw JetStream on the same
+//     server (see its doc comment).
 //
 // With the build tag compose too (`make compose-e2e`), TestCompose brings
 // the repository's docker-compose.yml up on a local Docker engine and drives

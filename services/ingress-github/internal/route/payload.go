@@ -1,10 +1,8 @@
 package route
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"strconv"
 )
 
@@ -25,14 +23,9 @@ func (p Payload) Action() string { return p.o.str("action") }
 // Decode parses a payload, keeping numbers exact (ids exceed 2^53). It fails
 // on anything that is not one JSON object.
 func Decode(payload []byte) (Payload, error) {
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := parseJSON(payload)
+	if err != nil {
 		return Payload{}, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Payload{}, errors.New("trailing data after the JSON value")
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
