@@ -5,7 +5,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 2s
 
 .PHONY: all build test test-app test-race test-short lint fmt generate verify-generate proto-lint proto-breaking \
-        fuzz bench e2e tidy verify-tidy check-deps verify up clean
+        fuzz bench e2e compose-e2e tidy verify-tidy check-deps verify up clean
 
 all: build
 
@@ -68,6 +68,15 @@ bench:
 e2e:
 	@start=$$(date +%s); $(GO) test -count=1 -v -timeout=30m -tags=e2e ./test/e2e/...; rc=$$?; \
 	echo "stage e2e: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
+
+## compose-e2e: the real docker-compose.yml on this machine's Docker engine (scripts/docker-env.sh
+## installs and starts it, and builds Compose v2 once): the gate story through the containers, a
+## SIGKILL of one container of each service and NATS, the ledger-writer scaled, the three-node cluster profile
+## with its stream leader SIGKILLed; prints its counts and duration.
+compose-e2e:
+	@start=$$(date +%s); ./scripts/docker-env.sh && \
+	$(GO) test -count=1 -v -timeout=45m -tags='e2e compose' -run '^TestCompose$$' ./test/e2e/; rc=$$?; \
+	echo "stage compose-e2e: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
 
 tidy:
 	$(GO) mod tidy

@@ -3,8 +3,11 @@ package deploy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -21,9 +24,10 @@ import (
 	"github.com/the-loop/bus/pkg/bus/bustest"
 )
 
-// natsConfigs are the nats.conf files the deployments run: compose, the
-// Kubernetes cluster (base) and the single-node dev overlay.
-var natsConfigs = []string{"nats/nats.conf", "k8s/base/nats.conf", "k8s/overlays/dev/nats.conf"}
+// natsConfigs are the nats.conf files the deployments run: compose, its
+// cluster profile, the Kubernetes cluster (base) and the single-node dev
+// overlay.
+var natsConfigs = []string{"nats/nats.conf", "nats/cluster.conf", "k8s/base/nats.conf", "k8s/overlays/dev/nats.conf"}
 
 // TestNATSConfigsRequireAuthorization runs each deployment's nats.conf, with
 // the authorization block `the-loop auth init` writes beside it, and checks
@@ -31,7 +35,8 @@ var natsConfigs = []string{"nats/nats.conf", "k8s/base/nats.conf", "k8s/overlays
 // a stolen-looking key no server knows is refused, and a service's own
 // identity is admitted and held to its grants.
 func TestNATSConfigsRequireAuthorization(t *testing.T) {
-	t.Setenv("POD_NAME", "nats-0") // the cluster's server_name
+	t.Setenv("POD_NAME", "nats-0") // the Kubernetes cluster's server_name
+	t.Setenv("HOSTNAME", "nats")   // compose's
 	for _, conf := range natsConfigs {
 		t.Run(conf, func(t *testing.T) {
 			raw, err := os.ReadFile(conf)
@@ -47,6 +52,10 @@ func TestNATSConfigsRequireAuthorization(t *testing.T) {
 				t.Fatal(err)
 			}
 			seeds := writeAuth(t, filepath.Join(dir, "auth"))
+			if strings.Contains(string(raw), "cluster {") {
+				checkClusterBlock(t, conf, string(raw))
+				writeRoutes(t, filepath.Join(dir, "auth"), "nats-a:6222", "nats-b:6222", "nats-c:6222")
+			}
 			srv := bustest.StartFromConfig(t, path)
 
 			connect := func(name string, creds bus.Credentials) error {
@@ -105,6 +114,70 @@ func writeAuth(t *testing.T, dir string) map[string][]byte {
 		t.Fatal(err)
 	}
 	return seeds
+}
+
+// checkClusterBlock: a cluster's routes and their credential come from
+// ./auth/routes.conf (scripts/nats-routes.sh), never from the config itself —
+// a route without a credential would let anything that reaches the route port
+// in, as a peer server, around the authorization block.
+func checkClusterBlock(t *testing.T, conf, raw string) {
+	t.Helper()
+	block := raw[strings.Index(raw, "cluster {"):]
+	block = block[:strings.Index(block, "\n}")]
+	if !strings.Contains(block, "include ./auth/routes.conf") {
+		t.Errorf("%s: the cluster block does not include the route credential ./auth/routes.conf", conf)
+	}
+	for _, line := range strings.Split(block, "\n") {
+		if l := strings.TrimSpace(line); strings.HasPrefix(l, "routes") || strings.Contains(l, "nats-route://") || strings.HasPrefix(l, "authorization") {
+			t.Errorf("%s: the cluster block names routes or a credential itself: %q", conf, l)
+		}
+	}
+}
+
+// writeRoutes runs scripts/nats-routes.sh as an operator does: DIR/routes.conf
+// with routes to hosts.
+func writeRoutes(t *testing.T, dir string, hosts ...string) string {
+	t.Helper()
+	out, err := exec.Command("../scripts/nats-routes.sh", append([]string{dir}, hosts...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("scripts/nats-routes.sh: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "routes.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestRouteCredential: scripts/nats-routes.sh writes a secret file (mode
+// 0600) that makes a node require the credential of every route and present
+// it on each of its own routes, one fresh credential per run.
+func TestRouteCredential(t *testing.T) {
+	dir := t.TempDir()
+	hosts := []string{"nats:6222", "nats-2:6222", "nats-3:6222"}
+	conf := writeRoutes(t, dir, hosts...)
+	fi, err := os.Stat(filepath.Join(dir, "routes.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("routes.conf mode %v, want 0600", fi.Mode().Perm())
+	}
+	m := regexp.MustCompile(`(?s)authorization \{\s*user: route\s*password: "([0-9a-f]{48})"\s*\}`).FindStringSubmatch(conf)
+	if m == nil {
+		t.Fatalf("routes.conf has no route user with a 24-byte password:\n%s", conf)
+	}
+	for _, h := range hosts {
+		if !strings.Contains(conf, fmt.Sprintf("%q", "nats-route://route:"+m[1]+"@"+h)) {
+			t.Errorf("routes.conf has no route to %s with the credential:\n%s", h, conf)
+		}
+	}
+	if again := writeRoutes(t, dir, hosts...); strings.Contains(again, m[1]) {
+		t.Error("a second run kept the credential")
+	}
+	if out, err := exec.Command("../scripts/nats-routes.sh", dir, "nats:6222").CombinedOutput(); err == nil {
+		t.Errorf("one host accepted: %s", out)
+	}
 }
 
 // TestComposeGivesEachServiceItsOwnIdentity: every service gets its own NKey
@@ -182,6 +255,25 @@ func TestKubernetesIdentities(t *testing.T) {
 				}
 				if !found {
 					t.Errorf("%s: nats does not get auth/auth.conf from the Secret the-loop-nats-auth", overlay)
+				}
+				// A cluster's nodes get the route credential too;
+				// one server has no routes and needs none.
+				routes := false
+				for _, v := range spec.Volumes {
+					if v.Projected == nil {
+						continue
+					}
+					for _, src := range v.Projected.Sources {
+						routes = routes || src.Secret != nil && src.Secret.Name == "the-loop-nats-auth" &&
+							slices.ContainsFunc(src.Secret.Items, func(i corev1.KeyToPath) bool { return i.Key == "routes.conf" && i.Path == "auth/routes.conf" })
+					}
+				}
+				var set appsv1.StatefulSet
+				if err := yaml.Unmarshal(y, &set); err != nil {
+					t.Fatal(err)
+				}
+				if clustered := set.Spec.Replicas == nil || *set.Spec.Replicas > 1; routes != clustered {
+					t.Errorf("%s: nats mounts the route credential: %v, with replicas %v", overlay, routes, set.Spec.Replicas)
 				}
 				continue
 			}

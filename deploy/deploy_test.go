@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -19,8 +20,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/applyconfigurations"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -79,16 +84,18 @@ func TestComposeFile(t *testing.T) {
 		t.Fatalf("compose-go refuses docker-compose.yml: %v", err)
 	}
 	types := settingTypes(t)
-	want := append([]string{"nats"}, theServices...)
+	wantNames := append([]string{"nats"}, theServices...)
 	got := project.ServiceNames()
-	slices.Sort(want)
+	slices.Sort(wantNames)
 	slices.Sort(got)
-	if !slices.Equal(got, want) {
-		t.Fatalf("services = %v, want %v", got, want)
+	if !slices.Equal(got, wantNames) {
+		t.Fatalf("services = %v, want %v (the cluster profile's nodes only with --profile cluster)", got, wantNames)
 	}
 	nats := project.Services["nats"]
-	if nats.HealthCheck == nil || !strings.Contains(strings.Join(nats.HealthCheck.Test, " "), "/healthz?js-enabled-only=true") {
-		t.Errorf("nats healthcheck = %+v", nats.HealthCheck)
+	// Healthy means JetStream ready (a cluster: a meta leader, this node
+	// current), not merely enabled: the services start only then.
+	if nats.HealthCheck == nil || !slices.Contains(nats.HealthCheck.Test, "http://localhost:8222/healthz") {
+		t.Errorf("nats healthcheck = %+v, want the full /healthz", nats.HealthCheck)
 	}
 	for _, p := range nats.Ports {
 		if p.Target == 8222 && p.HostIP != "127.0.0.1" {
@@ -103,10 +110,21 @@ func TestComposeFile(t *testing.T) {
 		if dep, ok := svc.DependsOn["nats"]; !ok || dep.Condition != composetypes.ServiceConditionHealthy {
 			t.Errorf("%s does not wait for a healthy nats", name)
 		}
-		if svc.HealthCheck == nil || !slices.Contains(svc.HealthCheck.Test, "health") {
-			t.Errorf("%s healthcheck = %+v, want `the-loop health`", name, svc.HealthCheck)
+		if svc.HealthCheck == nil || !slices.Contains(svc.HealthCheck.Test, "health") || !slices.Contains(svc.HealthCheck.Test, "--ready") {
+			t.Errorf("%s healthcheck = %+v, want `the-loop health --ready` (/readyz)", name, svc.HealthCheck)
 		}
-		if svc.Restart == "" || svc.Restart == "no" {
+		// Its own tokens only: one env file, named after the service.
+		if len(svc.EnvFiles) != 1 || !strings.HasSuffix(svc.EnvFiles[0].Path, filepath.Join("deploy", "secrets", name+".env")) {
+			t.Errorf("%s env_file = %+v, want only deploy/secrets/%s.env", name, svc.EnvFiles, name)
+		}
+		wantTarget, wantImage := "service", "the-loop:local"
+		if name == "dispatcher" {
+			wantTarget, wantImage = "session", "the-loop-session:local"
+		}
+		if svc.Build == nil || svc.Build.Target != wantTarget || svc.Image != wantImage {
+			t.Errorf("%s builds %+v as %q, want deploy/Dockerfile's target %s as %s", name, svc.Build, svc.Image, wantTarget, wantImage)
+		}
+		if svc.Restart != composetypes.RestartPolicyUnlessStopped && svc.Restart != composetypes.RestartPolicyAlways {
 			t.Errorf("%s has no restart policy", name)
 		}
 		for k, v := range svc.Environment {
@@ -136,18 +154,47 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("%s is not scaled by deploy.replicas", name)
 		}
 	}
-	// Every key of .env.example is a setting, and a secret one.
-	env, err := os.ReadFile("../.env.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(env), "\n") {
-		if k, _, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
-			if types[k] != "Secret" {
-				t.Errorf(".env.example names %s, which is not a secret setting", k)
+	// Every key of a service's example env file is a secret setting.
+	for _, name := range theServices {
+		env, err := os.ReadFile(filepath.Join("secrets.example", name+".env"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(env), "\n") {
+			if k, _, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+				if types[k] != "Secret" {
+					t.Errorf("secrets.example/%s.env names %s, which is not a secret setting", name, k)
+				}
 			}
 		}
 	}
+	// The NATS image is the server the tests run (go.mod's nats-server).
+	want := "nats:" + strings.TrimPrefix(natsServerVersion(t), "v") + "-alpine"
+	for _, n := range []string{"nats", "nats-2", "nats-3"} {
+		svc, ok := project.Services[n]
+		if !ok {
+			svc, ok = project.DisabledServices[n]
+		}
+		if !ok || svc.Image != want {
+			t.Errorf("%s image %q, want %s", n, svc.Image, want)
+		}
+	}
+}
+
+// natsServerVersion is the nats-server module version go.mod requires.
+func natsServerVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "github.com/nats-io/nats-server/v2" {
+			return f[1]
+		}
+	}
+	t.Fatal("go.mod requires no nats-server")
+	return ""
 }
 
 // monitoringServiceMonitor is the part of the Prometheus Operator CRD we use;
@@ -172,6 +219,75 @@ type serviceMonitor struct {
 	} `json:"spec"`
 }
 
+// rendered is one kustomization, built.
+type rendered struct {
+	name string
+	res  []*unstructured.Unstructured
+}
+
+// kustomizations are the two overlays and a test kustomization that adds
+// every component to the base, so that components no overlay uses are
+// rendered and validated too.
+func kustomizations(t *testing.T) []rendered {
+	t.Helper()
+	overlays, err := filepath.Glob("k8s/overlays/*")
+	if err != nil || len(overlays) < 2 {
+		t.Fatalf("overlays: %v %v", overlays, err)
+	}
+	components, err := filepath.Glob("k8s/components/*")
+	if err != nil || len(components) < 3 {
+		t.Fatalf("components: %v %v", components, err)
+	}
+	// Kustomize takes no absolute path: the test kustomization sits
+	// beside the overlays for the test's duration.
+	all, err := os.MkdirTemp("k8s", ".all-components-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(all) })
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../base\ncomponents:\n"
+	for _, c := range components {
+		k += "  - ../components/" + filepath.Base(c) + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(all, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := krusty.MakeDefaultOptions()
+	var out []rendered
+	for _, dir := range append(overlays, all) {
+		name := filepath.Base(dir)
+		if dir == all {
+			name = "base+all-components"
+		}
+		resmap, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
+		if err != nil {
+			t.Fatalf("kustomize build %s: %v", name, err)
+		}
+		r := rendered{name: name}
+		for _, res := range resmap.Resources() {
+			js, err := res.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := &unstructured.Unstructured{}
+			if err := u.UnmarshalJSON(js); err != nil {
+				t.Fatal(err)
+			}
+			r.res = append(r.res, u)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestKubernetesOverlays renders every overlay (and the base with every
+// component) and validates each object twice: decoded strictly into the
+// Kubernetes API types, and against the API's schema (the OpenAPI-derived
+// schema client-go's apply configurations use), which refuses a field the
+// API does not have and a value of the wrong type. Then it checks what an
+// operator expects of each service: its PDB, its three probes, resources,
+// a non-root security context, and no secret in an environment variable's
+// plain value.
 func TestKubernetesOverlays(t *testing.T) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, autoscalingv2.AddToScheme, networkingv1.AddToScheme} {
@@ -180,63 +296,69 @@ func TestKubernetesOverlays(t *testing.T) {
 		}
 	}
 	decoder := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
+	schema := applyconfigurations.NewTypeConverter(scheme)
 	types := settingTypes(t)
 	adminPort := defaultPort(t, "LOOP_ADMIN_ADDR")
 
-	overlays, err := filepath.Glob("k8s/overlays/*")
-	if err != nil || len(overlays) < 2 {
-		t.Fatalf("overlays: %v %v", overlays, err)
-	}
-	for _, overlay := range overlays {
-		t.Run(filepath.Base(overlay), func(t *testing.T) {
-			resmap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), overlay)
-			if err != nil {
-				t.Fatalf("kustomize build %s: %v", overlay, err)
-			}
+	for _, k := range kustomizations(t) {
+		t.Run(k.name, func(t *testing.T) {
 			deployments := map[string]*appsv1.Deployment{}
-			natsReplicas := int32(0)
+			pdbs := map[string]*policyv1.PodDisruptionBudget{}
+			hpas := map[string]bool{}
+			configMaps := map[string]*corev1.ConfigMap{}
+			var nats *appsv1.StatefulSet
 			kinds := map[string]int{}
-			for _, res := range resmap.Resources() {
-				y, err := res.AsYAML()
+			for _, u := range k.res {
+				kind, name := u.GetKind(), u.GetName()
+				kinds[kind]++
+				js, err := u.MarshalJSON()
 				if err != nil {
 					t.Fatal(err)
 				}
-				kinds[res.GetKind()]++
-				if res.GetKind() == "ServiceMonitor" {
-					js, err := res.MarshalJSON()
-					if err != nil {
-						t.Fatal(err)
-					}
+				if kind == "ServiceMonitor" {
 					dec := json.NewDecoder(bytes.NewReader(js))
 					dec.DisallowUnknownFields()
 					var sm serviceMonitor
 					if err := dec.Decode(&sm); err != nil {
-						t.Errorf("ServiceMonitor: %v", err)
+						t.Errorf("ServiceMonitor %s: %v", name, err)
 					}
-					if len(sm.Spec.Endpoints) == 0 || sm.Spec.Endpoints[0].Port != "admin" || sm.Spec.Endpoints[0].Path != "/metrics" {
-						t.Errorf("ServiceMonitor does not scrape admin /metrics: %+v", sm.Spec.Endpoints)
+					if len(sm.Spec.Endpoints) == 0 || sm.Spec.Endpoints[0].Path != "/metrics" {
+						t.Errorf("ServiceMonitor %s does not scrape /metrics: %+v", name, sm.Spec.Endpoints)
 					}
 					continue
 				}
-				obj, _, err := decoder.Decode(y, nil, nil)
+				if _, err := schema.ObjectToTyped(u); err != nil {
+					t.Errorf("%s/%s does not validate against the API schema: %v", kind, name, err)
+				}
+				obj, _, err := decoder.Decode(js, nil, nil)
 				if err != nil {
-					t.Errorf("%s/%s does not decode strictly: %v", res.GetKind(), res.GetName(), err)
+					t.Errorf("%s/%s does not decode strictly: %v", kind, name, err)
 					continue
 				}
 				switch o := obj.(type) {
 				case *appsv1.Deployment:
 					deployments[o.Name] = o
 				case *appsv1.StatefulSet:
-					if o.Name == "nats" && o.Spec.Replicas != nil {
-						natsReplicas = *o.Spec.Replicas
+					if o.Name == "nats" {
+						nats = o
 					}
+				case *policyv1.PodDisruptionBudget:
+					pdbs[o.Name] = o
+				case *autoscalingv2.HorizontalPodAutoscaler:
+					hpas[o.Spec.ScaleTargetRef.Name] = true
+				case *corev1.ConfigMap:
+					configMaps[o.Name] = o
 				}
 			}
-			for _, k := range []string{"StatefulSet", "PodDisruptionBudget", "HorizontalPodAutoscaler", "NetworkPolicy", "ConfigMap", "ServiceMonitor"} {
-				if kinds[k] == 0 {
-					t.Errorf("no %s rendered", k)
+			for _, kind := range []string{"StatefulSet", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap"} {
+				if kinds[kind] == 0 {
+					t.Errorf("no %s rendered", kind)
 				}
 			}
+			if nats == nil || nats.Spec.Replicas == nil {
+				t.Fatal("no NATS StatefulSet with replicas")
+			}
+			checkNATS(t, nats, configMaps, pdbs["nats"])
 			for _, name := range theServices {
 				d, ok := deployments[name]
 				if !ok {
@@ -244,14 +366,99 @@ func TestKubernetesOverlays(t *testing.T) {
 					continue
 				}
 				checkDeployment(t, d, name, types, adminPort)
+				checkPDB(t, name, pdbs[name], d)
+				// The HPA owns the replica count of what it scales.
+				if hpas[name] && d.Spec.Replicas != nil {
+					t.Errorf("%s: replicas %d set on a Deployment its HPA manages", name, *d.Spec.Replicas)
+				}
 				// Streams cannot have more replicas than there are servers.
 				for _, e := range d.Spec.Template.Spec.Containers[0].Env {
-					if e.Name == "LOOP_STREAM_REPLICAS" && e.Value != fmt.Sprint(natsReplicas) {
-						t.Errorf("%s: LOOP_STREAM_REPLICAS=%s with %d NATS servers", name, e.Value, natsReplicas)
+					if e.Name == "LOOP_STREAM_REPLICAS" && e.Value != fmt.Sprint(*nats.Spec.Replicas) {
+						t.Errorf("%s: LOOP_STREAM_REPLICAS=%s with %d NATS servers", name, e.Value, *nats.Spec.Replicas)
 					}
 				}
 			}
+			if k.name == "prod" {
+				for name, d := range deployments {
+					if img := d.Spec.Template.Spec.Containers[0].Image; strings.HasSuffix(img, ":latest") || !strings.Contains(img, ":") {
+						t.Errorf("prod %s runs %s: pin the tag", name, img)
+					}
+				}
+				if *nats.Spec.Replicas != 3 {
+					t.Errorf("prod runs %d NATS servers, want 3", *nats.Spec.Replicas)
+				}
+				if kinds["Ingress"] == 0 || len(hpas) == 0 {
+					t.Errorf("prod has %d Ingress and HPAs for %v", kinds["Ingress"], hpas)
+				}
+			}
+			// A cluster without the Prometheus Operator refuses a
+			// ServiceMonitor: only the monitoring component brings one.
+			if k.name != "base+all-components" && kinds["ServiceMonitor"] > 0 {
+				t.Errorf("%s renders a ServiceMonitor without the monitoring component", k.name)
+			}
 		})
+	}
+}
+
+// checkPDB: every service has a PodDisruptionBudget that selects its pods
+// and never blocks a drain (at least one pod may always go).
+func checkPDB(t *testing.T, name string, pdb *policyv1.PodDisruptionBudget, d *appsv1.Deployment) {
+	t.Helper()
+	if pdb == nil {
+		t.Errorf("%s: no PodDisruptionBudget", name)
+		return
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("%s: the PodDisruptionBudget's selector %v does not select its pods", name, pdb.Spec.Selector)
+	}
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() < 1 {
+		t.Errorf("%s: PodDisruptionBudget %+v may block a drain; want maxUnavailable ≥ 1", name, pdb.Spec)
+	}
+}
+
+// checkNATS: the NATS servers run the tested version with authorization,
+// the prometheus-nats-exporter sidecar, a PDB that keeps quorum without
+// blocking a drain, and a pid_file for the lame-duck preStop.
+func checkNATS(t *testing.T, s *appsv1.StatefulSet, configMaps map[string]*corev1.ConfigMap, pdb *policyv1.PodDisruptionBudget) {
+	t.Helper()
+	spec := s.Spec.Template.Spec
+	var server, exporter *corev1.Container
+	for i := range spec.Containers {
+		switch c := &spec.Containers[i]; {
+		case strings.HasPrefix(c.Image, "nats:"):
+			server = c
+		case strings.Contains(c.Image, "prometheus-nats-exporter"):
+			exporter = c
+		}
+	}
+	if server == nil {
+		t.Fatal("no nats-server container")
+	}
+	if want := "nats:" + strings.TrimPrefix(natsServerVersion(t), "v") + "-alpine"; server.Image != want {
+		t.Errorf("NATS image %s, want %s (the version the tests run)", server.Image, want)
+	}
+	if exporter == nil || !slices.Contains(exporter.Args, "http://localhost:8222") {
+		t.Errorf("no prometheus-nats-exporter sidecar reading the monitoring port: %+v", exporter)
+	}
+	conf := ""
+	for name, cm := range configMaps {
+		if strings.HasPrefix(name, "nats-config") {
+			conf = cm.Data["nats.conf"]
+		}
+	}
+	if !strings.Contains(conf, "include ./auth/auth.conf") {
+		t.Error("NATS runs without the authorization block")
+	}
+	if pre := server.Lifecycle; pre != nil && pre.PreStop != nil && pre.PreStop.Exec != nil {
+		for _, a := range pre.PreStop.Exec.Command {
+			if pid, ok := strings.CutPrefix(a, "-sl=ldm="); ok && !strings.Contains(conf, "pid_file: "+pid) {
+				t.Errorf("the preStop signals the server through %s, which nats.conf does not write", pid)
+			}
+		}
+	}
+	if pdb == nil || pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("NATS PodDisruptionBudget %+v: want maxUnavailable 1", pdb)
 	}
 }
 
@@ -264,6 +471,9 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, name string, types map[
 	if spec.TerminationGracePeriodSeconds == nil || *spec.TerminationGracePeriodSeconds < 60 {
 		t.Errorf("%s: terminationGracePeriodSeconds below the longest GitHub call", name)
 	}
+	if sc := spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0 {
+		t.Errorf("%s: the pod must run as a non-root user: %+v", name, sc)
+	}
 	if len(spec.Containers) != 1 {
 		t.Fatalf("%s: %d containers", name, len(spec.Containers))
 	}
@@ -271,13 +481,34 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, name string, types map[
 	if !slices.Equal(c.Args, []string{"serve", name}) {
 		t.Errorf("%s: args %q, want [serve %s]", name, c.Args, name)
 	}
+	wantImage := "ghcr.io/the-loop/bus:"
+	if name == "dispatcher" {
+		wantImage = "ghcr.io/the-loop/bus-session:" // tmux, git and the harness
+	}
+	if !strings.HasPrefix(c.Image, wantImage) {
+		t.Errorf("%s: image %s, want %s…", name, c.Image, wantImage)
+	}
+	if sc := c.SecurityContext; sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+		t.Errorf("%s: container security context %+v", name, sc)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("%s: resources %+v, want CPU and memory requests and a memory limit", name, c.Resources)
+	}
 	for _, e := range c.Env {
 		typ, known := types[e.Name]
-		if !known {
+		fromSecret := e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
+		switch {
+		case !known && !strings.HasPrefix(e.Name, "LOOP_") && fromSecret:
+			// The harness's own credential (ANTHROPIC_API_KEY), which
+			// the dispatcher hands to sessions by LOOP_SESSION_ENV.
+		case !known:
 			t.Errorf("%s: env %s is not a setting the-loop reads", name, e.Name)
+		case typ == "Secret" && (e.Value != "" || !fromSecret):
+			t.Errorf("%s: secret %s must come from a Secret reference, never a plain value", name, e.Name)
 		}
-		if typ == "Secret" && (e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
-			t.Errorf("%s: secret %s must come from a Secret reference", name, e.Name)
+		if fromSecret && e.Value != "" {
+			t.Errorf("%s: %s has a plain value beside its Secret reference", name, e.Name)
 		}
 	}
 	ports := map[string]string{}
@@ -287,10 +518,115 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, name string, types map[
 	if ports["admin"] != adminPort {
 		t.Errorf("%s: admin port %q, LOOP_ADMIN_ADDR defaults to %s", name, ports["admin"], adminPort)
 	}
+	if p := c.StartupProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
+		t.Errorf("%s: startup probe must be /healthz (a NATS outage at start is readiness's business)", name)
+	} else {
+		// The admin port opens once streams and consumers are
+		// provisioned, which a service allows 30 s a replica: the
+		// kubelet must not kill it sooner.
+		replicas := 1
+		for _, e := range c.Env {
+			if e.Name == "LOOP_STREAM_REPLICAS" {
+				fmt.Sscan(e.Value, &replicas)
+			}
+		}
+		if budget := p.PeriodSeconds * p.FailureThreshold; int(budget) < 30*replicas+10 {
+			t.Errorf("%s: the startup probe allows %ds, provisioning R%d up to %ds", name, budget, replicas, 30*replicas)
+		}
+	}
 	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" {
 		t.Errorf("%s: readiness must be /readyz", name)
 	}
 	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
 		t.Errorf("%s: liveness must be /healthz (never tied to NATS)", name)
+	}
+}
+
+// TestComposeClusterProfile: deploy/nats/cluster.env turns the compose file
+// into a three-node JetStream cluster — nats, nats-2 and nats-3 each running
+// cluster.conf with the authorization block, routes to all three — and gives
+// every service R3 and every server's URL.
+func TestComposeClusterProfile(t *testing.T) {
+	// As `docker compose --env-file deploy/nats/cluster.env` reads it.
+	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yml"},
+		cli.WithWorkingDirectory(".."), cli.WithEnv([]string{}), cli.WithEnvFiles("nats/cluster.env"), cli.WithDotEnv,
+		cli.WithInterpolation(true), cli.WithProfiles([]string{"cluster"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatalf("compose-go refuses the cluster profile: %v", err)
+	}
+	conf, err := os.ReadFile("nats/cluster.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"include ./auth/auth.conf", "server_name: $HOSTNAME"} {
+		if !strings.Contains(string(conf), want) {
+			t.Errorf("cluster.conf lacks %q", want)
+		}
+	}
+	for _, n := range []string{"nats", "nats-2", "nats-3"} {
+		svc, ok := project.Services[n]
+		if !ok {
+			t.Errorf("the cluster profile has no %s", n)
+			continue
+		}
+		if svc.Hostname != n {
+			t.Errorf("%s hostname %q: the server's name must be stable", n, svc.Hostname)
+		}
+		mounted := map[string]string{}
+		for _, v := range svc.Volumes {
+			mounted[v.Target] = v.Source
+		}
+		if !strings.HasSuffix(mounted["/etc/nats/nats.conf"], filepath.Join("deploy", "nats", "cluster.conf")) ||
+			!strings.HasSuffix(mounted["/etc/nats/auth/auth.conf"], filepath.Join("deploy", "secrets", "auth.conf")) ||
+			!strings.HasSuffix(mounted["/etc/nats/auth/routes.conf"], filepath.Join("deploy", "secrets", "routes.conf")) {
+			t.Errorf("%s mounts %v, want cluster.conf, the authorization block and the route credential", n, mounted)
+		}
+	}
+	for _, name := range theServices {
+		e := project.Services[name].Environment
+		if r := e["LOOP_STREAM_REPLICAS"]; r == nil || *r != "3" {
+			t.Errorf("%s LOOP_STREAM_REPLICAS = %v under the cluster profile, want 3", name, r)
+		}
+		if u := e["LOOP_NATS_URL"]; u == nil || strings.Count(*u, "nats://") != 3 {
+			t.Errorf("%s LOOP_NATS_URL = %v, want the three servers", name, u)
+		}
+	}
+}
+
+// TestDockerBuild: the build context is an allow-list that never holds a
+// secret, and the Dockerfile's two targets are what compose and Kubernetes
+// run.
+func TestDockerBuild(t *testing.T) {
+	ignore, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(ignore), "\n")
+	if !slices.Contains(lines, "*") {
+		t.Error(".dockerignore does not start from excluding everything")
+	}
+	for _, l := range lines {
+		for _, secret := range []string{".env", ".the-loop", "deploy", ".git"} {
+			if strings.HasPrefix(l, "!") && strings.HasPrefix(strings.TrimPrefix(l, "!"), secret) {
+				t.Errorf(".dockerignore lets %s into the build context", l)
+			}
+		}
+	}
+	df, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"AS service", "AS session", "ARG STATIC_BASE=", "ARG SESSION_BASE=", "ARG BINARY=",
+		"ARG HARNESS=claude-code", "@anthropic-ai/claude-code@${HARNESS_VERSION}", "USER 65532:65532", "VOLUME /workspace"} {
+		if !strings.Contains(string(df), want) {
+			t.Errorf("deploy/Dockerfile lacks %q", want)
+		}
+	}
+	if m := regexp.MustCompile(`ARG HARNESS_VERSION=(\S+)`).FindStringSubmatch(string(df)); m == nil || !regexp.MustCompile(`^\d+\.\d+\.\d+$`).MatchString(m[1]) {
+		t.Errorf("Claude Code is not pinned to a version: %v", m)
 	}
 }

@@ -269,9 +269,7 @@ func (h *host) run(ctx context.Context) (err error) {
 	topo.Replicas = h.settings.Common.Replicas
 	reg.MustRegister(bus.NewStateCollector(conns[h.defs[0].name], []string{bus.StreamInbox, bus.StreamEvents, bus.StreamDLQ, bus.StreamLog},
 		consumedBy(topo, h.defs), topo.Partitions))
-	pctx, cancel := context.WithTimeout(rctx, 30*time.Second)
-	err = conns[h.defs[0].name].Provision(pctx, topo)
-	cancel()
+	err = provision(rctx, h.log, conns[h.defs[0].name], topo)
 	var ae *bus.AuthError
 	if cause := context.Cause(rctx); errors.As(cause, &ae) {
 		return cause
@@ -503,4 +501,31 @@ func splitListen(addr string) (string, int, error) {
 		port = -1
 	}
 	return host, port, nil
+}
+
+// provisionAttempt bounds one attempt at provisioning.
+const provisionAttempt = 20 * time.Second
+
+// provision provisions topo within 30 seconds a replica: each replica of a
+// replicated topology is a raft group per stream and consumer, formed
+// through the meta leader while every other service provisions the same.
+// On a cluster a JetStream API request sent while a leader is being elected
+// can go unanswered and would hold the call to its deadline, so an attempt
+// that runs out of time is made again: provisioning is idempotent, and what
+// the last attempt created is found.
+func provision(ctx context.Context, log *slog.Logger, c *bus.Conn, topo bus.Topology) error {
+	deadline := time.Now().Add(time.Duration(max(1, topo.Replicas)) * 30 * time.Second)
+	for attempt := 1; ; attempt++ {
+		end := time.Now().Add(provisionAttempt)
+		if end.After(deadline) {
+			end = deadline
+		}
+		actx, cancel := context.WithDeadline(ctx, end)
+		err := c.Provision(actx, topo)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || !time.Now().Before(deadline) {
+			return err
+		}
+		log.Warn("provisioning streams and consumers again", "attempt", attempt, "err", err)
+	}
 }

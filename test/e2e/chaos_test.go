@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,22 +15,22 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/the-loop/bus/pkg/bus"
 )
 
 // Chaos schedule. Senders pace each work item's events so that the flow
-// lasts about chaosFlow; every chaosKillMin..chaosKillMax while events flow
-// a random service process is SIGKILLed (its supervisor starts it again at
-// once) or — a replica of a consuming service, one time in two — stopped
+// lasts about the plan's flow; every chaosKillMin..chaosKillMax while events
+// flow a random service process is SIGKILLed (its supervisor starts it again
+// at once) or — a replica of a consuming service, one time in two — stopped
 // cleanly and kept down until the next step, as a scale-down and scale-up
-// would; nats-server is killed and restarted once, half-way. Each consuming
+// would; and NATS is killed and restarted: the single server once, half-way,
+// or in cluster mode the server leading LOOP_INBOX, twice. Each consuming
 // service runs chaosReplicas replicas, which share its partitions, so the
 // partitions move at every step.
 const (
 	chaosReplicas  = 3
-	chaosWorkItems = 50
-	chaosEvents    = 1000 // besides the 50 start comments
-	chaosGitHubPct = 20   // share of GitHub comments; the rest are Slack replies
-	chaosFlow      = 100 * time.Second
+	chaosGitHubPct = 20 // share of GitHub comments; the rest are Slack replies
 	chaosKillMin   = 3 * time.Second
 	chaosKillMax   = 6 * time.Second
 	chaosNATSDown  = 3 * time.Second
@@ -50,9 +51,35 @@ const (
 //
 // E2E_CHAOS_SEED fixes the schedule (the seed is printed).
 func TestChaos(t *testing.T) {
+	runChaos(t, chaosPlan{workItems: 50, events: 1000, flow: 100 * time.Second, natsKills: 1})
+}
+
+// TestChaosCluster is the chaos run on a three-node JetStream cluster:
+// three nats-server processes with routes on loopback and authorization on
+// (the same auth.conf; the routes' credential from scripts/nats-routes.sh,
+// and a stranger's route refused), every stream, consumer and bucket replicated on all
+// three (LOOP_STREAM_REPLICAS=3), the services spread across the servers.
+// Besides the service kills, the server leading LOOP_INBOX is SIGKILLed
+// mid-run and restarted, twice. It reports lost, duplicated and reordered,
+// and the longest stall: the longest time nothing new reached GitHub, Slack
+// or a session while events were still owed.
+func TestChaosCluster(t *testing.T) {
+	runChaos(t, chaosPlan{workItems: 20, events: 400, flow: 80 * time.Second, natsKills: 2, natsNodes: 3})
+}
+
+// chaosPlan sizes one chaos run.
+type chaosPlan struct {
+	workItems, events int // events besides the start comments
+	flow              time.Duration
+	natsKills         int // NATS servers killed during the flow, evenly spaced
+	natsNodes         int // 3: a JetStream cluster, whose stream leader is killed
+}
+
+func runChaos(t *testing.T, run chaosPlan) {
 	if testing.Short() {
 		t.Skip("chaos runs for minutes")
 	}
+	chaosWorkItems, chaosEvents, chaosFlow := run.workItems, run.events, run.flow
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("E2E_CHAOS_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -64,7 +91,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos seed %d (E2E_CHAOS_SEED=%d reproduces the schedule)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0x10095))
 
-	c := startCluster(t, clusterOptions{replicas: chaosReplicas})
+	c := startCluster(t, clusterOptions{replicas: chaosReplicas, natsNodes: run.natsNodes})
 	c.addIssues(chaosWorkItems)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -128,10 +155,9 @@ func TestChaos(t *testing.T) {
 	go func() { wg.Wait(); close(flowDone) }()
 
 	// The chaos: kill a random service process every few seconds while
-	// events flow; kill nats-server once, half-way.
+	// events flow; kill NATS run.natsKills times, evenly spaced.
 	var schedule []string
-	natsAt := chaosFlow / 2
-	natsDone := false
+	natsDone := 0
 	kills, pauses := 0, 0
 	var round []*proc
 	var paused *proc // stopped cleanly at the last step, started at this one
@@ -145,6 +171,7 @@ func TestChaos(t *testing.T) {
 		schedule = append(schedule, fmt.Sprintf("%s %s started again", time.Since(flowStart).Round(100*time.Millisecond), paused.name))
 		paused = nil
 	}
+	stall := c.watchStall(time.Second)
 chaos:
 	for {
 		wait := chaosKillMin + time.Duration(rng.Int64N(int64(chaosKillMax-chaosKillMin)))
@@ -155,15 +182,20 @@ chaos:
 		}
 		resume()
 		at := time.Since(flowStart).Round(100 * time.Millisecond)
-		if !natsDone && time.Since(flowStart) >= natsAt {
-			natsDone = true
-			c.nats.kill(true)
+		if natsDone < run.natsKills && time.Since(flowStart) >= chaosFlow*time.Duration(natsDone+1)/time.Duration(run.natsKills+1) {
+			natsDone++
+			victim, what := c.nats, "nats-server"
+			if len(c.natsProcs) > 1 {
+				victim = c.streamLeader(bus.StreamInbox)
+				what = victim.name + ", leader of " + bus.StreamInbox
+			}
+			victim.kill(true)
 			time.Sleep(chaosNATSDown)
-			if err := c.nats.release(); err != nil {
+			if err := victim.release(); err != nil {
 				t.Fatal(err)
 			}
-			c.waitNATS(30 * time.Second)
-			schedule = append(schedule, fmt.Sprintf("%s nats-server (down %s)", at, chaosNATSDown))
+			c.waitNATS(60 * time.Second)
+			schedule = append(schedule, fmt.Sprintf("%s %s (down %s)", at, what, chaosNATSDown))
 			continue
 		}
 		// Random order, every process once per round: each service,
@@ -192,19 +224,21 @@ chaos:
 	if sendErr != nil {
 		t.Fatalf("sending: %v", sendErr)
 	}
-	if !natsDone {
-		t.Errorf("the flow ended before nats-server was restarted")
+	if natsDone < run.natsKills {
+		t.Errorf("the flow ended after %d of %d NATS kills", natsDone, run.natsKills)
 	}
-	t.Logf("flow: %d events sent in %s; %d service processes SIGKILLed, %d replicas stopped cleanly and started again, nats-server restarted once:\n  %s",
-		len(sent), flow.Round(time.Second), kills, pauses, strings.Join(schedule, "\n  "))
+	t.Logf("flow: %d events sent in %s; %d service processes SIGKILLed, %d replicas stopped cleanly and started again, NATS killed and restarted %d times:\n  %s",
+		len(sent), flow.Round(time.Second), kills, pauses, natsDone, strings.Join(schedule, "\n  "))
 
 	all := append(append([]sentEvent(nil), setup...), sent...)
 	settleStart := time.Now()
+	stall.expect(all)
 	o, gh, sl, pr := c.settle(all, chaosSettle)
 	t.Logf("settled in %s", time.Since(settleStart).Round(time.Second))
+	longest := stall.stop()
 
 	var restarts []string
-	for _, p := range append([]*proc{c.nats}, c.procs...) {
+	for _, p := range append(append([]*proc(nil), c.natsProcs...), c.procs...) {
 		p.mu.Lock()
 		restarts = append(restarts, fmt.Sprintf("%s: %d starts, %d SIGKILLs, %d clean stops", p.name, p.starts, p.kills, p.pauses))
 		p.mu.Unlock()
@@ -216,9 +250,13 @@ chaos:
 			nGitHub++
 		}
 	}
+	mode := "one NATS server"
+	if len(c.natsProcs) > 1 {
+		mode = fmt.Sprintf("a %d-node JetStream cluster, R%d", len(c.natsProcs), len(c.natsProcs))
+	}
 	shares, sharesErr := c.settledPartitions(chaosReplicas, 2*time.Minute)
-	report := fmt.Sprintf("CHAOS RESULT (seed %d): sent %d events (%d GitHub comments, %d Slack replies) + %d start comments over %d work items\n%s\n%s\n%s\nprompts out of order: %d work items\nprocesses: %s\npartitions at the end (the-loop partitions):\n%s",
-		seed, len(sent), nGitHub, len(sent)-nGitHub, len(setup), len(c.issues), gh, sl, pr, len(bad), strings.Join(restarts, "; "), shares)
+	report := fmt.Sprintf("CHAOS RESULT (seed %d, %s): sent %d events (%d GitHub comments, %d Slack replies) + %d start comments over %d work items\n%s\n%s\n%s\nprompts out of order: %d work items\nlongest stall: %s (nothing new reached GitHub, Slack or a session while events were owed)\nprocesses: %s\npartitions at the end (the-loop partitions):\n%s",
+		seed, mode, len(sent), nGitHub, len(sent)-nGitHub, len(setup), len(c.issues), gh, sl, pr, len(bad), longest.Round(100*time.Millisecond), strings.Join(restarts, "; "), shares)
 	t.Log(report)
 	fmt.Println(report)
 	if dlq := c.dlqList(); dlq != "" {
@@ -294,10 +332,124 @@ func (c *cluster) settledPartitions(replicas int, d time.Duration) (string, erro
 	}
 }
 
+// streamLeader is the nats-server process leading stream, as the cluster's
+// monitoring endpoint reports it.
+func (c *cluster) streamLeader(stream string) *proc {
+	c.t.Helper()
+	var leader string
+	if !waitUntil(30*time.Second, func() bool {
+		for _, mon := range c.natsMon {
+			resp, err := c.client.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz?accounts=true&streams=true", mon))
+			if err != nil {
+				continue
+			}
+			var jsz struct {
+				Accounts []struct {
+					Streams []struct {
+						Name    string `json:"name"`
+						Cluster struct {
+							Leader string `json:"leader"`
+						} `json:"cluster"`
+					} `json:"stream_detail"`
+				} `json:"account_details"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&jsz)
+			resp.Body.Close()
+			if err != nil {
+				continue
+			}
+			for _, a := range jsz.Accounts {
+				for _, s := range a.Streams {
+					if s.Name == stream && s.Cluster.Leader != "" {
+						leader = s.Cluster.Leader
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}) {
+		c.t.Fatalf("no server reports a leader of %s", stream)
+	}
+	for _, p := range c.natsProcs {
+		if p.name == leader {
+			return p
+		}
+	}
+	c.t.Fatalf("the leader of %s is %q, not one of this cluster's servers", stream, leader)
+	return nil
+}
+
+// stallWatch measures the longest stall of a run: the longest time in which
+// nothing new reached GitHub, Slack or a session while events were owed.
+type stallWatch struct {
+	c       *cluster
+	mu      sync.Mutex
+	want    []sentEvent // once known; until then every change counts
+	longest time.Duration
+	done    chan struct{}
+	stopped chan struct{}
+}
+
+// watchStall starts polling what the outside world holds every period.
+func (c *cluster) watchStall(period time.Duration) *stallWatch {
+	w := &stallWatch{c: c, done: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(w.stopped)
+		last, since := "", time.Now()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-time.After(period):
+			}
+			o := c.observe()
+			now := fmt.Sprint(len(o.github), len(o.slack), len(o.prompts), sum(o.github), sum(o.slack), sum(o.prompts))
+			w.mu.Lock()
+			owed := true
+			if w.want != nil {
+				gh, sl, pr := expectations(w.want)
+				owed = count("", gh, o.github).lost+count("", sl, o.slack).lost+count("", pr, o.prompts).lost > 0
+			}
+			if now != last || !owed {
+				last, since = now, time.Now()
+			} else if d := time.Since(since); d > w.longest {
+				w.longest = d
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// expect tells the watch every event sent: once all are delivered, waiting
+// is no stall.
+func (w *stallWatch) expect(sent []sentEvent) {
+	w.mu.Lock()
+	w.want = sent
+	w.mu.Unlock()
+}
+
+func (w *stallWatch) stop() time.Duration {
+	close(w.done)
+	<-w.stopped
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.longest
+}
+
+func sum(m map[tok]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
 // cliEnv is the environment of an operator verb run against the cluster
 // as identity ("observer" or "operator").
 func (c *cluster) cliEnv(identity string) []string {
-	env := append(baseEnv(), fmt.Sprintf("LOOP_NATS_URL=nats://127.0.0.1:%d", c.natsPort))
+	env := append(baseEnv(), "LOOP_NATS_URL="+c.natsURLs(0))
 	if c.auth != "" {
 		env = append(env, "LOOP_NATS_NKEY_FILE="+c.seed(identity))
 	}

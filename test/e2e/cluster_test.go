@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/hmac"
@@ -233,18 +234,24 @@ func (p *proc) tail(n int) string {
 type cluster struct {
 	t        testing.TB
 	dir      string
-	natsPort int
-	nats     *proc
-	procs    []*proc // services, in start order
-	gh       *ghfake.Server
-	slack    *slackfake.Server
-	standIn  string // the stand-in harness's record directory
-	sockets  []string
-	webhook  string // ingress-github's POST /gh-webhook URL
-	events   string // ingress-slack's POST /slack/events URL
-	client   *http.Client
-	issues   []int // work-item issue numbers on the fake
-	stopOnce sync.Once
+	natsPort int   // the first server's client port
+	nats     *proc // the first server
+	// natsProcs are every nats-server (one, or the cluster's nodes), with
+	// their client and monitoring ports.
+	natsProcs  []*proc
+	natsPorts  []int
+	natsMon    []int
+	natsRoutes []int   // the cluster's route ports
+	procs      []*proc // services, in start order
+	gh         *ghfake.Server
+	slack      *slackfake.Server
+	standIn    string // the stand-in harness's record directory
+	sockets    []string
+	webhook    string // ingress-github's POST /gh-webhook URL
+	events     string // ingress-slack's POST /slack/events URL
+	client     *http.Client
+	issues     []int // work-item issue numbers on the fake
+	stopOnce   sync.Once
 	// auth is the directory `the-loop auth init` wrote the bus identities
 	// to ("" with authorization off): auth/nats/<identity>.nk.
 	auth string
@@ -261,6 +268,10 @@ type clusterOptions struct {
 	replicas int
 	// logLevel of the services (default info).
 	logLevel string
+	// natsNodes is the number of nats-server processes: 1 (default) or a
+	// JetStream cluster with routes on loopback, streams, consumers and
+	// buckets replicated on every node (LOOP_STREAM_REPLICAS).
+	natsNodes int
 	// noAuth runs NATS without authorization (the bench's baseline);
 	// by default every service connects as its own identity.
 	noAuth bool
@@ -373,34 +384,27 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	c.gh.SetAuthorAssociation(repoName, alice, "MEMBER")
 	c.slack = slackfake.New(t)
 
-	// NATS: file store, sync_interval always (DESIGN §5, single node).
-	c.natsPort = freePortTB(t)
-	conf := filepath.Join(dir, "nats.conf")
-	natsConf := fmt.Sprintf("server_name: e2e\nlisten: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n",
-		c.natsPort, filepath.Join(dir, "jetstream"))
+	// NATS: file store, sync_interval always. The deployment's way of
+	// authorization: `the-loop auth init` issues one NKey per identity and
+	// the authorization block nats.conf includes.
 	if !o.noAuth {
-		// The deployment's way: `the-loop auth init` issues one NKey per
-		// identity and the authorization block nats.conf includes.
 		c.auth = filepath.Join(dir, "auth")
 		init := exec.Command(loop, "auth", "init", c.auth)
 		init.Env = baseEnv()
 		if out, err := init.CombinedOutput(); err != nil {
 			t.Fatalf("the-loop auth init: %v\n%s", err, out)
 		}
-		natsConf += "include \"auth/auth.conf\"\n"
 	}
-	if err := os.WriteFile(conf, []byte(natsConf), 0o600); err != nil {
-		t.Fatal(err)
+	c.startNATS(natsB, o.natsNodes)
+	t.Cleanup(func() {
+		for _, p := range c.natsProcs {
+			p.stop(10 * time.Second)
+		}
+	})
+	c.waitNATS(60 * time.Second)
+	if len(c.natsRoutes) > 0 && c.auth != "" {
+		c.routeRefusesStrangers()
 	}
-	c.nats = &proc{name: "nats-server", bin: natsB, args: []string{"-c", conf}, env: baseEnv(), logPath: filepath.Join(dir, "nats-server.log")}
-	c.nats.mu.Lock()
-	err = c.nats.startLocked()
-	c.nats.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.nats.stop(10 * time.Second) })
-	c.waitNATS(30 * time.Second)
 
 	// The operator config: Slack on in events mode; Alice (GitHub and
 	// Slack) authorized. Never the ledger's own login: agents post with
@@ -458,7 +462,7 @@ channels:
 	c.workdir = workdir
 
 	common := append(baseEnv(),
-		fmt.Sprintf("LOOP_NATS_URL=nats://127.0.0.1:%d", c.natsPort),
+		"LOOP_NATS_URL="+c.natsURLs(0),
 		"LOOP_CONFIG="+cfgPath,
 		"LOOP_LOG_LEVEL="+o.logLevel,
 		"LOOP_GITHUB_TOKEN="+ledgerToken,
@@ -478,9 +482,14 @@ channels:
 		"LOOP_DISPATCHER_SPAWN=always",
 	)
 	c.env = common
+	if len(c.natsProcs) > 1 {
+		common = append(common, fmt.Sprintf("LOOP_STREAM_REPLICAS=%d", len(c.natsProcs)))
+	}
 	add := func(svc string, replica int, extra ...string) *proc {
 		admin := fmt.Sprintf("127.0.0.1:%d", freePortTB(t))
-		env := append(append([]string(nil), common...), "LOOP_ADMIN_ADDR="+admin)
+		// Spread over the servers: each process lists them starting from
+		// another one (the later LOOP_NATS_URL wins: exec keeps the last).
+		env := append(append([]string(nil), common...), "LOOP_ADMIN_ADDR="+admin, "LOOP_NATS_URL="+c.natsURLs(len(c.procs)))
 		if c.auth != "" {
 			env = append(env, "LOOP_NATS_NKEY_FILE="+c.seed(svc))
 		}
@@ -618,7 +627,32 @@ func (c *cluster) stop() {
 
 func (c *cluster) waitNATS(d time.Duration) {
 	c.t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", c.natsPort)
+	for i, port := range c.natsPorts {
+		c.waitNATSNode(i, port, d)
+	}
+	// A cluster serves JetStream once it has a meta leader and every
+	// server is current: each server's /healthz says so.
+	if len(c.natsProcs) > 1 {
+		for i, mon := range c.natsMon {
+			url := fmt.Sprintf("http://127.0.0.1:%d/healthz", mon)
+			if !waitUntil(d, func() bool {
+				resp, err := c.client.Get(url)
+				if err != nil {
+					return false
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK
+			}) {
+				c.t.Fatalf("%s not healthy on %s\n%s", c.natsProcs[i].name, url, c.natsProcs[i].tail(defaultProcessLogMax))
+			}
+		}
+	}
+}
+
+func (c *cluster) waitNATSNode(i, port int, d time.Duration) {
+	c.t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	deadline := time.Now().Add(d)
 	for {
 		conn, err := net.Dial("tcp", addr)
@@ -627,10 +661,126 @@ func (c *cluster) waitNATS(d time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("nats-server did not listen on %s\n%s", addr, c.nats.tail(defaultProcessLogMax))
+			c.t.Fatalf("%s did not listen on %s\n%s", c.natsProcs[i].name, addr, c.natsProcs[i].tail(defaultProcessLogMax))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// startNATS starts nodes nats-server processes (1 when nodes is 0): one
+// server, or a JetStream cluster whose routes are on loopback. Each includes
+// the authorization block `the-loop auth init` wrote, when there is one.
+func (c *cluster) startNATS(bin string, nodes int) {
+	c.t.Helper()
+	nodes = max(nodes, 1)
+	routes := make([]int, nodes)
+	for i := range nodes {
+		c.natsPorts = append(c.natsPorts, freePortTB(c.t))
+		c.natsMon = append(c.natsMon, freePortTB(c.t))
+		routes[i] = freePortTB(c.t)
+	}
+	c.natsPort = c.natsPorts[0]
+	if nodes > 1 {
+		c.natsRoutes = routes
+	}
+	if nodes > 1 && c.auth != "" {
+		// The deployments' way: the routes and their credential come from
+		// scripts/nats-routes.sh, included in the cluster block.
+		var hosts []string
+		for _, p := range routes {
+			hosts = append(hosts, fmt.Sprintf("127.0.0.1:%d", p))
+		}
+		out, err := exec.Command(filepath.Join("..", "..", "scripts", "nats-routes.sh"), append([]string{c.auth}, hosts...)...).CombinedOutput()
+		if err != nil {
+			c.t.Fatalf("scripts/nats-routes.sh: %v\n%s", err, out)
+		}
+	}
+	for i := range nodes {
+		name := "nats-server"
+		if nodes > 1 {
+			name = fmt.Sprintf("nats-%d", i+1)
+		}
+		conf := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n",
+			name, c.natsPorts[i], c.natsMon[i], filepath.Join(c.dir, "jetstream-"+name))
+		switch {
+		case nodes > 1 && c.auth != "":
+			conf += fmt.Sprintf("cluster {\n  name: e2e\n  listen: 127.0.0.1:%d\n  include \"auth/routes.conf\"\n}\n", routes[i])
+		case nodes > 1:
+			var rs []string
+			for _, p := range routes {
+				rs = append(rs, fmt.Sprintf("    nats-route://127.0.0.1:%d", p))
+			}
+			conf += fmt.Sprintf("cluster {\n  name: e2e\n  listen: 127.0.0.1:%d\n  routes: [\n%s\n  ]\n}\n", routes[i], strings.Join(rs, "\n"))
+		}
+		if c.auth != "" {
+			conf += "include \"auth/auth.conf\"\n"
+		}
+		path := filepath.Join(c.dir, name+".conf")
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			c.t.Fatal(err)
+		}
+		p := &proc{name: name, bin: bin, args: []string{"-c", path}, env: baseEnv(), logPath: filepath.Join(c.dir, name+".log")}
+		p.mu.Lock()
+		err := p.startLocked()
+		p.mu.Unlock()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.natsProcs = append(c.natsProcs, p)
+	}
+	c.nats = c.natsProcs[0]
+}
+
+// routeRefusesStrangers opens a route to the first node as a stranger
+// would — anything that reaches the port, an agent session among them — and
+// expects the server to refuse it: a route is a peer server, trusted with
+// every subject around the authorization block, so it needs the cluster's
+// route credential.
+func (c *cluster) routeRefusesStrangers() {
+	c.t.Helper()
+	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", c.natsRoutes[0]), 5*time.Second)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(conn)
+	info, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(info, "INFO ") {
+		c.t.Fatalf("route port: %q %v", info, err)
+	}
+	if !strings.Contains(info, `"auth_required":true`) {
+		c.t.Fatalf("the route port requires no credential: %s", strings.TrimSpace(info))
+	}
+	if _, err := conn.Write([]byte("CONNECT {\"verbose\":false,\"pedantic\":false,\"name\":\"stranger\",\"cluster\":\"e2e\"}\r\nPING\r\n")); err != nil {
+		c.t.Fatal(err)
+	}
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			c.t.Fatalf("a route without the credential was not refused (%v)", err)
+		}
+		if strings.HasPrefix(line, "-ERR") {
+			if !strings.Contains(line, "Authorization Violation") {
+				c.t.Fatalf("route refused for another reason: %s", strings.TrimSpace(line))
+			}
+			c.t.Logf("a route without the cluster's credential is refused: %s", strings.TrimSpace(line))
+			return
+		}
+		if strings.HasPrefix(line, "PONG") {
+			c.t.Fatal("a route without the credential was admitted (PONG)")
+		}
+	}
+}
+
+// natsURLs is LOOP_NATS_URL for the k-th process: every server, starting
+// from the k-th, so that the processes spread over a cluster.
+func (c *cluster) natsURLs(k int) string {
+	var urls []string
+	for i := range c.natsPorts {
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", c.natsPorts[(i+k)%len(c.natsPorts)]))
+	}
+	return strings.Join(urls, ",")
 }
 
 func (c *cluster) ready(p *proc) bool {

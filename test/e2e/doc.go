@@ -17,6 +17,10 @@
 //   - TestChaos: 1,000 events across 50 work items while a random service
 //     process is SIGKILLed every few seconds and nats-server once; prints
 //     sent/recorded/posted/prompted, lost and duplicated.
+//   - TestChaosCluster: the chaos run on a three-node JetStream cluster
+//     (routes on loopback, the same authorization, LOOP_STREAM_REPLICAS=3):
+//     the server leading LOOP_INBOX is killed and restarted twice besides the
+//     service kills; prints lost, duplicated, reordered and the longest stall.
 //   - TestAttacks: ten attacks against the running system — from inside an
 //     obedient agent session (the bus, the session endpoint, its secrets, a
 //     scrubbed question), with the ledger's token (copied envelopes), from
@@ -28,6 +32,10 @@
 //   - BenchmarkWebhookIntake: webhook intake of `the-loop up` at 1 and 8
 //     senders and a sustained load, against raw JetStream on the same
 //     server (see its doc comment).
+//
+// With the build tag compose too (`make compose-e2e`), TestCompose brings
+// the repository's docker-compose.yml up on a local Docker engine and drives
+// it the same way (docs/deploy.md).
 //
 // It needs tmux; without it the tests skip.
 package e2e
