@@ -15,19 +15,38 @@
 #                  the clock, and its throughput run is held to that pace,
 #                  so a duration would cost minutes per second asked for.
 #                  Its p99-ms is over that many samples (of 50: the worst).
+#   REPLICA_BENCHTIME
+#                  -benchtime of the ledger-writer's and slack-renderer's
+#                  replica-scaling benchmarks (Benchmark*Replicas; default
+#                  144x: events per replica count). A count, not a duration:
+#                  144 events load their 24 partitions equally, and each
+#                  round lasts many round trips of their slow downstream.
+#   DISPATCHER_BENCHTIME
+#                  the same for BenchmarkDispatcherReplicas (default 24x:
+#                  two prompts to each of its 12 sessions)
 #   BENCH          -bench pattern (default: every benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCHTIME="${BENCHTIME:-2s}"
 BENCHTAGS="${BENCHTAGS-e2e}"
 E2E_BENCHTIME="${E2E_BENCHTIME:-50x}"
+REPLICA_BENCHTIME="${REPLICA_BENCHTIME:-144x}"
+DISPATCHER_BENCHTIME="${DISPATCHER_BENCHTIME:-24x}"
 BENCH="${BENCH:-.}"
 e2e=./test/e2e
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 mapfile -t pkgs < <(go list -tags="$BENCHTAGS" ./... | grep -v '/test/e2e$')
-go test -run='^$' -bench="$BENCH" -benchmem -benchtime="$BENCHTIME" -count=1 -timeout=30m \
+go test -run='^$' -bench="$BENCH" -skip='Replicas$' -benchmem -benchtime="$BENCHTIME" -count=1 -timeout=30m \
 	-tags="$BENCHTAGS" "${pkgs[@]}" | tee "$out"
+if [[ "BenchmarkLedgerReplicas BenchmarkRendererReplicas" =~ $BENCH ]]; then
+	go test -run='^$' -bench='Replicas$' -benchtime="$REPLICA_BENCHTIME" -count=1 -timeout=30m \
+		-tags="$BENCHTAGS" ./services/ledger-writer ./services/slack-renderer | tee -a "$out"
+fi
+if [[ "BenchmarkDispatcherReplicas" =~ $BENCH ]]; then
+	go test -run='^$' -bench='Replicas$' -benchtime="$DISPATCHER_BENCHTIME" -count=1 -timeout=30m \
+		-tags="$BENCHTAGS" ./services/dispatcher | tee -a "$out"
+fi
 if [[ ",$BENCHTAGS," == *",e2e,"* ]]; then
 	go test -run='^$' -bench="$BENCH" -benchmem -benchtime="$E2E_BENCHTIME" -count=1 -timeout=30m \
 		-tags="$BENCHTAGS" "$e2e" | tee -a "$out"
@@ -68,4 +87,22 @@ if [ -n "$ratios" ]; then
 	echo "$ratios"
 else
 	echo "  (no benchmark with a baseline ran)"
+fi
+scaling="$(awk '
+/^Benchmark[A-Za-z]*Replicas\/replicas=[0-9]+/ {
+	name = $1; sub(/-[0-9]+$/, "", name)
+	n = name; sub(/.*replicas=/, "", n)
+	x = ""; s = ""
+	for (i = 3; i < NF; i += 2) {
+		if ($(i + 1) == "x-1-replica") x = $i
+		if ($(i + 1) == "max-share") s = $i
+	}
+	if (x == "" || s == "") next
+	ok = (x + 0 >= 0.8 * n - 1e-9 && s + 0 <= 1.5 / n + 1e-9) ? "ok" : "MISSED"
+	printf "  %-40s x-1-replica %5.2f (target >= %4.2f)  max-share %5.3f (target <= %5.3f)  %s\n", name, x, 0.8 * n, s, 1.5 / n, ok
+}' "$out" | sort)"
+if [ -n "$scaling" ]; then
+	echo
+	echo "replica scaling (throughput with N replicas over one replica's, busiest replica's share):"
+	echo "$scaling"
 fi

@@ -291,6 +291,9 @@ func TestOperatorVerbsIdentities(t *testing.T) {
 	if code, stdout, stderr := runVerb(t, env, "sessions", "list"); code != 0 {
 		t.Errorf("sessions list as the observer: %d %s %s", code, stdout, stderr)
 	}
+	if code, stdout, stderr := runVerb(t, env, "partitions"); code != 0 || !strings.Contains(stdout, "ledger-writer on LOOP_INBOX: 2 partitions") {
+		t.Errorf("partitions as the observer: %d %s %s", code, stdout, stderr)
+	}
 	code, _, stderr := runVerb(t, env, pause...)
 	if code != 1 || !strings.Contains(stderr, "operator's credential") || !strings.Contains(stderr, "LOOP_NATS_NKEY_FILE="+operator) {
 		t.Errorf("pause with no credential named: %d %s", code, stderr)

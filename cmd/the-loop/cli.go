@@ -33,6 +33,7 @@ Usage:
                                        migrate an operator config to version 0.7.0
   the-loop dlq list [--limit N]        dead-lettered events
   the-loop dlq replay <seq>            republish a dead-lettered event under a new id
+  the-loop partitions                  how each service's replicas share the partitions; what is pending
   the-loop sessions list               agent sessions and their state
   the-loop sessions pause|resume|stop|cleanup --work-item REF --as LOGIN
                                        ask the hosting dispatcher to act on a session (recorded on GitHub)
@@ -95,6 +96,8 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdMigrateConfig(ctx, rest, env, stdout, stderr)
 	case "dlq":
 		return cmdDLQ(ctx, rest, env, stdout, stderr)
+	case "partitions":
+		return cmdPartitions(ctx, rest, env, stdout, stderr)
 	case "sessions":
 		return cmdSessions(ctx, rest, env, stdout, stderr)
 	case "excerpt":

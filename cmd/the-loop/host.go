@@ -304,19 +304,20 @@ func (h *host) run(ctx context.Context) (err error) {
 	for i, def := range h.defs {
 		conn := conns[def.name]
 		deps := runtime.Deps{
-			Conn:       conn,
-			Log:        h.log.With("service", def.name),
-			Events:     eventlog.New(def.name, h.log.With("service", def.name), logPublisher{conn}).Queued(logq),
-			Registry:   reg,
-			Ready:      ready,
-			Partitions: topo.Partitions,
-			Metrics:    metrics,
-			Config:     current,
-			Checks:     checks,
-			GitHub:     h.settings.GitHub,
-			Slack:      h.settings.Slack,
-			Dispatcher: h.settings.Dispatcher,
-			SessionEnv: h.settings.sessionEnv,
+			Conn:        conn,
+			Log:         h.log.With("service", def.name),
+			Events:      eventlog.New(def.name, h.log.With("service", def.name), logPublisher{conn}).Queued(logq),
+			Registry:    reg,
+			Ready:       ready,
+			Partitions:  topo.Partitions,
+			Concurrency: h.settings.Common.Concurrency,
+			Metrics:     metrics,
+			Config:      current,
+			Checks:      checks,
+			GitHub:      h.settings.GitHub,
+			Slack:       h.settings.Slack,
+			Dispatcher:  h.settings.Dispatcher,
+			SessionEnv:  h.settings.sessionEnv,
 		}
 		if def.needsKey {
 			deps.EnvelopeKey = h.envelopeKey

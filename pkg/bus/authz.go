@@ -119,6 +119,15 @@ func GrantFor(identity string, t Topology) (Grant, error) {
 	if stream, ok := consumes[identity]; ok {
 		pub(api("CONSUMER.MSG.NEXT", stream, "*"), api("CONSUMER.UNPIN", stream, "*"),
 			"$JS.ACK."+stream+".>", catalog.DLQPrefix+".>")
+		// Its replicas announce themselves in the members bucket, each
+		// under the service's own keys only: no service can move another's
+		// partitions.
+		pub(storeSubjects(BucketMembers, false)...)
+		pub("$KV." + BucketMembers + "." + identity + ".>")
+	} else {
+		// Provision reads who runs with which partition count before it
+		// lets the count change.
+		pub(storeSubjects(BucketMembers, false)...)
 	}
 	if identity == IdentityLedgerWriter {
 		pub(catalog.EventsPrefix + ".>")
@@ -224,6 +233,7 @@ func streamNames(t Topology) []string {
 	for _, cfg := range t.streamConfigs() {
 		names = append(names, cfg.Name)
 	}
+	names = append(names, "KV_"+BucketMembers)
 	for _, b := range t.Buckets {
 		names = append(names, "KV_"+b.Name)
 	}

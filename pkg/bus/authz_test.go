@@ -114,7 +114,8 @@ func TestCredentialsValidateNamesTheSetting(t *testing.T) {
 // architecture allows it and what it does not, and checks the server's
 // verdict: only the ingresses and the dispatcher publish to loop.in, each
 // only its own types; only the ledger-writer publishes loop.ev; a bucket is
-// written only by its owner.
+// written only by its owner, and the members bucket by each consuming
+// service under its own name only.
 func TestGrantsEncodeTheArchitecture(t *testing.T) {
 	srv := authServer(t)
 	conns := map[string]*bus.Conn{}
@@ -143,6 +144,14 @@ func TestGrantsEncodeTheArchitecture(t *testing.T) {
 		{bus.IdentitySlackRenderer, "loop.ev." + key + ".comment.human", false},
 		{bus.IdentityObserver, catalog.InboxSubject("github:octo/repo#1", catalog.ControlCommand), false},
 		{bus.IdentityOperator, catalog.InboxSubject("github:octo/repo#1", catalog.ControlCommand), true},
+		// A consuming service announces its own replicas only: it cannot
+		// take or drop another service's partitions.
+		{bus.IdentityLedgerWriter, "$KV." + bus.BucketMembers + ".ledger-writer.probe", true},
+		{bus.IdentityLedgerWriter, "$KV." + bus.BucketMembers + ".dispatcher.probe", false},
+		{bus.IdentityDispatcher, "$KV." + bus.BucketMembers + ".dispatcher.probe", true},
+		{bus.IdentitySlackRenderer, "$KV." + bus.BucketMembers + ".ledger-writer.probe", false},
+		{bus.IdentityIngressGitHub, "$KV." + bus.BucketMembers + ".ingress-github.probe", false},
+		{bus.IdentityObserver, "$KV." + bus.BucketMembers + ".dispatcher.probe", false},
 	}
 	for i, p := range pubs {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -182,9 +191,11 @@ func TestGrantsEncodeTheArchitecture(t *testing.T) {
 	// Everybody may read what it reads: the observer the sessions bucket,
 	// ingress-slack the graph; and every service what the status page
 	// shows (docs/decisions/075-status-page-reads.md), reads only: the
-	// writes above stay refused.
+	// writes above stay refused; and the members bucket, whose writes each
+	// consuming service has for its own keys only.
 	for _, r := range []struct{ id, bucket string }{{bus.IdentityObserver, bus.BucketSessions}, {bus.IdentityIngressSlack, bus.BucketGraph},
-		{bus.IdentitySlackRenderer, bus.BucketSessions}, {bus.IdentityLedgerWriter, bus.BucketGraph}, {bus.IdentityIngressGitHub, bus.BucketThreads}} {
+		{bus.IdentitySlackRenderer, bus.BucketSessions}, {bus.IdentityLedgerWriter, bus.BucketGraph}, {bus.IdentityIngressGitHub, bus.BucketThreads},
+		{bus.IdentityObserver, bus.BucketMembers}, {bus.IdentityIngressGitHub, bus.BucketMembers}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		kv, err := conns[r.id].KV(ctx, r.bucket)
 		if err == nil {

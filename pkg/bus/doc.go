@@ -11,7 +11,9 @@
 //   - Publish with Nats-Msg-Id deduplication and PubAck, retried under the
 //     same id when the outcome is ambiguous;
 //   - Runner, the partitioned, pinned consumer loop: one message in flight per
-//     partition, one replica working a partition while the others stand by;
+//     partition; a service's replicas divide the partitions between them
+//     (BucketMembers), each pulling only its own, and hand them over when a
+//     replica joins, leaves or dies;
 //   - KV, the compare-and-set key/value wrapper the ledger claims with;
 //   - the dead-letter queue (ListDLQ, ReplayDLQ) and the event-log tail
 //     (TailLog);

@@ -42,6 +42,12 @@ type EmbeddedOptions struct {
 	// connect, each with its grant; a client without a credential is
 	// refused.
 	Users []User
+	// SyncInterval, when set, syncs the store to disk on that interval
+	// instead of on every write, as a JetStream cluster's nodes do (they
+	// recover from each other). Benchmarks that measure something other
+	// than the disk of a shared machine set it; a single node in production
+	// never does.
+	SyncInterval time.Duration
 }
 
 // User is one NKey user of a server: its public key and what it may do.
@@ -101,7 +107,8 @@ func StartEmbedded(ctx context.Context, opts EmbeddedOptions) (*Embedded, error)
 		StoreDir:           dir,
 		JetStreamMaxStore:  opts.MaxStore,
 		JetStreamMaxMemory: opts.MaxMemory,
-		SyncAlways:         true,
+		SyncAlways:         opts.SyncInterval <= 0,
+		SyncInterval:       opts.SyncInterval,
 		NoSigs:             true,
 		NoLog:              opts.Logger == nil,
 	}

@@ -17,6 +17,7 @@ type Metrics struct {
 	dlqd        *prometheus.CounterVec
 	errors      *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
+	owned       *prometheus.GaugeVec
 	pending     *prometheus.GaugeVec
 }
 
@@ -40,6 +41,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "loop", Subsystem: "bus", Name: "handler_duration_seconds",
 			Help:    "Time a handler took per delivery.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"service"}),
+		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "loop", Subsystem: "bus", Name: "partitions_owned",
+			Help: "Partitions this process's replica of the service owns (its share of the service's partitions).",
 		}, []string{"service"}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "loop", Subsystem: "bus", Name: "consumer_pending",
@@ -65,6 +70,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	if err == nil {
 		m.latency, err = register(reg, m.latency)
+	}
+	if err == nil {
+		m.owned, err = register(reg, m.owned)
 	}
 	if err == nil {
 		m.pending, err = register(reg, m.pending)
@@ -93,6 +101,7 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 type serviceMetrics struct {
 	received, redelivered, acked, nakd, dlqd, errors prometheus.Counter
 	latency                                          prometheus.Observer
+	owned                                            prometheus.Gauge
 	// pending is the gauge of one consumer, by name (nil: not recorded).
 	pending func(consumer string) prometheus.Gauge
 }
@@ -109,7 +118,14 @@ func (m *Metrics) forService(service string) serviceMetrics {
 		dlqd:        m.dlqd.WithLabelValues(service),
 		errors:      m.errors.WithLabelValues(service),
 		latency:     m.latency.WithLabelValues(service),
+		owned:       m.owned.WithLabelValues(service),
 		pending:     func(consumer string) prometheus.Gauge { return m.pending.WithLabelValues(service, consumer) },
+	}
+}
+
+func (m serviceMetrics) setOwned(n int) {
+	if m.owned != nil {
+		m.owned.Set(float64(n))
 	}
 }
 

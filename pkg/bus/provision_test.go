@@ -179,6 +179,11 @@ func TestPartitionTransform(t *testing.T) {
 		if prev, seen := partOf[key]; seen && prev != d.Partition {
 			t.Fatalf("key %s in partitions %d and %d", key, prev, d.Partition)
 		}
+		// The client-side mirror of the transform, which benchmarks and
+		// `the-loop partitions` rely on, agrees with the server.
+		if got := bus.PartitionOf(key, n); got != d.Partition {
+			t.Fatalf("PartitionOf(%q, %d) = %d, the server stored it in %d", key, n, got, d.Partition)
+		}
 		partOf[key] = d.Partition
 		used[d.Partition] = true
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/the-loop/bus/pkg/catalog"
@@ -45,6 +48,17 @@ type ConsumerSpec struct {
 	Partitions int
 	// Group is the priority group (default DefaultGroup).
 	Group string
+	// Member names this replica among its service's replicas (default the
+	// host name: a pod's name on Kubernetes, a container's id under
+	// compose). It need not be unique: the member id adds the process id
+	// and a sequence.
+	Member string
+	// Concurrency bounds the handlers this replica runs at once, over all
+	// the partitions it owns (0: one per owned partition). With the
+	// partition count it decides how many replicas add throughput: the
+	// service handles at most Partitions messages at once, one replica at
+	// most Concurrency.
+	Concurrency int
 	// FetchWait bounds one pull request. It must stay well below the
 	// consumer's PinnedTTL: the pin is kept alive by the pull requests of
 	// its replica. Default min(PinnedTTL/3, 5s). It also bounds how long a
@@ -93,6 +107,12 @@ func (s *ConsumerSpec) setDefaults() error {
 	}
 	if s.Group == "" {
 		s.Group = DefaultGroup
+	}
+	if s.Member == "" {
+		s.Member, _ = os.Hostname()
+	}
+	if s.Concurrency < 0 {
+		return errors.New("bus: ConsumerSpec.Concurrency must not be negative")
 	}
 	if s.DrainTimeout <= 0 {
 		s.DrainTimeout = 30 * time.Second
@@ -217,22 +237,63 @@ type HandlerFunc func(ctx context.Context, d *Delivery) error
 // Handle calls f.
 func (f HandlerFunc) Handle(ctx context.Context, d *Delivery) error { return f(ctx, d) }
 
-// Runner works every partition consumer of one service: one loop per
-// partition, each fetching one message at a time through the pinned priority
-// group, so exactly one replica works a partition while the others stand by,
-// and a work item's messages are handled one after the other in order.
+// Runner works one service's partition consumers in one replica. The
+// replicas of a service share the partitions: each announces itself in
+// BucketMembers, every replica computes the same division of the partitions
+// between the live ones (assign), and each pulls only the partitions it
+// owns — one loop per partition, each fetching one message at a time
+// through the pinned priority group, so a work item's messages are handled
+// one after the other in order. When a replica joins, leaves or dies, the
+// division changes: a replica hands a partition it no longer owns over
+// (finishes the message in hand, unpins, says so in its record), and the new
+// owner takes it — at once after a clean stop, a lease after a death
+// (docs/decisions/071-replicas-share-the-partitions.md). Whatever the
+// replicas believe, the consumer's MaxAckPending of 1 keeps one message of a
+// partition in flight at a time.
 type Runner struct {
 	c       *Conn
 	spec    ConsumerSpec
 	h       Handler
 	log     *slog.Logger
 	m       serviceMetrics
+	id      string
 	bound   []atomic.Bool
 	running atomic.Bool
+	// joined: the runner has its first view of the service's replicas.
+	joined atomic.Bool
+	// slots bounds the handlers running at once (nil: no bound).
+	slots chan struct{}
+
+	// mu guards owned and parts.
+	mu sync.Mutex
+	// owned are the partitions this replica owns in its latest view.
+	owned []int
+	// parts are the partition loops running, owned or being handed over.
+	parts map[int]*partLoop
+	// stopped is closed when Run stops acting on views (set by Run before
+	// any loop starts).
+	stopped chan struct{}
 
 	// afterSettle, when set (tests, benchmarks), is called after every
 	// settled delivery.
 	afterSettle func(d *Delivery)
+}
+
+// partLoop is one partition's fetch loop.
+type partLoop struct {
+	p      int
+	cancel context.CancelFunc
+	done   chan struct{}
+	// pin is the pin id this loop last received ("" before its first
+	// message).
+	pin atomic.Pointer[string]
+}
+
+func (l *partLoop) pinned() string {
+	if p := l.pin.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // NewRunner prepares a runner; Run starts it.
@@ -243,26 +304,46 @@ func (c *Conn) NewRunner(spec ConsumerSpec, h Handler) (*Runner, error) {
 	if h == nil {
 		return nil, errors.New("bus: NewRunner: nil handler")
 	}
-	return &Runner{
+	id := newMemberID(spec.Service, spec.Member)
+	r := &Runner{
 		c:     c,
 		spec:  spec,
 		h:     h,
-		log:   spec.Logger.With("component", "bus.runner", "service", spec.Service, "stream", spec.Stream),
+		id:    id,
+		log:   spec.Logger.With("component", "bus.runner", "service", spec.Service, "stream", spec.Stream, "member", id),
 		m:     spec.Metrics.forService(spec.Service),
 		bound: make([]atomic.Bool, spec.Partitions),
-	}, nil
+		parts: map[int]*partLoop{},
+	}
+	if spec.Concurrency > 0 {
+		r.slots = make(chan struct{}, spec.Concurrency)
+	}
+	return r, nil
 }
 
-// Run works the partitions until ctx ends, then drains: it stops fetching,
-// lets in-flight handlers finish (bounded by DrainTimeout), settles them,
-// unpins its partitions so a standby replica takes over at once, and returns
-// nil. It survives the server going away and coming back; it returns
-// ErrClosed if the connection is closed under it.
+// Member is this runner's id among its service's replicas (BucketMembers).
+func (r *Runner) Member() string { return r.id }
+
+// Owned returns the partitions this replica owns now, ascending.
+func (r *Runner) Owned() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.owned)
+}
+
+// Run works the partitions this replica owns until ctx ends, then drains:
+// it leaves the membership (the others take its partitions at once), stops
+// fetching, lets in-flight handlers finish (bounded by DrainTimeout),
+// settles them, unpins its partitions, and returns nil. It survives the
+// server going away and coming back; it returns ErrClosed if the connection
+// is closed under it, and an error at once if the stream's partition count
+// is not the runner's.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("bus: runner already running")
 	}
 	defer r.running.Store(false)
+	defer r.joined.Store(false)
 
 	// Handlers get a ctx that outlives ctx by DrainTimeout: a shutdown must
 	// not abort a GitHub write half way.
@@ -274,28 +355,308 @@ func (r *Runner) Run(ctx context.Context) error {
 	})
 	defer stop()
 
-	var wg sync.WaitGroup
-	for p := range r.spec.Partitions {
-		wg.Go(func() { r.loop(ctx, hctx, p) })
+	kv, lease, err := r.prepare(ctx)
+	if err != nil || kv == nil {
+		if r.c.nc.IsClosed() && ctx.Err() == nil {
+			return ErrClosed
+		}
+		return err
 	}
+	self := Member{
+		ID: r.id, Service: r.spec.Service, Name: r.spec.Member, Since: time.Now().UTC(),
+		Partitions: r.spec.Partitions, Concurrency: r.spec.Concurrency, Working: []int{},
+		Incarnation: nuid.Next(),
+	}
+	ms := newMembership(kv, lease, self, r.log)
+	mctx, mcancel := context.WithCancel(ctx)
+	var mwg sync.WaitGroup
+	mwg.Go(func() { ms.run(mctx) })
 	if r.m.pending != nil {
-		wg.Go(func() { r.watchPending(ctx) })
+		mwg.Go(func() { r.watchPending(mctx) })
 	}
-	wg.Wait()
+
+	ended := make(chan int, r.spec.Partitions)
+	stopped := make(chan struct{})
+	r.stopped = stopped
+	var claimed map[int]bool
+	r.log.Info("consuming: this replica shares the partitions with the service's other live replicas", "partitions", r.spec.Partitions)
+	closed := r.c.closed
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-closed:
+			break loop
+		case view := <-ms.views:
+			claimed = r.apply(ctx, hctx, view, claimed, ended, ms)
+		case p := <-ended:
+			r.ended(ctx, hctx, p, ended, ms)
+		}
+	}
+	// Leave first: the others start pulling this replica's partitions while
+	// its loops drain; the server hands each one over when its in-flight
+	// message is settled and its loop unpins it.
+	close(stopped)
+	mcancel()
+	mwg.Wait()
+	if !r.c.nc.IsClosed() {
+		ms.leave()
+	}
+	r.mu.Lock()
+	r.owned = nil
+	loops := make([]*partLoop, 0, len(r.parts))
+	for _, l := range r.parts {
+		l.cancel()
+		loops = append(loops, l)
+	}
+	r.mu.Unlock()
+	for _, l := range loops {
+		<-l.done
+	}
+	r.mu.Lock()
+	clear(r.parts)
+	r.mu.Unlock()
+	r.m.setOwned(0)
 	if r.c.nc.IsClosed() && ctx.Err() == nil {
 		return ErrClosed
 	}
 	return nil
 }
 
-// Ready reports whether the runner is running, connected, and bound to every
-// partition consumer with its last pull request answered normally.
+// prepare waits until the stream and BucketMembers can be read, and checks
+// that the stream has the runner's partition count. It returns a nil bucket
+// when ctx ended or the connection closed first.
+func (r *Runner) prepare(ctx context.Context) (jetstream.KeyValue, time.Duration, error) {
+	wait := 50 * time.Millisecond
+	warned := false
+	for ctx.Err() == nil && !r.c.nc.IsClosed() {
+		err := func() error {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			n, err := r.c.StreamPartitions(cctx, r.spec.Stream)
+			if err != nil {
+				return err
+			}
+			if n != r.spec.Partitions {
+				return fmt.Errorf("%w: %s has %d partitions, this replica runs with %d: every process must run with the stream's count",
+					errWrongPartitions, r.spec.Stream, n, r.spec.Partitions)
+			}
+			return nil
+		}()
+		var kv jetstream.KeyValue
+		var lease time.Duration
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			kv, err = r.c.js.KeyValue(cctx, BucketMembers)
+			if err == nil {
+				var st jetstream.KeyValueStatus
+				if st, err = kv.Status(cctx); err == nil {
+					lease = st.TTL()
+				}
+			}
+			cancel()
+		}
+		if errors.Is(err, errWrongPartitions) {
+			return nil, 0, err
+		}
+		if err == nil && lease > 0 {
+			return kv, lease, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("bucket %s has no TTL", BucketMembers)
+		}
+		if !warned {
+			r.log.Warn("stream or membership bucket not available; retrying", "err", err)
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+	return nil, 0, nil
+}
+
+var errWrongPartitions = errors.New("bus: partition count mismatch")
+
+// apply acts on a new view of the service's replicas: it stops the loops of
+// partitions this replica no longer owns (each hands its partition over as
+// it ends) and starts loops for the partitions it now owns. A partition no
+// other live replica works is unpinned before this replica pulls it, so a
+// pin left by a dead replica does not hold it until PinnedTTL. It returns
+// which partitions other replicas work.
+func (r *Runner) apply(ctx, hctx context.Context, view []Member, before map[int]bool, ended chan int, ms *membership) map[int]bool {
+	mine := assign(r.spec.Service, r.spec.Partitions, view)[r.id]
+	claimed := map[int]bool{}
+	for _, m := range view {
+		if m.ID == r.id {
+			continue
+		}
+		if m.Partitions != r.spec.Partitions {
+			r.log.Warn("a replica of this service runs with another partition count", "other", m.ID, "its_partitions", m.Partitions)
+		}
+		for _, p := range m.Working {
+			claimed[p] = true
+		}
+	}
+	r.mu.Lock()
+	prev := r.owned
+	r.owned = mine
+	var unpin []*partLoop
+	for p, l := range r.parts {
+		if !slices.Contains(mine, p) {
+			l.cancel()
+			continue
+		}
+		// A replica that worked p stopped (its record changed or
+		// expired) before this loop was ever given a message: whatever
+		// pin remains is a dead replica's.
+		if before[p] && !claimed[p] && l.pinned() == "" {
+			unpin = append(unpin, l)
+		}
+	}
+	started := false
+	for _, p := range mine {
+		if _, ok := r.parts[p]; ok {
+			continue
+		}
+		l := r.startLoop(ctx, hctx, p, ended, !claimed[p])
+		r.parts[p] = l
+		started = true
+	}
+	working := r.workingLocked()
+	r.mu.Unlock()
+	r.m.setOwned(len(mine))
+	r.joined.Store(true)
+	if !slices.Equal(prev, mine) {
+		r.log.Info("partitions assigned", "owned", mine, "replicas", len(view))
+	}
+	for _, l := range unpin {
+		go r.unpinForeign(l)
+	}
+	if started {
+		ms.setWorking(ctx, working)
+	}
+	return claimed
+}
+
+// ended removes a finished partition loop, starts it again if the partition
+// is owned once more, and announces what this replica works now.
+func (r *Runner) ended(ctx, hctx context.Context, p int, ended chan int, ms *membership) {
+	r.mu.Lock()
+	l, ok := r.parts[p]
+	if ok {
+		select {
+		case <-l.done:
+			delete(r.parts, p)
+		default:
+			ok = false // a newer loop of p, still running
+		}
+	}
+	if ok && slices.Contains(r.owned, p) && ctx.Err() == nil && !r.c.nc.IsClosed() {
+		r.parts[p] = r.startLoop(ctx, hctx, p, ended, false)
+	}
+	working := r.workingLocked()
+	r.mu.Unlock()
+	if ctx.Err() == nil {
+		ms.setWorking(ctx, working)
+	}
+}
+
+func (r *Runner) workingLocked() []int {
+	w := make([]int, 0, len(r.parts))
+	for p := range r.parts {
+		w = append(w, p)
+	}
+	slices.Sort(w)
+	return w
+}
+
+// startLoop starts partition p's loop; unpinFirst releases a pin held by a
+// replica that no longer works p before the loop pulls.
+func (r *Runner) startLoop(ctx, hctx context.Context, p int, ended chan<- int, unpinFirst bool) *partLoop {
+	lctx, cancel := context.WithCancel(ctx)
+	l := &partLoop{p: p, cancel: cancel, done: make(chan struct{})}
+	stopped := r.stopped
+	go func() {
+		defer func() {
+			close(l.done)
+			select {
+			case ended <- p:
+			case <-stopped:
+			}
+		}()
+		if unpinFirst {
+			r.unpinForeign(l)
+		}
+		r.loop(lctx, hctx, l)
+	}()
+	return l
+}
+
+// unpinForeign unpins l's partition when it is pinned to another client
+// than l.
+func (r *Runner) unpinForeign(l *partLoop) {
+	name := ConsumerName(r.spec.Service, l.p)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	cons, err := r.c.js.Consumer(ctx, r.spec.Stream, name)
+	if err != nil {
+		return
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return
+	}
+	for _, g := range info.PriorityGroups {
+		if g.Group != r.spec.Group || g.PinnedClientID == "" || g.PinnedClientID == l.pinned() {
+			continue
+		}
+		s, err := r.c.js.Stream(ctx, r.spec.Stream)
+		if err == nil {
+			err = s.UnpinConsumer(ctx, name, r.spec.Group)
+		}
+		if err != nil {
+			r.log.Warn("unpinning a partition its last replica left failed; it is released after PinnedTTL", "partition", l.p, "err", err)
+			return
+		}
+		r.log.Info("unpinned a partition its last replica left", "partition", l.p)
+	}
+}
+
+// Ready reports whether the runner is running, connected, has joined its
+// service's replicas, and is bound to every partition consumer it owns with
+// its last pull request answered normally. A replica that owns no partition
+// (more replicas than partitions) is ready: it stands by.
 func (r *Runner) Ready() bool {
-	if !r.running.Load() || !r.c.Connected() {
+	if !r.running.Load() || !r.joined.Load() || !r.c.Connected() {
 		return false
 	}
-	for i := range r.bound {
-		if !r.bound[i].Load() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.owned {
+		if !r.bound[p].Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// Settled reports whether the runner is Ready and works exactly the
+// partitions it owns: no partition is being handed over to or from it.
+func (r *Runner) Settled() bool {
+	if !r.Ready() {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.parts) != len(r.owned) {
+		return false
+	}
+	for _, p := range r.owned {
+		if _, ok := r.parts[p]; !ok {
 			return false
 		}
 	}
@@ -308,12 +669,19 @@ const pendingEvery = 5 * time.Second
 
 // watchPending keeps the consumer_pending gauges true while a partition is
 // idle or its handler stuck (no delivery to read them from), until ctx ends.
+// A replica reports the partitions it owns; the others' gauges it holds at
+// 0, so that a sum over the replicas counts each partition once.
 func (r *Runner) watchPending(ctx context.Context) {
 	t := time.NewTicker(pendingEvery)
 	defer t.Stop()
 	for {
+		owned := r.Owned()
 		for p := range r.spec.Partitions {
 			name := ConsumerName(r.spec.Service, p)
+			if !slices.Contains(owned, p) {
+				r.m.pending(name).Set(0)
+				continue
+			}
 			ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			if c, err := r.c.js.Consumer(ictx, r.spec.Stream, name); err == nil {
 				info := c.CachedInfo()
@@ -340,13 +708,15 @@ func (r *Runner) fetchWait(cfg jetstream.ConsumerConfig) time.Duration {
 	return max(w, 50*time.Millisecond)
 }
 
-func (r *Runner) loop(ctx, hctx context.Context, p int) {
+// loop works partition l.p until ctx ends (the partition was handed over or
+// the runner stops), then unpins it if it still holds the pin.
+func (r *Runner) loop(ctx, hctx context.Context, l *partLoop) {
+	p := l.p
 	name := ConsumerName(r.spec.Service, p)
 	log := r.log.With("consumer", name, "partition", p)
 	var (
 		cons    jetstream.Consumer
 		cfg     jetstream.ConsumerConfig
-		lastPin string
 		wait    = 50 * time.Millisecond
 		failing bool
 	)
@@ -415,18 +785,18 @@ func (r *Runner) loop(ctx, hctx context.Context, p int) {
 		failing, wait = false, 50*time.Millisecond
 		r.bound[p].Store(true)
 		if pin := msg.Headers().Get(headerPinID); pin != "" {
-			lastPin = pin
+			l.pin.Store(&pin)
 		}
 		if ctx.Err() != nil {
-			// Shutdown began while this pull was pending: hand the message
-			// straight back (it stays first in its partition) rather than
-			// start new work.
+			// The partition was handed over, or shutdown began, while this
+			// pull was pending: hand the message straight back (it stays
+			// first in its partition) rather than start new work.
 			_ = msg.Nak()
 			break
 		}
-		r.handle(hctx, p, name, msg, cfg, log)
+		r.handle(ctx, hctx, p, name, msg, cfg, log)
 	}
-	r.unpin(cons, name, lastPin, log)
+	r.unpin(cons, name, l.pinned(), log)
 }
 
 // unpin releases the partition if this loop still holds its pin, so that a
@@ -458,7 +828,7 @@ func (r *Runner) unpin(cons jetstream.Consumer, name, pin string, log *slog.Logg
 	}
 }
 
-func (r *Runner) handle(hctx context.Context, p int, name string, msg jetstream.Msg, cfg jetstream.ConsumerConfig, log *slog.Logger) {
+func (r *Runner) handle(lctx, hctx context.Context, p int, name string, msg jetstream.Msg, cfg jetstream.ConsumerConfig, log *slog.Logger) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		log.Error("delivery without metadata", "err", err)
@@ -514,9 +884,18 @@ func (r *Runner) handle(hctx context.Context, p int, name string, msg jetstream.
 			}
 		}
 	})
+	if !r.acquire(lctx) {
+		// The partition was handed over (or the runner stops) while the
+		// message waited for a slot: hand it back untouched.
+		kcancel()
+		kwg.Wait()
+		_ = msg.Nak()
+		return
+	}
 	start := time.Now()
 	tctx, span := traceDelivery(hctx, r.spec.Service, d)
 	herr := r.call(tctx, d)
+	r.release()
 	endSpan(span, herr)
 	kcancel()
 	kwg.Wait()
@@ -531,6 +910,31 @@ func (r *Runner) handle(hctx context.Context, p int, name string, msg jetstream.
 	r.settle(sctx, d, name, herr, log)
 	if r.afterSettle != nil {
 		r.afterSettle(d)
+	}
+}
+
+// acquire takes one of the replica's handler slots (ConsumerSpec.Concurrency),
+// waiting while all are taken; false when ctx ended first.
+func (r *Runner) acquire(ctx context.Context) bool {
+	if r.slots == nil {
+		return true
+	}
+	select {
+	case r.slots <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case r.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (r *Runner) release() {
+	if r.slots != nil {
+		<-r.slots
 	}
 }
 

@@ -44,6 +44,10 @@ const (
 	ServiceDispatcher    = "dispatcher"
 )
 
+// membersMaxBytes caps BucketMembers: a record is a few hundred bytes, one per
+// live replica.
+const membersMaxBytes = 8 << 20
+
 // DefaultGroup is the priority group every partition consumer pins in.
 const DefaultGroup = "loop"
 
@@ -75,7 +79,9 @@ type Bucket struct {
 // change what differs; zero fields take the defaults documented on each.
 type Topology struct {
 	// Partitions is N (default catalog.DefaultPartitions). Changing it remaps
-	// keys to partitions: drain the inbox first.
+	// keys to partitions, so Provision refuses to change it while a replica
+	// runs with the old count or a consumer has anything pending
+	// (docs/decisions/073-changing-the-partition-count.md).
 	Partitions int
 	// Replicas of every stream, consumer and bucket: 1 on a single node, 3
 	// on a Kubernetes cluster (default 1).
@@ -119,6 +125,10 @@ type Topology struct {
 	// that sends no pull request; a replica that died without unpinning is
 	// replaced after it (default 1m). Fetch waits are kept well below it.
 	PinnedTTL time.Duration
+	// MemberLease is how long a consuming replica's record in BucketMembers
+	// lives without renewal: a replica that dies loses its partitions this
+	// long after its last renewal (default 15s; renewed every third of it).
+	MemberLease time.Duration
 	// Group is the priority group name (default DefaultGroup).
 	Group string
 	// Consumers lists the partitioned consumers (default: ledger-writer on
@@ -190,6 +200,9 @@ func (t *Topology) setDefaults() {
 	}
 	if t.PinnedTTL <= 0 {
 		t.PinnedTTL = time.Minute
+	}
+	if t.MemberLease <= 0 {
+		t.MemberLease = 15 * time.Second
 	}
 	if t.Group == "" {
 		t.Group = DefaultGroup
@@ -404,6 +417,9 @@ func (c *Conn) Provision(ctx context.Context, t Topology) error {
 	if err := c.WaitConnected(ctx); err != nil {
 		return err
 	}
+	if err := c.checkPartitionChange(ctx, t); err != nil {
+		return err
+	}
 	for _, cfg := range t.streamConfigs() {
 		if err := c.upsertStream(ctx, cfg); err != nil {
 			return err
@@ -440,6 +456,26 @@ func (c *Conn) Provision(ctx context.Context, t Topology) error {
 			return nil
 		})
 	}
+	if len(t.Consumers) > 0 {
+		g.Go(func() error {
+			// Records expire a lease after their last renewal, and the
+			// expiry leaves a marker so that watchers see it at once.
+			_, err := c.js.CreateOrUpdateKeyValue(gctx, jetstream.KeyValueConfig{
+				Bucket:         BucketMembers,
+				Description:    "the-loop: live replicas of the consuming services",
+				History:        1,
+				TTL:            t.MemberLease,
+				LimitMarkerTTL: max(t.MemberLease, time.Second),
+				MaxBytes:       membersMaxBytes,
+				Storage:        jetstream.FileStorage,
+				Replicas:       t.Replicas,
+			})
+			if err != nil {
+				return fmt.Errorf("bus: provision bucket %s: %w", BucketMembers, err)
+			}
+			return nil
+		})
+	}
 	for _, b := range t.Buckets {
 		g.Go(func() error {
 			_, err := c.js.CreateOrUpdateKeyValue(gctx, jetstream.KeyValueConfig{
@@ -457,6 +493,63 @@ func (c *Conn) Provision(ctx context.Context, t Topology) error {
 		})
 	}
 	return g.Wait()
+}
+
+// checkPartitionChange refuses a topology whose partition count differs from
+// the streams' while that would break a work item's order: a live replica
+// still runs with another count (it would work partitions nobody else
+// agrees on), or a consumer has a message not yet delivered or acknowledged
+// (it would be handled after the work item's next events, which land in
+// another partition). Otherwise the change goes ahead: keys move between
+// partitions, and every consumer starts on its partition's new messages.
+// Consumers of partitions above a lowered count stay, idle: raising the count
+// again resumes them after what they last acknowledged.
+func (c *Conn) checkPartitionChange(ctx context.Context, t Topology) error {
+	var problems []string
+	changing := false
+	for _, stream := range []string{StreamInbox, StreamEvents} {
+		n, err := c.StreamPartitions(ctx, stream)
+		if errors.Is(err, ErrNotFound) || err == nil && (n == 0 || n == t.Partitions) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		changing = true
+		for _, g := range t.Consumers {
+			if g.Stream != stream {
+				continue
+			}
+			pending, err := c.pending(ctx, g, n)
+			if err != nil {
+				return err
+			}
+			if pending > 0 {
+				problems = append(problems, fmt.Sprintf("%s has %d message(s) pending on %s", g.Service, pending, stream))
+			}
+		}
+		if len(problems) == 0 {
+			c.log.Warn("bus: changing the partition count", "stream", stream, "from", n, "to", t.Partitions)
+		}
+	}
+	if !changing {
+		return nil
+	}
+	members, err := c.Members(ctx, "")
+	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return err
+	}
+	for _, m := range members {
+		if m.Partitions != t.Partitions {
+			problems = append(problems, fmt.Sprintf("replica %s of %s runs with %d", m.ID, m.Service, m.Partitions))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: the partition count would change to %d, but %s; stop the ingresses, let the consumers drain, "+
+			"stop every replica, then start them all with the new count (README, Operations)",
+			ErrPartitionChange, t.Partitions, strings.Join(problems, "; "))
+	}
+	return nil
 }
 
 // upsertStream creates or updates a stream. CreateOrUpdate is update-then-

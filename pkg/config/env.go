@@ -70,9 +70,10 @@ type Common struct {
 	ConfigPath string     `envconfig:"CONFIG" desc:"path of the operator YAML (version 0.7.0), reloaded on change; empty: built-in defaults (nobody authorized, Slack off)"`
 	LogLevel   slog.Level `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	// LogFormat: people read a terminal, collectors read JSON.
-	LogFormat  string `envconfig:"LOG_FORMAT" default:"auto" desc:"log lines: text, json, or auto (text when standard error is a terminal, JSON otherwise)"`
-	Partitions int    `envconfig:"PARTITIONS" default:"16" desc:"partitions of the inbox and event streams; change only with an empty inbox (keys move)"`
-	Replicas   int    `envconfig:"STREAM_REPLICAS" default:"1" desc:"replicas of every stream, consumer and KV bucket: 1 on a single server, 3 on a JetStream cluster"`
+	LogFormat   string `envconfig:"LOG_FORMAT" default:"auto" desc:"log lines: text, json, or auto (text when standard error is a terminal, JSON otherwise)"`
+	Partitions  int    `envconfig:"PARTITIONS" default:"16" desc:"partitions of the inbox and event streams, shared by a service's replicas: the most events a service handles at once (its ceiling: partitions ÷ the downstream's latency); changed only drained and stopped (README, Operations)"`
+	Concurrency int    `envconfig:"CONCURRENCY" default:"16" desc:"events one replica of a consuming service handles at once, over the partitions it owns: replicas add throughput up to LOOP_PARTITIONS ÷ this"`
+	Replicas    int    `envconfig:"STREAM_REPLICAS" default:"1" desc:"replicas of every stream, consumer and KV bucket: 1 on a single server, 3 on a JetStream cluster"`
 	NATS
 	Status
 }
@@ -310,6 +311,9 @@ func (c Common) Validate() error {
 	errs = append(errs, c.Status.Validate())
 	if c.Partitions < 1 || c.Partitions > 1024 {
 		errs = append(errs, fmt.Errorf("LOOP_PARTITIONS is %d: it must be between 1 and 1024", c.Partitions))
+	}
+	if c.Concurrency < 1 || c.Concurrency > 1024 {
+		errs = append(errs, fmt.Errorf("LOOP_CONCURRENCY is %d: it must be between 1 and 1024", c.Concurrency))
 	}
 	if c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
 		errs = append(errs, fmt.Errorf("LOOP_STREAM_REPLICAS is %d: it must be 1, 3 or 5", c.Replicas))

@@ -31,7 +31,7 @@ func TestProcessDefaults(t *testing.T) {
 		t.Fatalf("Process: %v", err)
 	}
 	want := ledgerWriter{
-		Common: Common{AdminAddr: ":9090", LogLevel: slog.LevelInfo, LogFormat: "auto", Partitions: 16, Replicas: 1},
+		Common: Common{AdminAddr: ":9090", LogLevel: slog.LevelInfo, LogFormat: "auto", Partitions: 16, Concurrency: 16, Replicas: 1},
 		GitHub: GitHub{Token: NewSecret(token), APIURL: "https://api.github.com/", WebhookAddr: ":8787", WebhookConcurrency: 64, EnvelopeKey: NewSecret(envelopeKey),
 			Mode: "webhook", PollLabel: "the-loop: auto-execute", PollInterval: time.Minute, WritesPerMinute: 80, WritesPerHour: 500},
 	}
@@ -155,7 +155,7 @@ func TestSettingsMatchEnvconfig(t *testing.T) {
 		t.Errorf("keys (-envconfig +ours):\n%s", diff)
 	}
 	want := []string{
-		"LOOP_ADMIN_ADDR", "LOOP_ADMIN_NKEY_FILE", "LOOP_ADMIN_TOKEN", "LOOP_CONFIG", "LOOP_DISPATCHER_HOST", "LOOP_DISPATCHER_RUNNER", "LOOP_DISPATCHER_SPAWN", "LOOP_DISPATCHER_WORKDIR", "LOOP_ENVELOPE_KEY",
+		"LOOP_ADMIN_ADDR", "LOOP_ADMIN_NKEY_FILE", "LOOP_ADMIN_TOKEN", "LOOP_CONCURRENCY", "LOOP_CONFIG", "LOOP_DISPATCHER_HOST", "LOOP_DISPATCHER_RUNNER", "LOOP_DISPATCHER_SPAWN", "LOOP_DISPATCHER_WORKDIR", "LOOP_ENVELOPE_KEY",
 		"LOOP_GITHUB_API_URL", "LOOP_GITHUB_APP_ID", "LOOP_GITHUB_APP_INSTALLATION_ID", "LOOP_GITHUB_APP_PRIVATE_KEY_FILE", "LOOP_GITHUB_INSECURE_NO_SIGNATURE", "LOOP_GITHUB_LOGIN",
 		"LOOP_GITHUB_MODE", "LOOP_GITHUB_POLL_INTERVAL", "LOOP_GITHUB_POLL_LABEL", "LOOP_GITHUB_POLL_REPOS", "LOOP_GITHUB_TOKEN",
 		"LOOP_GITHUB_WEBHOOK_ADDR", "LOOP_GITHUB_WEBHOOK_CONCURRENCY", "LOOP_GITHUB_WEBHOOK_SECRET", "LOOP_GITHUB_WRITES_PER_HOUR", "LOOP_GITHUB_WRITES_PER_MINUTE", "LOOP_HARNESS_BINARY", "LOOP_LOG_FORMAT", "LOOP_LOG_LEVEL",

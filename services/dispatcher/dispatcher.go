@@ -319,7 +319,12 @@ func (s *Service) Run(ctx context.Context) error {
 	go s.heartbeat(hctx, store)
 	served := make(chan error, 1)
 	go func() { served <- s.serveSessions(hctx, ln) }()
-	err = runtime.Consume(ctx, s.deps, Name, bus.StreamEvents, s.handle)
+	// This replica is a member of the dispatcher's replicas under its
+	// session host's name: the partitions it owns are the work items whose
+	// sessions run here.
+	deps := s.deps
+	deps.Replica = s.set.Host
+	err = runtime.Consume(ctx, deps, Name, bus.StreamEvents, s.handle)
 	stop()
 	if serr := <-served; serr != nil && err == nil {
 		err = fmt.Errorf("%s: session endpoint: %w", Name, serr)

@@ -430,6 +430,23 @@ func (s *Service) hostHere(ctx context.Context, store *registry.Store, in *input
 	return nil
 }
 
+// unmarkPending clears id's pending mark from ref's session, if it is
+// there, on its own deadline: the delivery that set it stops before typing.
+func (s *Service) unmarkPending(store *registry.Store, ref, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := store.Mutate(ctx, ref, func(r *registry.Record) error {
+		if r.Session == nil || r.Session.Pending != id {
+			return registry.ErrNoChange
+		}
+		r.Session.Pending, r.Session.PendingMarker = "", ""
+		return nil
+	}); err != nil {
+		s.deps.Log.Warn("dispatcher: could not take back the pending mark of a delivery that typed nothing; its redelivery judges it",
+			"work_item", ref, "event_id", id, "err", err)
+	}
+}
+
 // deliveryMarker is the prompt line that names the event's delivery.
 func deliveryMarker(in *input) string { return "- delivery: " + in.deliveryID }
 
@@ -569,6 +586,11 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 		r.Session.Pending, r.Session.PendingMarker = id, s.marker(in)
 		return nil
 	}); err != nil {
+		// Nothing has been typed yet, but a timed-out write may have
+		// landed: take the mark back, or the redelivery would judge a
+		// paste that never began (and, the pane not live here yet after a
+		// takeover, drop the event as delivery-uncertain).
+		s.unmarkPending(store, in.ref, id)
 		return fmt.Errorf("registry: %w", err)
 	}
 	if paused {

@@ -64,7 +64,7 @@ type env struct {
 
 // standIn is the stand-in harness: this test binary, run as Claude Code
 // would be, writing what it receives under dir.
-func standIn(t *testing.T, dir string) *harness.Command {
+func standIn(t testing.TB, dir string) *harness.Command {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

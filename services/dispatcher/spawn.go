@@ -154,6 +154,9 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 		r.Session.NextTokenHash = tokenHash
 		return nil
 	}); err != nil {
+		// Nothing typed yet: the redelivery must type the prompt, not judge
+		// a paste that never began (see unmarkPending).
+		s.unmarkPending(store, in.ref, in.ev.GetId())
 		return fmt.Errorf("registry: %w", err)
 	}
 	env := s.sessionEnv(token)

@@ -101,7 +101,13 @@ type env struct {
 
 func newEnv(t testing.TB, topo bus.Topology, ghOpts ...ghfake.Option) *env {
 	t.Helper()
-	srv := bustest.StartServer(t, bustest.Options{InProcessOnly: true})
+	return newEnvOn(t, bustest.Options{InProcessOnly: true}, topo, ghOpts...)
+}
+
+// newEnvOn is newEnv on a server started with sopts.
+func newEnvOn(t testing.TB, sopts bustest.Options, topo bus.Topology, ghOpts ...ghfake.Option) *env {
+	t.Helper()
+	srv := bustest.StartServer(t, sopts)
 	srv.Provision(t, topo)
 	gh := ghfake.New(t, ghOpts...)
 	gh.AddRepo(testRepo)
@@ -196,15 +202,21 @@ func (w *writer) stop() {
 // publish puts ev on the inbox as a channel would.
 func (e *env) publish(ev *loopv1.Event) {
 	e.t.Helper()
+	if err := e.tryPublish(ev); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// tryPublish is publish for another goroutine than the test's.
+func (e *env) tryPublish(ev *loopv1.Event) error {
 	m, err := envelope.ToMessage(ev, envelope.Inbox, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	if err != nil {
-		e.t.Fatal(err)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := e.pub.Publish(ctx, bus.FromEnvelope(m)); err != nil {
-		e.t.Fatal(err)
-	}
+	_, err = e.pub.Publish(ctx, bus.FromEnvelope(m))
+	return err
 }
 
 // waitFor polls cond until it holds or the (generous) deadline passes.

@@ -27,6 +27,12 @@ type Deps struct {
 	Registry   prometheus.Registerer
 	Ready      *httpserver.Readiness
 	Partitions int
+	// Concurrency bounds the events this replica handles at once
+	// (LOOP_CONCURRENCY; 0: one per partition it owns).
+	Concurrency int
+	// Replica names this replica among its service's replicas (default the
+	// host name; the dispatcher uses its session host).
+	Replica string
 	// Metrics is the bus metrics shared by the process's runners.
 	Metrics *bus.Metrics
 	// Config returns the operator config in force; it changes when the file
@@ -75,16 +81,19 @@ func (d Deps) Validate() error {
 // EventHandler handles one decoded event.
 type EventHandler func(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) error
 
-// Consume runs service's partitioned consumers on stream and hands each
+// Consume runs this replica's share of service's partitioned consumers on
+// stream (the replicas divide the partitions between them) and hands each
 // decoded event to h. A message that is not a valid event can never become
 // one, so it goes to the DLQ at once (bus.Permanent).
 func Consume(ctx context.Context, deps Deps, service, stream string, h EventHandler) error {
 	runner, err := deps.Conn.NewRunner(bus.ConsumerSpec{
-		Service:    service,
-		Stream:     stream,
-		Partitions: deps.Partitions,
-		Logger:     deps.Log,
-		Metrics:    deps.Metrics,
+		Service:     service,
+		Stream:      stream,
+		Partitions:  deps.Partitions,
+		Concurrency: deps.Concurrency,
+		Member:      deps.Replica,
+		Logger:      deps.Log,
+		Metrics:     deps.Metrics,
 		DeadLettered: func(ctx context.Context, dl bus.DeadLetter) {
 			deps.Events.Emit(ctx, "bus.dead_lettered", DeadLetterAttrs(dl)...)
 		},

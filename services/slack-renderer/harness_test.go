@@ -39,27 +39,35 @@ const (
 // env is one test's world: a real in-process JetStream, the Slack fake, the
 // operator config (swappable, as a reload would) and what the services log.
 type env struct {
-	t    *testing.T
-	srv  *bustest.Server
-	fake *slackfake.Server
-	pub  *bus.Conn
-	cfg  atomic.Pointer[config.Config]
-	reg  *prometheus.Registry
-	logs *testkit.SyncBuffer
-	recs *eventlog.Recorder
-	n    atomic.Int64
+	t   testing.TB
+	srv *bustest.Server
+	// parts is the partition count provisioned.
+	parts int
+	fake  *slackfake.Server
+	pub   *bus.Conn
+	cfg   atomic.Pointer[config.Config]
+	reg   *prometheus.Registry
+	logs  *testkit.SyncBuffer
+	recs  *eventlog.Recorder
+	n     atomic.Int64
 	// m is the services' metrics (instances share one set of collectors).
 	m *metrics
 }
 
-func newEnv(t *testing.T, fakeOpts ...slackfake.Option) *env {
+func newEnv(t testing.TB, fakeOpts ...slackfake.Option) *env {
+	t.Helper()
+	return newEnvOn(t, bustest.Options{}, partitions, fakeOpts...)
+}
+
+// newEnvOn is newEnv on a server started with sopts, with parts partitions.
+func newEnvOn(t testing.TB, sopts bustest.Options, parts int, fakeOpts ...slackfake.Option) *env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs JetStream and the Slack fake")
 	}
-	e := &env{t: t, srv: bustest.NewServer(t), fake: slackfake.New(t, fakeOpts...),
+	e := &env{t: t, srv: bustest.StartServer(t, sopts), fake: slackfake.New(t, fakeOpts...), parts: parts,
 		reg: prometheus.NewRegistry(), logs: &testkit.SyncBuffer{}, recs: &eventlog.Recorder{}}
-	e.srv.Provision(t, bustest.FastTopology(partitions))
+	e.srv.Provision(t, bustest.FastTopology(parts))
 	e.pub = e.srv.Connect(t, "slack-renderer-test-publisher")
 	cfg := config.Default()
 	cfg.Channels.Slack.Enabled = true
@@ -104,6 +112,8 @@ type instance struct {
 type startOpts struct {
 	noToken     bool
 	afterRecord func(*Service, *bus.Conn, *loopv1.Event)
+	// concurrency is LOOP_CONCURRENCY (0: one per partition owned).
+	concurrency int
 }
 
 func (e *env) start(o startOpts) *instance {
@@ -117,7 +127,7 @@ func (e *env) start(o startOpts) *instance {
 	}
 	deps := runtime.Deps{
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, e.recs), Registry: e.reg,
-		Ready: httpserver.NewReadiness(), Partitions: partitions, Config: e.cfg.Load, Slack: slackEnv,
+		Ready: httpserver.NewReadiness(), Partitions: e.parts, Concurrency: o.concurrency, Config: e.cfg.Load, Slack: slackEnv,
 	}
 	svc, err := New(deps, WithPostInterval(0))
 	if err != nil {

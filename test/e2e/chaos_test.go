@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,11 +20,16 @@ import (
 )
 
 // Chaos schedule. Senders pace each work item's events so that the flow
-// lasts about the plan's flow; a random service process is SIGKILLed every
-// chaosKillMin..chaosKillMax while events flow (its supervisor starts it
-// again at once), and NATS is killed and restarted: the single server once,
-// half-way, or in cluster mode the server leading LOOP_INBOX, twice.
+// lasts about the plan's flow; every chaosKillMin..chaosKillMax while events
+// flow a random service process is SIGKILLed (its supervisor starts it again
+// at once) or — a replica of a consuming service, one time in two — stopped
+// cleanly and kept down until the next step, as a scale-down and scale-up
+// would; and NATS is killed and restarted: the single server once, half-way,
+// or in cluster mode the server leading LOOP_INBOX, twice. Each consuming
+// service runs chaosReplicas replicas, which share its partitions, so the
+// partitions move at every step.
 const (
+	chaosReplicas  = 3
 	chaosGitHubPct = 20 // share of GitHub comments; the rest are Slack replies
 	chaosKillMin   = 3 * time.Second
 	chaosKillMax   = 6 * time.Second
@@ -34,11 +40,14 @@ const (
 // TestChaos sends 1,000 events across 50 work items — GitHub comments by
 // Alice (each: one Slack message, one prompt) and Slack replies in the work
 // items' threads (each: one GitHub mirror comment, one prompt) — while a
-// random service process is SIGKILLed and restarted every few seconds and
-// nats-server is SIGKILLed and restarted once. At the end every event must
+// random service process is SIGKILLed and restarted, or a replica stopped
+// cleanly and started again, every few seconds, and nats-server is
+// SIGKILLed and restarted once. At the end every event must
 // be on GitHub exactly once, in Slack exactly once (GitHub comments only),
 // and delivered to its session exactly once and in order per work item.
-// The counts are printed whatever the outcome.
+// The counts are printed whatever the outcome, and so is how the replicas
+// share the partitions once they have settled (`the-loop partitions`):
+// every partition worked by exactly one of the live replicas.
 //
 // E2E_CHAOS_SEED fixes the schedule (the seed is printed).
 func TestChaos(t *testing.T) {
@@ -82,7 +91,7 @@ func runChaos(t *testing.T, run chaosPlan) {
 	t.Logf("chaos seed %d (E2E_CHAOS_SEED=%d reproduces the schedule)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0x10095))
 
-	c := startCluster(t, clusterOptions{natsNodes: run.natsNodes})
+	c := startCluster(t, clusterOptions{replicas: chaosReplicas, natsNodes: run.natsNodes})
 	c.addIssues(chaosWorkItems)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -149,8 +158,19 @@ func runChaos(t *testing.T, run chaosPlan) {
 	// events flow; kill NATS run.natsKills times, evenly spaced.
 	var schedule []string
 	natsDone := 0
-	kills := 0
+	kills, pauses := 0, 0
 	var round []*proc
+	var paused *proc // stopped cleanly at the last step, started at this one
+	resume := func() {
+		if paused == nil {
+			return
+		}
+		if err := paused.release(); err != nil {
+			t.Fatal(err)
+		}
+		schedule = append(schedule, fmt.Sprintf("%s %s started again", time.Since(flowStart).Round(100*time.Millisecond), paused.name))
+		paused = nil
+	}
 	stall := c.watchStall(time.Second)
 chaos:
 	for {
@@ -160,6 +180,7 @@ chaos:
 			break chaos
 		case <-time.After(wait):
 		}
+		resume()
 		at := time.Since(flowStart).Round(100 * time.Millisecond)
 		if natsDone < run.natsKills && time.Since(flowStart) >= chaosFlow*time.Duration(natsDone+1)/time.Duration(run.natsKills+1) {
 			natsDone++
@@ -185,10 +206,20 @@ chaos:
 		}
 		p := round[0]
 		round = round[1:]
+		if consuming(p.name) && rng.IntN(2) == 0 {
+			// A scale-down: the replica leaves, the others take its
+			// partitions at once; it joins again at the next step.
+			p.pause(60 * time.Second)
+			paused = p
+			pauses++
+			schedule = append(schedule, fmt.Sprintf("%s %s stopped cleanly", at, p.name))
+			continue
+		}
 		p.kill(false)
 		kills++
-		schedule = append(schedule, fmt.Sprintf("%s %s", at, p.name))
+		schedule = append(schedule, fmt.Sprintf("%s %s SIGKILLed", at, p.name))
 	}
+	resume()
 	flow := time.Since(flowStart)
 	if sendErr != nil {
 		t.Fatalf("sending: %v", sendErr)
@@ -196,8 +227,8 @@ chaos:
 	if natsDone < run.natsKills {
 		t.Errorf("the flow ended after %d of %d NATS kills", natsDone, run.natsKills)
 	}
-	t.Logf("flow: %d events sent in %s; %d service processes SIGKILLed, NATS killed and restarted %d times:\n  %s",
-		len(sent), flow.Round(time.Second), kills, natsDone, strings.Join(schedule, "\n  "))
+	t.Logf("flow: %d events sent in %s; %d service processes SIGKILLed, %d replicas stopped cleanly and started again, NATS killed and restarted %d times:\n  %s",
+		len(sent), flow.Round(time.Second), kills, pauses, natsDone, strings.Join(schedule, "\n  "))
 
 	all := append(append([]sentEvent(nil), setup...), sent...)
 	settleStart := time.Now()
@@ -209,7 +240,7 @@ chaos:
 	var restarts []string
 	for _, p := range append(append([]*proc(nil), c.natsProcs...), c.procs...) {
 		p.mu.Lock()
-		restarts = append(restarts, fmt.Sprintf("%s: %d starts, %d SIGKILLs", p.name, p.starts, p.kills))
+		restarts = append(restarts, fmt.Sprintf("%s: %d starts, %d SIGKILLs, %d clean stops", p.name, p.starts, p.kills, p.pauses))
 		p.mu.Unlock()
 	}
 	bad := outOfOrder(o.order)
@@ -223,8 +254,9 @@ chaos:
 	if len(c.natsProcs) > 1 {
 		mode = fmt.Sprintf("a %d-node JetStream cluster, R%d", len(c.natsProcs), len(c.natsProcs))
 	}
-	report := fmt.Sprintf("CHAOS RESULT (seed %d, %s): sent %d events (%d GitHub comments, %d Slack replies) + %d start comments over %d work items\n%s\n%s\n%s\nprompts out of order: %d work items\nlongest stall: %s (nothing new reached GitHub, Slack or a session while events were owed)\nprocesses: %s",
-		seed, mode, len(sent), nGitHub, len(sent)-nGitHub, len(setup), len(c.issues), gh, sl, pr, len(bad), longest.Round(100*time.Millisecond), strings.Join(restarts, "; "))
+	shares, sharesErr := c.settledPartitions(chaosReplicas, 2*time.Minute)
+	report := fmt.Sprintf("CHAOS RESULT (seed %d, %s): sent %d events (%d GitHub comments, %d Slack replies) + %d start comments over %d work items\n%s\n%s\n%s\nprompts out of order: %d work items\nlongest stall: %s (nothing new reached GitHub, Slack or a session while events were owed)\nprocesses: %s\npartitions at the end (the-loop partitions):\n%s",
+		seed, mode, len(sent), nGitHub, len(sent)-nGitHub, len(setup), len(c.issues), gh, sl, pr, len(bad), longest.Round(100*time.Millisecond), strings.Join(restarts, "; "), shares)
 	t.Log(report)
 	fmt.Println(report)
 	if dlq := c.dlqList(); dlq != "" {
@@ -239,7 +271,65 @@ chaos:
 	if len(bad) > 0 {
 		t.Errorf("prompts out of order: %s", strings.Join(bad, "; "))
 	}
+	if sharesErr != nil {
+		t.Error(sharesErr)
+	}
 	c.stop()
+}
+
+// shareColumn is a replica's SHARE in `the-loop partitions`: "6/16".
+var shareColumn = regexp.MustCompile(` (\d+)/(\d+) `)
+
+// evenShares reports whether every replica listed in out, a `the-loop
+// partitions` output, works ⌊n/replicas⌋ or ⌈n/replicas⌉ of n partitions.
+func evenShares(out string, replicas int) bool {
+	rows := 0
+	for _, m := range shareColumn.FindAllStringSubmatch(out, -1) {
+		w, _ := strconv.Atoi(m[1])
+		n, _ := strconv.Atoi(m[2])
+		if w < n/replicas || w > (n+replicas-1)/replicas {
+			return false
+		}
+		rows++
+	}
+	return rows == 3*replicas
+}
+
+// consuming reports whether the process named name is a replica of a
+// service that consumes partitions.
+func consuming(name string) bool {
+	for _, svc := range []string{"ledger-writer-", "slack-renderer-", "dispatcher-"} {
+		if strings.HasPrefix(name, svc) {
+			return true
+		}
+	}
+	return false
+}
+
+// settledPartitions waits until `the-loop partitions` shows each consuming
+// service with replicas live replicas, each partition worked by exactly one
+// of them and each replica working its even share (the records of killed
+// processes have expired, the handovers are done), and returns that output;
+// an error, with the last output, if that does not happen within d.
+func (c *cluster) settledPartitions(replicas int, d time.Duration) (string, error) {
+	loop, _ := binaries(c.t)
+	deadline := time.Now().Add(d)
+	for {
+		cmd := exec.Command(loop, "partitions")
+		cmd.Env = c.cliEnv("observer")
+		b, err := cmd.CombinedOutput()
+		out := strings.TrimSpace(string(b))
+		settled := err == nil && strings.Count(out, fmt.Sprintf(" %d replica(s)", replicas)) == 3 &&
+			!strings.Contains(out, "worked by no replica") && !strings.Contains(out, "worked by two replicas") &&
+			evenShares(out, replicas)
+		if settled {
+			return out, nil
+		}
+		if time.Now().After(deadline) {
+			return out, fmt.Errorf("the partitions were not shared by %d live replicas of each consuming service after %s (exit %v):\n%s", replicas, d, err, out)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // streamLeader is the nats-server process leading stream, as the cluster's

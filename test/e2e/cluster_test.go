@@ -103,6 +103,8 @@ type proc struct {
 	held     bool // not restarted until release
 	starts   int
 	kills    int
+	// pauses counts clean stops held down until release (pause).
+	pauses int
 }
 
 func (p *proc) startLocked() error {
@@ -156,6 +158,26 @@ func (p *proc) kill(hold bool) {
 	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	<-exited
+}
+
+// pause stops the process cleanly, as a scale-down does (SIGTERM, SIGKILL
+// after grace), and keeps it down until release.
+func (p *proc) pause(grace time.Duration) {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.held = true
+	p.pauses++
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(grace):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+	}
 }
 
 // release starts a held process again.

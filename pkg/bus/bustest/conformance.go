@@ -38,7 +38,12 @@ type ConformanceOptions struct {
 //     on the same file store;
 //   - RunnerSurvivesRestart: a running runner rides out a server restart;
 //   - StandbyTakeover: a standby replica gets a partition only once the
-//     pinned one stops, and at once when it stops cleanly.
+//     pinned one stops, and at once when it stops cleanly;
+//   - ReplicasShareAndRebalance: replicas divide the partitions evenly and
+//     each handles only its own; a replica that joins takes its share, one
+//     that stops hands its share over at once, one that dies loses it after
+//     its lease (not after PinnedTTL) — per-key order and exactly-once
+//     throughout.
 func RunConformance(t *testing.T, opts ConformanceOptions) {
 	if opts.Stream == "" {
 		opts.Stream = bus.StreamInbox
@@ -58,6 +63,7 @@ func RunConformance(t *testing.T, opts ConformanceOptions) {
 		{"ServerRestart", testServerRestart},
 		{"RunnerSurvivesRestart", testRunnerSurvivesRestart},
 		{"StandbyTakeover", testStandby},
+		{"ReplicasShareAndRebalance", testShare},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -76,6 +82,9 @@ type harness struct {
 	topo bus.Topology
 	opts ConformanceOptions
 	pub  *bus.Conn
+	// runners are the runners started, for start to wait until the
+	// partitions have settled between them.
+	runners []*running
 }
 
 func newHarness(t *testing.T, opts ConformanceOptions, sopts Options, mod func(*bus.Topology)) *harness {
@@ -165,6 +174,33 @@ func (h *harness) start(c *bus.Conn, spec bus.ConsumerSpec, hd bus.Handler) *run
 	go func() { rn.done <- r.Run(ctx) }()
 	h.t.Cleanup(func() { _ = rn.stop(h.t) })
 	waitFor(h.t, 10*time.Second, r.Ready, "runner ready")
+	// A new replica takes some partitions from the running ones: wait
+	// until every hand-over is done, so that a test's first message is
+	// not handed back by a replica giving its partition away.
+	h.runners = append(h.runners, rn)
+	waitFor(h.t, 10*time.Second, func() bool {
+		owners := map[int]int{}
+		for _, o := range h.runners {
+			select {
+			case err := <-o.done:
+				o.done <- err
+				continue // stopped
+			default:
+			}
+			if !o.r.Settled() {
+				return false
+			}
+			for _, p := range o.r.Owned() {
+				owners[p]++
+			}
+		}
+		for p := range h.topo.Partitions {
+			if owners[p] != 1 {
+				return false
+			}
+		}
+		return true
+	}, "partitions settled between the replicas, each owned once")
 	return rn
 }
 
@@ -585,5 +621,179 @@ func testStandby(t *testing.T, opts ConformanceOptions) {
 	recs := rc.snapshot()
 	if last := recs[len(recs)-1]; last.replica != "b" || last.n != n {
 		t.Fatalf("last record %+v, want message %d on the standby", last, n)
+	}
+}
+
+func testShare(t *testing.T, opts ConformanceOptions) {
+	// A pin outlives every step below by far: whatever hands a partition
+	// over here, it is not the pin timing out.
+	const pinnedTTL = time.Minute
+	h := newHarness(t, opts, Options{}, func(topo *bus.Topology) {
+		topo.PinnedTTL = pinnedTTL
+	})
+	spec := h.spec()
+	spec.FetchWait = 200 * time.Millisecond
+	var rc recorder
+	conns := map[string]*bus.Conn{}
+	runners := map[string]*running{}
+	start := func(name string) {
+		conns[name] = h.srv.Connect(t, "replica-"+name)
+		sp := spec
+		sp.Member = name
+		runners[name] = h.start(conns[name], sp, rc.handler(name, nil))
+	}
+	const keys = 32
+	sent := 0
+	send := func(per int) {
+		for range per {
+			for k := range keys {
+				h.publish(fmt.Sprintf("github:octo/repo#%d", k), sent, fmt.Sprintf("gh:share-%d-%d", k, sent))
+			}
+			sent++
+		}
+	}
+	// sendWhile sends per rounds in the background while during runs, and
+	// returns once both are done.
+	sendWhile := func(per int, during func()) {
+		t.Helper()
+		errc := make(chan error, 1)
+		first := sent
+		sent += per
+		go func() {
+			for n := first; n < first+per; n++ {
+				for k := range keys {
+					key := fmt.Sprintf("github:octo/repo#%d", k)
+					id := fmt.Sprintf("gh:share-%d-%d", k, n)
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					_, err := h.pub.Publish(ctx, bus.Message{
+						Subject: h.subject(key), Header: bus.Header{"ce-id": {id}},
+						Data: []byte(key + "|" + strconv.Itoa(n)), MsgID: id,
+					})
+					cancel()
+					if err != nil {
+						errc <- err
+						return
+					}
+				}
+			}
+			errc <- nil
+		}()
+		during()
+		if err := <-errc; err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	handledAll := func(what string) {
+		waitFor(t, 30*time.Second, func() bool { return rc.count(ok) >= keys*sent }, what)
+	}
+	// owners maps each partition to the replica owning it now.
+	owners := func() map[int]string {
+		o := map[int]string{}
+		for name, rn := range runners {
+			select {
+			case err := <-rn.done:
+				rn.done <- err
+				continue
+			default:
+			}
+			for _, p := range rn.r.Owned() {
+				o[p] = name
+			}
+		}
+		return o
+	}
+	// checkOwners: since mark, every message was handled by its
+	// partition's owner, and every replica named handled some.
+	checkOwners := func(mark int, own map[int]string, busy ...string) {
+		t.Helper()
+		per := map[string]int{}
+		for _, r := range rc.snapshot()[mark:] {
+			p := bus.PartitionOf(catalog.SubjectKey(r.key), h.topo.Partitions)
+			if own[p] != r.replica {
+				t.Fatalf("%s (partition %d) handled on %s; its owner is %s", r.msgID, p, r.replica, own[p])
+			}
+			per[r.replica]++
+		}
+		for _, name := range busy {
+			if per[name] == 0 {
+				t.Fatalf("replica %s handled nothing (shares %v)", name, per)
+			}
+		}
+	}
+
+	start("a")
+	start("b")
+	own := owners()
+	for name := range runners {
+		if n := len(runners[name].r.Owned()); n != h.topo.Partitions/2 {
+			t.Fatalf("replica %s owns %d of %d partitions with two replicas", name, n, h.topo.Partitions)
+		}
+	}
+	send(3)
+	handledAll("events handled by two replicas")
+	checkOwners(0, own, "a", "b")
+
+	// A third replica joins while events flow: it takes its share.
+	sendWhile(3, func() { start("c") })
+	handledAll("events handled while a replica joins")
+	own = owners()
+	for name, rn := range runners {
+		if n := len(rn.r.Owned()); n < h.topo.Partitions/3 || n > h.topo.Partitions/3+1 {
+			t.Fatalf("replica %s owns %d of %d partitions with three replicas", name, n, h.topo.Partitions)
+		}
+	}
+	mark := len(rc.snapshot())
+	send(2)
+	handledAll("events handled by three replicas")
+	checkOwners(mark, own, "a", "b", "c")
+
+	// b stops cleanly while events flow: its partitions go to a and c at
+	// once, long before its pin could time out.
+	stopped := time.Now()
+	sendWhile(3, func() {
+		if err := runners["b"].stop(t); err != nil {
+			t.Fatalf("stop b: %v", err)
+		}
+	})
+	handledAll("events handled while a replica stops")
+	if took := time.Since(stopped); took > pinnedTTL/2 {
+		t.Fatalf("handing b's partitions over took %s: a clean stop must unpin them (PinnedTTL %s)", took, pinnedTTL)
+	}
+	delete(runners, "b")
+	waitFor(t, 10*time.Second, func() bool { return len(owners()) == h.topo.Partitions }, "a and c own every partition")
+	own = owners()
+	mark = len(rc.snapshot())
+	send(2)
+	handledAll("events handled by the two left")
+	checkOwners(mark, own, "a", "c")
+
+	// c dies (its connection closes: no leave, no unpin). Its partitions
+	// wait for its lease, then a takes them over and unpins what c held.
+	mark = len(rc.snapshot())
+	conns["c"].Close()
+	died := time.Now()
+	send(2)
+	handledAll("c's partitions taken over after its lease")
+	if took := time.Since(died); took < h.topo.MemberLease/2 || took > pinnedTTL/2 {
+		t.Fatalf("c's partitions were worked again %s after it died; want about its lease (%s), well before PinnedTTL (%s)",
+			took, h.topo.MemberLease, pinnedTTL)
+	}
+	for _, r := range rc.snapshot()[mark:] {
+		if r.replica != "a" {
+			t.Fatalf("%s handled on %s after c died; only a is left", r.msgID, r.replica)
+		}
+	}
+
+	next := map[string]int{}
+	for _, r := range rc.snapshot() {
+		if r.n != next[r.key] {
+			t.Fatalf("key %s: handled message %d, want %d (out of order or twice)", r.key, r.n, next[r.key])
+		}
+		next[r.key]++
+	}
+	for k, n := range next {
+		if n != sent {
+			t.Fatalf("key %s: %d messages handled, want %d", k, n, sent)
+		}
 	}
 }

@@ -8,6 +8,7 @@ package bustest
 
 import (
 	"context"
+	"flag"
 	"os"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
 )
 
 // EnvURL names the variable that points the helpers at an external server
@@ -44,6 +46,10 @@ type Options struct {
 	Auth bool
 	// Topology is what the grants name (default bus.DefaultTopology()).
 	Topology *bus.Topology
+	// SyncInterval syncs the store on an interval instead of on every
+	// write (bus.EmbeddedOptions.SyncInterval): for benchmarks whose
+	// subject is not the disk. Implies InProcessOnly.
+	SyncInterval time.Duration
 }
 
 // Server is a JetStream server for one test.
@@ -57,6 +63,7 @@ type Server struct {
 	// seeds holds each identity's NKey seed when authorization is on.
 	seeds map[string][]byte
 	users []bus.User
+	sync  time.Duration
 }
 
 // NewServer starts an in-process server (or uses LOOP_TEST_NATS_URL) that is
@@ -69,7 +76,7 @@ func NewServer(t testing.TB) *Server {
 // StartServer is NewServer with options.
 func StartServer(t testing.TB, opts Options) *Server {
 	t.Helper()
-	if u := os.Getenv(EnvURL); u != "" && !opts.InProcessOnly && !opts.Auth {
+	if u := os.Getenv(EnvURL); u != "" && !opts.InProcessOnly && !opts.Auth && opts.SyncInterval <= 0 {
 		s := &Server{url: u, external: true}
 		s.wipe(t)
 		return s
@@ -80,7 +87,7 @@ func StartServer(t testing.TB, opts Options) *Server {
 	if opts.Port == 0 {
 		opts.Port = -1
 	}
-	s := &Server{storeDir: opts.StoreDir, port: opts.Port}
+	s := &Server{storeDir: opts.StoreDir, port: opts.Port, sync: opts.SyncInterval}
 	if opts.Auth {
 		topo := bus.DefaultTopology()
 		if opts.Topology != nil {
@@ -99,9 +106,10 @@ func StartServer(t testing.TB, opts Options) *Server {
 func (s *Server) start(t testing.TB) {
 	t.Helper()
 	emb, err := bus.StartEmbedded(context.Background(), bus.EmbeddedOptions{
-		StoreDir: s.storeDir,
-		Port:     s.port,
-		Users:    s.users,
+		StoreDir:     s.storeDir,
+		SyncInterval: s.sync,
+		Port:         s.port,
+		Users:        s.users,
 	})
 	if err != nil {
 		t.Fatalf("bustest: start server: %v", err)
@@ -211,12 +219,13 @@ func (s *Server) Provision(t testing.TB, topo bus.Topology) {
 }
 
 // FastTopology is a topology with timings short enough for tests: AckWait
-// 2s, PinnedTTL 1s, MaxDeliver 3, and n partitions.
+// 2s, PinnedTTL 1s, MemberLease 3s, MaxDeliver 3, and n partitions.
 func FastTopology(n int) bus.Topology {
 	t := bus.DefaultTopology()
 	t.Partitions = n
 	t.AckWait = 2 * time.Second
 	t.PinnedTTL = time.Second
+	t.MemberLease = 3 * time.Second
 	t.MaxDeliver = 3
 	return t
 }
@@ -235,7 +244,7 @@ func (s *Server) wipe(t testing.TB) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var buckets []string
+	buckets := []string{bus.BucketMembers}
 	for _, b := range bus.DefaultTopology().Buckets {
 		buckets = append(buckets, b.Name)
 	}
@@ -284,4 +293,70 @@ func StartFromConfig(t testing.TB, confPath string) *Server {
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	return &Server{url: srv.ClientURL(), external: true}
+}
+
+// Spread returns the first numbers i (from 1) whose work item ref(i) lands
+// perPart in each of n partitions (bus.PartitionOf), ordered so that
+// consecutive ones are in different partitions. Benchmarks use it to give
+// every partition the same load: a partition with more work items than the
+// others bounds any number of replicas.
+func Spread(n, perPart int, ref func(i int) string) []int {
+	byPart := make([][]int, n)
+	for i, filled := 1, 0; filled < n; i++ {
+		p := bus.PartitionOf(catalog.SubjectKey(ref(i)), n)
+		if len(byPart[p]) < perPart {
+			byPart[p] = append(byPart[p], i)
+			if len(byPart[p]) == perPart {
+				filled++
+			}
+		}
+	}
+	var out []int
+	for r := range perPart {
+		for p := range n {
+			out = append(out, byPart[p][r])
+		}
+	}
+	return out
+}
+
+// BenchProbe reports whether b is the one-iteration run the testing package
+// makes before a benchmark run with a fixed count (-benchtime=Nx, N > 1).
+// A benchmark whose every round is costly to set up returns at once from
+// it: the counted run follows, and only its figures are reported.
+func BenchProbe(b *testing.B) bool {
+	if b.N != 1 {
+		return false
+	}
+	f := flag.Lookup("test.benchtime")
+	if f == nil {
+		return false
+	}
+	v := f.Value.String()
+	return strings.HasSuffix(v, "x") && v != "1x"
+}
+
+// Shared reports whether the k replicas listed in ms work the n partitions
+// as their division gives them out: each partition worked by exactly one,
+// each replica ⌊n/k⌋ or ⌈n/k⌉ of them — none still waiting for its share,
+// none still handing one over. A replica that just joined already counts
+// in ms while the others still work its share, which a check of the
+// partitions alone would take for settled.
+func Shared(ms []bus.Member, n, k int) bool {
+	if len(ms) != k || k == 0 {
+		return false
+	}
+	seen := make([]bool, n)
+	for _, m := range ms {
+		if len(m.Working) < n/k || len(m.Working) > (n+k-1)/k {
+			return false
+		}
+		for _, p := range m.Working {
+			if p < 0 || p >= n || seen[p] {
+				return false
+			}
+			seen[p] = true
+		}
+	}
+	return !slices.Contains(seen, false)
 }
