@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Enforces the dependency direction of DESIGN §3: pkg/ never imports
-# services/, and only pkg/bus (and pkg/bus/bustest) imports NATS.
+# Enforces the dependency direction of README.md#repository-map: pkg/ never
+# imports services/, and only pkg/bus (and pkg/bus/bustest) imports NATS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mod=github.com/the-loop/bus

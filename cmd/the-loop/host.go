@@ -43,7 +43,8 @@ type runner interface {
 
 type serviceDef struct {
 	name string
-	// needsKey: refuses to start without LOOP_ENVELOPE_KEY (DESIGN §6).
+	// needsKey: refuses to start without LOOP_ENVELOPE_KEY
+	// (docs/architecture.md#the-ledger).
 	needsKey bool
 	new      func(runtime.Deps, hostKind) (runner, error)
 }

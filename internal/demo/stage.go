@@ -1,12 +1,12 @@
-// Package demo is `the-loop demo`: the story of seed 001 played against
-// the five real services, with built-in stand-ins for GitHub and Slack (the
-// fakes the tests use) and a stand-in agent harness. The host (cmd/the-loop)
-// runs the services on an embedded JetStream server from the settings Env
-// returns — their normal LOOP_* settings, nothing demo-specific — and Play
-// acts the people and the agent: it writes to the stand-ins what a person
-// would write on GitHub or Slack, and runs what the agent would run (`ask`,
-// `graph complete`). Every effect it narrates — comments, Slack messages,
-// issues, prompts — is produced by the services.
+// Package demo is `the-loop demo`: the story of docs/requirements.md played
+// against the five real services, with built-in stand-ins for GitHub and Slack
+// (the fakes the tests use) and a stand-in agent harness. The host
+// (cmd/the-loop) runs the services on an embedded JetStream server from the
+// settings Env returns — their normal LOOP_* settings, nothing demo-specific —
+// and Play acts the people and the agent: it writes to the stand-ins what a
+// person would write on GitHub or Slack, and runs what the agent would run
+// (`ask`, `graph complete`). Every effect it narrates — comments, Slack
+// messages, issues, prompts — is produced by the services.
 package demo
 
 import (

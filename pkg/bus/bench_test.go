@@ -18,7 +18,7 @@ import (
 // (pinned priority group, keep-alive, metrics off); "raw" is the same work
 // with nats.go JetStream directly (Fetch(1), DoubleAck) on a stream of the
 // same shape. Compare the two: absolute times drift on shared machines, the
-// ratio does not (DESIGN §10).
+// ratio does not (decision 054).
 func BenchmarkPublishConsume(b *testing.B) {
 	ctx := context.Background()
 	emb, err := StartEmbedded(ctx, EmbeddedOptions{StoreDir: b.TempDir(), Port: -1})

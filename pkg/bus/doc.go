@@ -1,13 +1,13 @@
 // Package bus is the-loop's event bus: the one package of the module that
-// imports nats.go and nats-server (DESIGN §3). Everything else talks to NATS
-// JetStream through it, with plain types of its own (Message, Header, Delivery,
-// KVEntry) so that callers never import nats.
+// imports nats.go and nats-server (README.md#repository-map). Everything else
+// talks to NATS JetStream through it, with plain types of its own (Message,
+// Header, Delivery, KVEntry) so that callers never import nats.
 //
 // It provides:
 //   - Connect, a client connection that reconnects forever, and StartEmbedded,
 //     an in-process nats-server for `the-loop up` and tests;
 //   - Provision, the idempotent creation of the streams, consumers and KV
-//     buckets of DESIGN §5 (Topology);
+//     buckets of docs/architecture.md#streams-and-state (Topology);
 //   - Publish with Nats-Msg-Id deduplication and PubAck, retried under the
 //     same id when the outcome is ambiguous;
 //   - Runner, the partitioned, pinned consumer loop: one message in flight per

@@ -12,7 +12,7 @@ func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
 // Permanent marks err as permanent: the runner copies the message to the DLQ
-// and terminates it at once instead of retrying (DESIGN §7: 404, 410, 422).
+// and terminates it at once instead of retrying (decision 017: 404, 410, 422).
 // Permanent(nil) is nil.
 func Permanent(err error) error {
 	if err == nil {

@@ -51,7 +51,7 @@ func FailWith(code string, err error) error {
 
 // Fail is the error a RequestHandler returns to answer with code and description.
 // Any other error is answered as CodeInternal with the error's text, so a
-// handler's errors must never carry a secret (DESIGN §8).
+// handler's errors must never carry a secret (SECURITY.md).
 func Fail(code, format string, args ...any) error {
 	return &ServiceError{Code: code, Description: fmt.Sprintf(format, args...)}
 }

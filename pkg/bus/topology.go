@@ -13,7 +13,7 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 )
 
-// Stream names (DESIGN §5).
+// Stream names (docs/architecture.md#streams-and-state).
 const (
 	StreamInbox      = "LOOP_INBOX"
 	StreamEvents     = "LOOP_EVENTS"
@@ -26,7 +26,7 @@ const (
 // message: an event carries a reference "<bucket>/<name>" instead.
 const ObjectPayloads = "payloads"
 
-// KV bucket names (DESIGN §5).
+// KV bucket names (docs/architecture.md#streams-and-state).
 const (
 	BucketLedger   = "ledger"
 	BucketSeen     = "seen"
@@ -37,7 +37,8 @@ const (
 	BucketCursors  = "cursors"
 )
 
-// Service names that consume a stream by default (DESIGN §2).
+// Service names that consume a stream by default
+// (docs/architecture.md#the-flow).
 const (
 	ServiceLedgerWriter  = "ledger-writer"
 	ServiceSlackRenderer = "slack-renderer"
@@ -109,7 +110,7 @@ type Topology struct {
 	// its max_file_store together: the defaults sum to about 7.2 GiB.
 	BucketMaxBytes, ObjectMaxBytes int64
 	// DuplicateWindow is the Nats-Msg-Id window of the inbox, the events and
-	// the DLQ (default 2h; DESIGN asks for at least 1h).
+	// the DLQ (default 2h; at least 1h).
 	DuplicateWindow time.Duration
 	// EventsMaxAge (default 7d), DLQMaxAge (default 30d), LogMaxAge (default
 	// 7d) and AdvisoryMaxAge (default 30d) bound the Limits streams.
@@ -134,15 +135,17 @@ type Topology struct {
 	// Consumers lists the partitioned consumers (default: ledger-writer on
 	// the inbox, slack-renderer and dispatcher on the events).
 	Consumers []ConsumerGroup
-	// Buckets lists the KV buckets (default: the seven of DESIGN §5, seen
-	// with a 72h TTL, which covers GitHub's ≥3d and Slack's ≥10m at once).
+	// Buckets lists the KV buckets (default: the seven of
+	// docs/architecture.md#streams-and-state, seen with a 72h TTL, which covers
+	// GitHub's ≥3d and Slack's ≥10m at once).
 	Buckets []Bucket
 	// Objects are the object stores (default: ObjectPayloads, kept as long
 	// as the event stream).
 	Objects []Bucket
 }
 
-// DefaultTopology is DESIGN §5 for a single node.
+// DefaultTopology is the topology of docs/architecture.md#streams-and-state for
+// a single node.
 func DefaultTopology() Topology {
 	t := Topology{}
 	t.setDefaults()

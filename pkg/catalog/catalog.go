@@ -1,11 +1,13 @@
 // Package catalog is the one definition of the-loop's catalog events: their
 // names, what a channel may do with each, whether the ledger records it when it
-// starts off the ledger, and who raises it (seed 001 R1.1, R1.2; DESIGN §4).
+// starts off the ledger, and who raises it (docs/requirements.md R1.1, R1.2;
+// docs/configuration.md#catalog-event-types).
 //
-// It also builds the NATS subjects events travel on (DESIGN §5). Everything that
-// prints or validates the catalog — `the-loop events --types`, `the-loop
-// channels status`, docs/configuration.md, the config validator — reads it from
-// here, so the outputs cannot drift apart (R1.5).
+// It also builds the NATS subjects events travel on
+// (docs/architecture.md#streams-and-state). Everything that prints or validates
+// the catalog — `the-loop events --types`, `the-loop channels status`,
+// docs/configuration.md, the config validator — reads it from here, so the
+// outputs cannot drift apart (R1.5).
 //
 // catalog is pure: it does no I/O and imports nothing of this module.
 package catalog
@@ -13,10 +15,10 @@ package catalog
 import "slices"
 
 // Type is a catalog event type name, such as "work-item.reply". The name may
-// contain dots; subjects keep them (DESIGN §5).
+// contain dots; subjects keep them (docs/architecture.md#streams-and-state).
 type Type string
 
-// The fifteen catalog types (DESIGN §4).
+// The fifteen catalog types (docs/configuration.md#catalog-event-types).
 const (
 	SessionAwaitingInput   Type = "session.awaiting_input"
 	DecisionPending        Type = "decision-pending"
@@ -39,7 +41,7 @@ const (
 // publishes it on loop.ev.<key>.ledger.record_failed (notification body,
 // causation_id = the failed event's id, the failed event's conversation) when
 // it could not record a channel-originated event, so the originating channel
-// can tell the person (AMB-26). Channels deliver it to the originating
+// can tell the person (decision 017). Channels deliver it to the originating
 // conversation whatever they subscribe to; it is never recorded.
 const RecordFailed Type = "ledger.record_failed"
 
@@ -47,9 +49,9 @@ const RecordFailed Type = "ledger.record_failed"
 // loop.in.<key>.gate.paused (the ledger-writer passes it through unrecorded),
 // when a gate answer relayed from a channel conversation reaches a work item
 // whose session is paused. Such an answer is recorded on the ledger but
-// settled without moving the graph (AMB-25); the notice (notification body,
-// causation_id = the answer's event id, the answer's conversation) tells the
-// person who answered, in their conversation.
+// settled without moving the graph (decision 023); the notice (notification
+// body, causation_id = the answer's event id, the answer's conversation) tells
+// the person who answered, in their conversation.
 const GatePaused Type = "gate.paused"
 
 // GateMoved is neither a catalog type nor a notice but a signal: the
@@ -139,7 +141,7 @@ type Entry struct {
 	Subscribable bool
 	// Publishable: a message arriving on a channel may become it. Trusted
 	// publishers (the loop, `ask`, ingress-github) are not constrained by this
-	// flag (AMB-24).
+	// flag (docs/requirements.md R1.1).
 	Publishable bool
 	// Record: what the ledger does when the event starts off the ledger.
 	Record Record

@@ -9,7 +9,7 @@ import (
 func TestCatalogShape(t *testing.T) {
 	all := All()
 	if len(all) != 15 {
-		t.Fatalf("catalog has %d types, DESIGN §4 has 15", len(all))
+		t.Fatalf("catalog has %d types, want 15", len(all))
 	}
 	seen := map[Type]bool{}
 	for _, e := range all {
@@ -25,7 +25,8 @@ func TestCatalogShape(t *testing.T) {
 			t.Errorf("%s is publishable but not recorded", e.Type)
 		}
 	}
-	// R1.2 coverage, and the flags DESIGN §4 fixes.
+	// R1.2 coverage, and the flags docs/configuration.md#catalog-event-types
+	// lists.
 	for typ, want := range map[Type][3]bool{ // subscribable, publishable, recorded
 		SessionAwaitingInput: {true, false, true},
 		DecisionPending:      {true, false, false},

@@ -6,9 +6,9 @@ import (
 	"strings"
 )
 
-// Subject prefixes (DESIGN §5). A publisher writes loop.in.<key>.<type>; the
-// stream's subject transform stores it as loop.in.<p>.<key>.<type>, where p is
-// the partition of <key>.
+// Subject prefixes (docs/architecture.md#streams-and-state). A publisher writes
+// loop.in.<key>.<type>; the stream's subject transform stores it as
+// loop.in.<p>.<key>.<type>, where p is the partition of <key>.
 const (
 	InboxPrefix  = "loop.in"
 	EventsPrefix = "loop.ev"

@@ -1,5 +1,5 @@
 // Package config is where the-loop's settings come from, and the only place
-// that knows their names and defaults (DESIGN §8):
+// that knows their names and defaults (README.md#configuration):
 //
 //   - process settings from the environment (LOOP_*): one struct per concern
 //     (Common, GitHub, Slack, Up) that a service composes into its own Config

@@ -296,7 +296,8 @@ func (d Dispatcher) Validate() error {
 
 // minEnvelopeKey is the shortest envelope key accepted: HMAC-SHA256 keys
 // shorter than the hash's 32 bytes weaken the signature that stops a
-// prompt-injected agent forging an approver's envelope (DESIGN §6).
+// prompt-injected agent forging an approver's envelope
+// (docs/architecture.md#the-ledger).
 const minEnvelopeKey = 32
 
 // Validate checks the values Process cannot check by type.
@@ -381,7 +382,8 @@ func (g GitHub) RequireToken() error {
 }
 
 // RequireEnvelopeKey fails unless the envelope key is set: `serve` refuses to
-// start the ledger-writer or ingress-github without it (DESIGN §6).
+// start the ledger-writer or ingress-github without it
+// (docs/architecture.md#the-ledger).
 func (g GitHub) RequireEnvelopeKey() error {
 	if !g.EnvelopeKey.IsSet() {
 		return errors.New("LOOP_ENVELOPE_KEY is not set: the ledger-writer and ingress-github sign and verify envelopes with it")

@@ -381,7 +381,7 @@ func (p *parser) warn(n *yaml.Node, path, format string, args ...any) {
 type field func(v *yaml.Node, path string)
 
 // removedKey says what replaced a key, and what ignoring it would silently
-// change — the reason it is refused rather than skipped (R7.2, AMB-12).
+// change — the reason it is refused rather than skipped (R7.2, decision 004).
 type removedKey struct{ replacement, ignoring string }
 
 var removedKeys = map[string]removedKey{
@@ -597,7 +597,7 @@ func hasKey(n *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-// version implements the version gate (AMB-10, docs/decisions): an older
+// version implements the version gate (decision 001): an older
 // declared version is read as it is, with a warning, because R7.3 promises
 // that a config saying nothing new behaves as before; only removed keys are
 // refused. A newer version is refused: its keys may mean what this build
@@ -680,7 +680,7 @@ func clip(s string) string {
 
 // ledger refuses any channel of record but GitHub at load, where every other
 // channels.* problem only warns: a wrong ledger would record nothing anywhere,
-// which is worse than not starting (R3.1, AMB-27).
+// which is worse than not starting (R3.1, decision 004).
 func (p *parser) ledger(v *yaml.Node, path string) {
 	if v.Kind != yaml.ScalarNode || v.Value != LedgerGitHub {
 		p.fail(v, path, ErrInvalid, "%q is not a ledger this the-loop has; the accepted values are: %s", clip(v.Value), LedgerGitHub)

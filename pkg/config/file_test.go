@@ -268,7 +268,7 @@ func TestParseVersionGate(t *testing.T) {
 	}{
 		{"version: \"0.7.0\"\n", false},
 		{"version: 0.7.0\n", false},
-		{"version: \"0.6.0\"\n", true}, // AMB-10: older is read, with a warning
+		{"version: \"0.6.0\"\n", true}, // decision 001: older is read, with a warning
 		{"version: 0.5\n", true},
 		{"routing: {}\n", true}, // unset
 	}

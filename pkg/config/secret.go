@@ -8,7 +8,7 @@ import (
 // Secret holds a credential read from the environment. Every way Go prints a
 // value — fmt verbs, %#v, slog, encoding/json, encoding/text — shows only
 // whether it is set, so a config struct can be logged or dumped whole without
-// leaking it (DESIGN §8: secrets never appear in logs, events, status output
+// leaking it (SECURITY.md: secrets never appear in logs, events, status output
 // or errors). Reveal is the one way to get the value, and is meant for the
 // call that hands it to an API client.
 type Secret struct {

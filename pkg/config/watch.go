@@ -17,10 +17,11 @@ import (
 )
 
 // Watcher keeps the operator YAML loaded and reloads it when the file changes,
-// without a restart (DESIGN §8). Readers call Current for the config in force
-// or Subscribe to hear of a new one; either way they see a whole config, old
-// or new, never a mix. A broken edit never replaces a good config: the last
-// good one stays in force and Err says why the edit was refused.
+// without a restart (README.md#configuration). Readers call Current for the
+// config in force or Subscribe to hear of a new one; either way they see a
+// whole config, old or new, never a mix. A broken edit never replaces a good
+// config: the last good one stays in force and Err says why the edit was
+// refused.
 //
 // Changes are noticed through fsnotify on the file's directory — watching the
 // directory, not the file, survives editors and `kubectl` that replace the

@@ -18,7 +18,7 @@ const (
 	Do         Command = "do"
 )
 
-// Class is a set of command classes (ingress-dispatch §2.8). A command may be
+// Class is a set of command classes (docs/requirements.md K8). A command may be
 // in several: start arms and may spawn, cleanup disarms and tears down.
 type Class uint8
 

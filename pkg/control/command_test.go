@@ -48,7 +48,8 @@ func TestCommandClasses(t *testing.T) {
 	}
 }
 
-// TestClassSets pins the sets the dispatcher branches on (channels-ledger §4).
+// TestClassSets pins the sets the dispatcher branches on
+// (docs/requirements.md K7).
 func TestClassSets(t *testing.T) {
 	t.Parallel()
 	members := func(cl Class) []Command {

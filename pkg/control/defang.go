@@ -10,7 +10,7 @@ const Defanged = "‹defanged›"
 
 // Defang returns text with every whole-token occurrence of the grammar's
 // keywords visibly broken, so that a reader still sees which keyword was meant
-// but Parse finds no command (channels-ledger §1.7):
+// but Parse finds no command (docs/requirements.md K19):
 //
 //   - keywords are taken longest first (Keywords), so a keyword embedding
 //     another is defanged whole;

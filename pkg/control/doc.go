@@ -1,12 +1,12 @@
 // Package control is the control-keyword grammar: the eight commands an
 // authorized person types on a work item ("the-loop start", "the-loop stop",
 // …), the classes each belongs to, and the parser that finds them in a comment
-// body (ingress-dispatch §2.7, channels-ledger §4).
+// body (docs/requirements.md K7).
 //
 // It also owns the other side of the same contract: Defang visibly breaks every
 // keyword in text the-loop mirrors to a ticket, so that a relayed reply can
-// never be read back as a command (channels-ledger §1.7), and Keywords lists
-// what a ledger envelope must refuse to carry.
+// never be read back as a command (docs/requirements.md K19), and Keywords
+// lists what a ledger envelope must refuse to carry.
 //
 // The grammar is the original's to the character: a case-insensitive literal
 // match with hand-made token boundaries (the character before and after must

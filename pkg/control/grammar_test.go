@@ -113,8 +113,8 @@ func one(c Command) Result { return Result{Command: c, Matched: []Command{c}} }
 
 func ambiguous(cs ...Command) Result { return Result{Ambiguous: true, Matched: cs} }
 
-// TestParse covers every boundary example of ingress-dispatch §2.7 and
-// channels-ledger §4, plus the Unicode behaviour the original inherits from
+// TestParse covers every boundary example of docs/requirements.md K7,
+// plus the Unicode behaviour the original inherits from
 // Python's re.
 func TestParse(t *testing.T) {
 	t.Parallel()

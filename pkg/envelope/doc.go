@@ -3,7 +3,7 @@
 //
 // On NATS an event is a CloudEvents binary-mode message: ce-* headers, a
 // lowercase traceparent, Nats-Msg-Id equal to ce-id, and the protojson of
-// loopv1.Event as the body (DESIGN §6). ToMessage and FromMessage convert, and
+// loopv1.Event as the body (decision 009). ToMessage and FromMessage convert, and
 // FromMessage refuses a message whose headers and body disagree.
 //
 // On the ledger an event's record carries a hidden HTML comment, the ledger

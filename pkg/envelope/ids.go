@@ -8,7 +8,7 @@ import (
 
 // Event ids are deterministic, so a provider's retry or a crashed producer's
 // second attempt yields the same id and the bus stores the event once
-// (DESIGN §6).
+// (docs/architecture.md#the-ledger).
 
 // GitHubID is the id of an event raised from a GitHub delivery.
 func GitHubID(deliveryID string) string { return "gh:" + deliveryID }

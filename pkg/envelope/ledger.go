@@ -49,7 +49,8 @@ var (
 	// (bad JSON, several envelopes, an unknown version).
 	ErrMalformed = errors.New("malformed ledger envelope")
 	// ErrForged: the envelope's signature does not verify. Such a comment is
-	// judged as an ordinary comment by its poster (DESIGN §6).
+	// judged as an ordinary comment by its poster
+	// (docs/architecture.md#the-ledger).
 	ErrForged = errors.New("forged ledger envelope")
 	// ErrUnsafe: EncodeLedger would write text that could break out of the
 	// envelope or be read as a marker or a control keyword.

@@ -1,7 +1,7 @@
-// Package eventlog writes the event log (seed 001 R8, DESIGN §9): one record
-// per bus step, channel decision, routing, dispatch, control, session and graph
-// action, as a JSON log line through slog and as a message on
-// loop.log.<service>.<type>, which `the-loop events --follow` tails.
+// Package eventlog writes the event log (docs/requirements.md R8;
+// decision 062): one record per bus step, channel decision, routing, dispatch,
+// control, session and graph action, as a JSON log line through slog and as a
+// message on loop.log.<service>.<type>, which `the-loop events --follow` tails.
 //
 // Records carry ids and types, never message text and never tokens (R8.2):
 // Emit drops any attribute whose key names content or a secret, so a careless
@@ -9,7 +9,7 @@
 //
 // The log-type catalog here is distinct from the bus catalog in pkg/catalog,
 // although two names (session.awaiting_input, control.command) are in both;
-// see docs/decisions (AMB-23).
+// see docs/decisions (decision 006).
 package eventlog
 
 import (

@@ -1,17 +1,17 @@
 // Package excerpt distils a GitHub webhook payload into the short JSON text a
 // session is shown about the event it just received: the $payload_excerpt of
-// the event and spawn prompts (ingress-dispatch §3, §4.1).
+// the event and spawn prompts (docs/requirements.md E1–E7, K11).
 //
-// It is a byte-identical port of the-loop's cli/the_loop/webhook/excerpt.py
-// (issue-243, decision-086). The excerpt is a field allow-list per container,
-// not a payload subset: a comment carries its path, line, body and html_url and
-// its author's bare login; an issues or pull_request lifecycle event carries
-// the acting login and the entity's number, title, state and URL; CI events
-// carry their status. Nothing from sender, repository, user objects, reactions
-// or API URLs reaches the text. Free text (body, description, summary) is
-// capped per field at TextMaxChars, with TruncatedMarker inside the string, so
-// the excerpt always stays parseable; the whole excerpt is held under
-// ExcerptMaxChars by halving that cap.
+// It is a byte-identical port of the original the-loop's excerpt
+// (docs/requirements.md E1–E7). The excerpt is a field allow-list per
+// container, not a payload subset: a comment carries its path, line, body and
+// html_url and its author's bare login; an issues or pull_request lifecycle
+// event carries the acting login and the entity's number, title, state and URL;
+// CI events carry their status. Nothing from sender, repository, user objects,
+// reactions or API URLs reaches the text. Free text (body, description,
+// summary) is capped per field at TextMaxChars, with TruncatedMarker inside the
+// string, so the excerpt always stays parseable; the whole excerpt is held
+// under ExcerptMaxChars by halving that cap.
 //
 // The output reproduces Python's json.dumps(indent=2): two-space indent, ": "
 // between key and value, keys in emission order, every non-ASCII character

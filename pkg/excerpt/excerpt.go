@@ -29,7 +29,7 @@ const (
 
 // container is one allow-listed payload object and the fields it carries, in
 // emission order. Order is a guarantee, not cosmetics: an inline comment's
-// path and line precede its body (issue-246).
+// path and line precede its body (docs/requirements.md E1).
 type container struct {
 	key    string
 	fields []string

@@ -98,7 +98,7 @@ func field(t *testing.T, text string, path ...string) any {
 
 // checkInvariants asserts what must hold of every excerpt not hard-cut: it is
 // one JSON object, ASCII-only, within the cap, and carries nothing from the
-// deny side of the allow-list (reference §3.4, negative).
+// deny side of the allow-list (docs/requirements.md E3).
 func checkInvariants(t *testing.T, text string) {
 	t.Helper()
 	if len(text) > ExcerptMaxChars {
@@ -124,7 +124,7 @@ func checkInvariants(t *testing.T, text string) {
 }
 
 // TestFixtures: our own small payloads, each pinned by a golden (byte-exact)
-// and by the shape the reference's tests assert (§3.4, positive).
+// and by the shape the original's tests assert (docs/requirements.md E1, E2).
 func TestFixtures(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -182,7 +182,8 @@ func TestFixtures(t *testing.T) {
 	}
 }
 
-// TestProperties pins the individual claims of reference §3.4 on the fixtures.
+// TestProperties pins the individual claims of docs/requirements.md E1–E7 on
+// the fixtures.
 func TestProperties(t *testing.T) {
 	t.Parallel()
 	run := func(t *testing.T, file, event string) string {
@@ -267,7 +268,7 @@ func TestProperties(t *testing.T) {
 }
 
 // TestCaps: the per-field cap takes only the field, and the whole excerpt
-// stays under its cap by halving the field budget (§3.3).
+// stays under its cap by halving the field budget (docs/requirements.md E4).
 func TestCaps(t *testing.T) {
 	t.Parallel()
 	const url = "https://github.com/o/r/issues/1#issuecomment-1"

@@ -9,8 +9,8 @@ import (
 	"github.com/the-loop/bus/pkg/envelope"
 )
 
-// The fixed texts a renderer's gate buttons inject (R4.3, AMB-3). A press
-// enters the pipeline as a reply carrying exactly this text, and the
+// The fixed texts a renderer's gate buttons inject (R4.3, decision 014). A
+// press enters the pipeline as a reply carrying exactly this text, and the
 // Feedback classifier reads ApproveText as approved and RequestChangesText as
 // changes-requested. "Approve" alone is not an approval phrase, so a button
 // must never inject its label.
@@ -27,11 +27,10 @@ const (
 const AttributionPrefix = "📨 "
 
 // NegationWindow is how many characters before a phrase a negation word
-// still negates it (channels-ledger §3.4).
+// still negates it (docs/requirements.md K20).
 const NegationWindow = 40
 
-// Phrases matched by the classifiers, lower case (channels-ledger §3.3,
-// §3.4).
+// Phrases matched by the classifiers, lower case (docs/requirements.md K20).
 var (
 	changePhrases   = []string{"changes requested", "request changes", "please change", "rejected"}
 	approvalPhrases = []string{"approved", "lgtm", "looks good", "ship it"}
@@ -152,7 +151,7 @@ func normalise(s string) string {
 	return strings.ToLower(s)
 }
 
-// ClassifyFeedback is the feedback gate (channels-ledger §3.3), with one
+// ClassifyFeedback is the feedback gate (docs/requirements.md K20), with one
 // tightening so that an objection or a question is never an approval:
 //
 //  1. If the joined text contains (as a substring) "changes requested",
@@ -166,9 +165,9 @@ func normalise(s string) string {
 //     holds an objection: wait.
 //  3. Otherwise, if any comment holds an approval: approved-with-comments
 //     when more than one comment has text or the joined text contains the
-//     substring "but" or "nit" (exactly §3.3, pitfalls included: "unit",
-//     "distributed"), approved otherwise. The deciders are the approving
-//     comments.
+//     substring "but" or "nit" (exactly docs/requirements.md K20, pitfalls
+//     included: "unit", "distributed"), approved otherwise. The deciders are
+//     the approving comments.
 //  4. Otherwise wait.
 //
 // Bodies go through RelayedText first; a body with no text left is not a
@@ -203,7 +202,7 @@ func ClassifyFeedback(bodies []string) Verdict {
 	return Verdict{Outcome: OutcomeApproved, Reason: ReasonApproved, Deciders: approvers}
 }
 
-// ClassifyReply is the reply gate (channels-ledger §3.4): only the newest
+// ClassifyReply is the reply gate (docs/requirements.md K20): only the newest
 // comment with text counts. It is done when it holds a done phrase ("done",
 // "all set", "that's all", "lgtm", …, whole phrases) and no occurrence of one
 // is negated or questioned (the rule of ClassifyFeedback; a negation word that
@@ -223,10 +222,10 @@ func ClassifyReply(bodies []string) Verdict {
 	return Verdict{Outcome: OutcomeWait, Reason: ReasonNoComments}
 }
 
-// ClassifyExecute is the phase-selection gate (channels-ledger §3.4): execute
-// once any comment carries keyword, matched exactly as the control grammar
-// matches it (case-insensitive, whole token: no word character, '-' or ':'
-// against either end), else wait. The decider is the newest such comment.
+// ClassifyExecute is the phase-selection gate (docs/requirements.md K20):
+// execute once any comment carries keyword, matched exactly as the control
+// grammar matches it (case-insensitive, whole token: no word character, '-' or
+// ':' against either end), else wait. The decider is the newest such comment.
 // Only the relayed text is searched, so a keyword inside an envelope or an
 // HTML comment does not count.
 func ClassifyExecute(bodies []string, keyword string) Verdict {

@@ -16,7 +16,7 @@ func TestButtonTexts(t *testing.T) {
 		{RequestChangesText, OutcomeChangesRequested},
 		{relayed(ApproveText, "U012AB3CD"), OutcomeApproved},
 		{relayed(RequestChangesText, "U012AB3CD"), OutcomeChangesRequested},
-		// AMB-3: the label "Approve" is not an approval phrase.
+		// decision 014: the label "Approve" is not an approval phrase.
 		{"Approve", OutcomeWait},
 		{relayed("Approve", "U012AB3CD"), OutcomeWait},
 	}
@@ -35,7 +35,7 @@ func TestClassifyFeedback(t *testing.T) {
 		want     Outcome
 		deciders []int
 	}{
-		// §3.3 step by step.
+		// docs/requirements.md K20 step by step.
 		{"no comments", nil, OutcomeWait, nil},
 		{"only empty comments", []string{"", "  \n"}, OutcomeWait, nil},
 		{"changes requested", []string{"Changes requested: see inline"}, OutcomeChangesRequested, nil},
@@ -53,14 +53,14 @@ func TestClassifyFeedback(t *testing.T) {
 		{"but", []string{"LGTM but rename the flag"}, OutcomeApprovedWithComments, []int{0}},
 		{"nit", []string{"nit: typo in §2. Approved"}, OutcomeApprovedWithComments, []int{0}},
 		{"other text is not decisive", []string{"I'll read it tonight"}, OutcomeWait, nil},
-		// The §3.3 substring pitfalls, kept as specified: "but" and "nit"
-		// inside a person's own words flip approved to with-comments.
+		// The docs/requirements.md K20 substring pitfalls, kept as specified: "but"
+		// and "nit" inside a person's own words flip approved to with-comments.
 		{"pitfall attribution", []string{"LGTM, the attribution is right"}, OutcomeApprovedWithComments, []int{0}},
 		{"pitfall contribution", []string{"Approved, nice contribution"}, OutcomeApprovedWithComments, []int{0}},
 		{"pitfall distributed", []string{"looks good; distributed locks are fine"}, OutcomeApprovedWithComments, []int{0}},
 		{"pitfall unit", []string{"LGTM, unit tests pass"}, OutcomeApprovedWithComments, []int{0}},
 		{"pitfall initial", []string{"ship it, initial version"}, OutcomeApprovedWithComments, []int{0}},
-		// ... but never because of the record around them (AMB-3).
+		// ... but never because of the record around them (decision 014).
 		{"relayed attribution line is not read", []string{relayed("LGTM", "U1")}, OutcomeApproved, []int{0}},
 		{"member id with nit is not read", []string{relayed("LGTM", "UNIT42")}, OutcomeApproved, []int{0}},
 		{"envelope is not read", []string{"LGTM\n<!-- the-loop:envelope {\"actor\":{\"name\":\"Anita\"},\"note\":\"distributed\"} -->"}, OutcomeApproved, []int{0}},

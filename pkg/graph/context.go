@@ -16,7 +16,7 @@ type ContextOptions struct {
 }
 
 // Context renders the graph context block of an agent prompt
-// (ingress-dispatch §4.4) for s on g, or "" when there is nothing to say (no
+// (docs/requirements.md K11) for s on g, or "" when there is nothing to say (no
 // state, no current node, or a state that does not belong to g). Every line
 // is derived from the-loop's own state, never from event payload text.
 func Context(s *State, g *Graph) string { return ContextWith(s, g, ContextOptions{}) }

@@ -1,7 +1,7 @@
 // Package graph is the loop's process model: the graphs a work item walks
 // (declared in YAML), the human gates that decide where it goes next, and the
-// work item's state on the way (seed 001 R4.4, R6.3, R6.4; channels-ledger §2,
-// §3 and AMB-2, -3, -4, -14, -15, -16; ingress-dispatch §4.4).
+// work item's state on the way (docs/requirements.md R4.4, R6.3, R6.4, K20,
+// K11; decisions 014, 015 and 018).
 //
 // A Graph is a set of nodes. Each node has an actor (an agent works it, or a
 // human decides it), a phase label, optionally the artifact it produces or
@@ -23,8 +23,8 @@
 // The classifiers are a deterministic floor. They read only what a person
 // wrote: RelayedText removes the ledger envelope, every other HTML comment and
 // the attribution line a relayed record starts with before anything is
-// matched, so the record's own wording cannot change a verdict (AMB-3). The
-// renderer's gate buttons inject ApproveText and RequestChangesText, which
+// matched, so the record's own wording cannot change a verdict (decision 014).
+// The renderer's gate buttons inject ApproveText and RequestChangesText, which
 // classify as approved and changes-requested; "Approve" alone does not.
 //
 // graph is pure: no I/O (it parses only the bytes it is given), no clock (every

@@ -30,7 +30,7 @@ const (
 // Classifier names the deterministic rule a human gate decides with.
 type Classifier string
 
-// The three classifiers (channels-ledger §3.3, §3.4).
+// The three classifiers (docs/requirements.md K20).
 const (
 	// Feedback: approved / approved-with-comments / changes-requested / wait.
 	Feedback Classifier = "feedback"
@@ -147,10 +147,11 @@ func (n *Node) Artifacts() []string {
 }
 
 // IsGate reports whether n is a human gate: actor human and not terminal
-// (AMB-2).
+// (docs/requirements.md R6.3).
 func (n *Node) IsGate() bool { return n != nil && n.Actor == Human && !n.Terminal }
 
-// graphNotifications are the catalog types the graph raises (DESIGN §4).
+// graphNotifications are the catalog types the graph raises
+// (docs/configuration.md#catalog-event-types).
 var graphNotifications = []catalog.Type{
 	catalog.DecisionPending, catalog.PhaseApprovalPending, catalog.PRReviewPending,
 	catalog.SecuritySignOffPending, catalog.ConflictEscalated, catalog.WorkItemComplete,

@@ -96,8 +96,8 @@ type Decision struct {
 }
 
 // Approval is one person's approval at a gate (R6.3): their GitHub login
-// (the re-attributed person for a relayed record, AMB-4), and where it came
-// from.
+// (the re-attributed person for a relayed record, decision 018), and where it
+// came from.
 type Approval struct {
 	Login      string     `json:"login"`
 	Node       string     `json:"node"`
@@ -197,8 +197,9 @@ func (s *State) node(g *Graph) (*Node, error) {
 }
 
 // AtHumanGate reports whether the work item is parked at a human gate: its
-// current node is a human node and not terminal (AMB-2). This is what
-// ingress-slack asks before it classifies a reply as gate.feedback.
+// current node is a human node and not terminal (docs/requirements.md R6.3).
+// This is what ingress-slack asks before it classifies a reply as
+// gate.feedback.
 func (s *State) AtHumanGate(g *Graph) bool {
 	n, err := s.node(g)
 	return err == nil && n.IsGate()
@@ -354,7 +355,7 @@ func (s *State) Advance(g *Graph, outcome Outcome, at time.Time) (Transition, er
 // Comment is one comment offered to a gate.
 type Comment struct {
 	// Author is the GitHub login the comment is judged by: the poster, or
-	// for a ledger.record the re-attributed person's login (AMB-4).
+	// for a ledger.record the re-attributed person's login (decision 018).
 	Author string
 	// Body is the comment body as posted; the gate reads RelayedText(Body).
 	Body string

@@ -173,7 +173,8 @@ func TestAtHumanGate(t *testing.T) {
 			}
 		}
 	}
-	// AMB-2: it does not depend on any "parked" marker, only on the node.
+	// docs/requirements.md R6.3: it does not depend on any "parked" marker, only
+	// on the node.
 	g := builtin(t, WorkItemGraph)
 	s, _, _ := New(g, ref, t0)
 	if !s.AtHumanGate(g) || s.Status != StatusWaiting {

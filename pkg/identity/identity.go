@@ -1,8 +1,9 @@
 // Package identity answers "who is this, and may they act here?" for every
-// channel from one list: the entries of routing.authorizedUsers (seed 001 R5,
-// DESIGN §8). Each entry is one person with their native id on each channel
-// they use; a message is attributed by looking its channel-native id up here,
-// never by anything the message says about itself (abuse case 8).
+// channel from one list: the entries of routing.authorizedUsers
+// (docs/requirements.md R5, docs/architecture.md#trust-boundaries). Each entry
+// is one person with their native id on each channel they use; a message is
+// attributed by looking its channel-native id up here, never by anything the
+// message says about itself (abuse case 8).
 //
 // The package is pure: no I/O, no logging, and it must not import pkg/config
 // (config builds a Directory from the YAML; the dependency runs one way).
@@ -68,7 +69,7 @@ func (p Person) IDs() map[Channel]string {
 
 // ActsOn reports whether p may act on ch at all: only channels p is named on.
 // A person without a GitHub login therefore never passes anything that reads
-// GitHub logins — gates, control, the router (R5.2, R5.5, AMB-4).
+// GitHub logins — gates, control, the router (R5.2, R5.5, decision 015).
 func (p Person) ActsOn(ch Channel) bool { return p.ID(ch) != "" }
 
 // String names p for logs and messages: ids only, which are not secret.

@@ -1,6 +1,6 @@
 // Package redact masks personal and machine data in free text before the-loop
 // posts it somewhere public, and quotes text the way the GitHub mirror comment
-// does (channels-ledger §1.7).
+// does (docs/requirements.md K19).
 //
 // Scrub applies the original's seven rules in their order, each replacing what
 // it finds with a visible placeholder so that a reader sees that something was

@@ -42,8 +42,8 @@ const (
 	Verbose Verbosity = "verbose"
 )
 
-// Block Kit limits (Slack's documentation; channels-ledger §7.2) and our own
-// tighter budgets.
+// Block Kit limits (Slack's documentation; docs/requirements.md K17) and our
+// own tighter budgets.
 const (
 	MaxBlocks       = 50
 	MaxHeader       = 150
@@ -276,7 +276,7 @@ func gateValue(ev *loopv1.Event) (string, bool) {
 	return gv.String(), true
 }
 
-// fallback is the original's line (channels-ledger §1.3) — "the-loop:
+// fallback is the original's line (docs/requirements.md K17) — "the-loop:
 // <type> on <item>", " — <url>" when there is one — plus the text at normal
 // and the detail lines at verbose, escaped.
 func fallback(ev *loopv1.Event, c content, o Options) string {

@@ -224,7 +224,7 @@ func TestGateButtons(t *testing.T) {
 }
 
 // classifyFloor is the gate's deterministic classify-feedback floor, as
-// channels-ledger §3.3 specifies it, for one comment.
+// docs/requirements.md K20 specifies it, for one comment.
 func classifyFloor(body string) string {
 	b := strings.ToLower(body)
 	for _, s := range []string{"changes requested", "request changes", "please change", "rejected"} {
@@ -244,7 +244,7 @@ func classifyFloor(body string) string {
 }
 
 // TestGateTextsClassify: whichever the relay carries — label or value — the
-// gate reads a press as the verdict the button shows (AMB-3).
+// gate reads a press as the verdict the button shows (decision 014).
 func TestGateTextsClassify(t *testing.T) {
 	for _, c := range []struct{ text, want string }{
 		{ApproveText, "approved"},

@@ -1,8 +1,9 @@
-// Package threads binds chat threads to work items (DESIGN §5, KV bucket
-// "threads"): the slack-renderer binds a work item's thread when it posts
-// the first message for it, the ledger-writer binds a kickoff's conversation
-// to the issue it created (R3.6), and ingress-slack maps a reply in a bound
-// thread back to its work item.
+// Package threads binds chat threads to work items
+// (docs/architecture.md#streams-and-state, KV bucket "threads"): the
+// slack-renderer binds a work item's thread when it posts the first message for
+// it, the ledger-writer binds a kickoff's conversation to the issue it created
+// (R3.6), and ingress-slack maps a reply in a bound thread back to its work
+// item.
 //
 // Each channel keeps at most Cap bindings; binding one more forgets the
 // oldest, and a forgotten thread is simply inert (its replies drop as

@@ -18,7 +18,7 @@ import (
 
 // TestControlEffects drives every command through the consumer and checks
 // its effect on the registry and tmux and the record it leaves
-// (ingress-dispatch §2.8), including the arming asymmetry: refused arming
+// (docs/requirements.md K8), including the arming asymmetry: refused arming
 // commands record nothing, disarming ones always record.
 func TestControlEffects(t *testing.T) {
 	e := newEnv(t, nil)

@@ -1,7 +1,7 @@
 // Package dispatcher is the dispatcher service, "the loop": it consumes the
 // recorded events (loop.ev.>) meant for agent sessions and turns them into
 // prompts typed into a work item's terminal session, starts and stops those
-// sessions, and obeys control commands (ingress-dispatch §2.6–§2.12, §4, §5).
+// sessions, and obeys control commands (docs/requirements.md K6, K11, K12).
 //
 // Per event, in the original's order: a control command in a comment (or in a
 // relayed control record) is executed — after the named-actor check, which a

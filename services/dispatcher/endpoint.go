@@ -58,8 +58,8 @@ type GraphStatus struct {
 	// Phase is the current node's phase label ("" when unknown).
 	Phase string `json:"phase,omitempty"`
 	// AtHumanGate is what ingress-slack decides from the same state and
-	// graphs (AMB-2): a human, non-terminal current node; for an unknown
-	// graph, a waiting status.
+	// graphs (docs/requirements.md R6.3): a human, non-terminal current node; for
+	// an unknown graph, a waiting status.
 	AtHumanGate bool         `json:"atHumanGate"`
 	State       *graph.State `json:"state"`
 }

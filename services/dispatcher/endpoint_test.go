@@ -145,7 +145,7 @@ func TestOperatorGraphFromConfig(t *testing.T) {
 	e.waitNotification(box, ref, "complete", 1, catalog.WorkItemComplete)
 }
 
-// TestGatePausedNotice (AMB-25): a gate answer relayed from Slack that
+// TestGatePausedNotice (decision 023): a gate answer relayed from Slack that
 // reaches a paused session is settled without moving the graph, and a
 // gate.paused notice goes to the answer's conversation; an answer typed on
 // GitHub names no conversation and gets none.

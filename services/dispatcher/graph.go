@@ -44,7 +44,7 @@ import (
 // so the dispatcher, ingress-slack and `the-loop graph` agree on them.
 //
 // As in the original, nothing reaches a gate while the work item has no live
-// session or its session is paused (AMB-25): the event is settled without
+// session or its session is paused (decision 023): the event is settled without
 // advancing the graph. A gate answer relayed from a channel conversation that
 // is settled so is answered there (catalog.GatePaused): the person learns
 // that the gate did not move and why, instead of waiting for it.
@@ -239,7 +239,7 @@ func (s *Service) gateMoved(ctx context.Context, in *input, g *graph.Graph, t gr
 
 // gatePaused tells the person whose relayed answer reached a work item at a
 // human gate while its session is paused that the gate did not move
-// (AMB-25), with a catalog.GatePaused notice to their conversation. An
+// (decision 023), with a catalog.GatePaused notice to their conversation. An
 // answer typed on GitHub names no conversation and gets none. The notice's
 // id derives from the answer's, so a redelivery publishes it once.
 func (s *Service) gatePaused(ctx context.Context, in *input) error {

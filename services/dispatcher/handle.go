@@ -33,7 +33,7 @@ const (
 	// finds no command; it is never delivered as prose.
 	DropNoCommand = "no-command"
 	// DropKeptOpen: a close of a linked pull request, not of the work item
-	// its session belongs to (decision-039).
+	// its session belongs to (docs/requirements.md K6).
 	DropKeptOpen = "kept-open"
 	// DropNoSession: a close of a work item that has no live session.
 	DropNoSession = "no-session"
@@ -51,7 +51,7 @@ const (
 
 var errLive = errors.New("a live session exists")
 
-// handle is the per-event entry point (ingress-dispatch §2.6 order).
+// handle is the per-event entry point (docs/requirements.md K6 order).
 func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
 	in, ok := s.read(ev)
 	if !ok {
@@ -156,7 +156,8 @@ func authorizedGitHub(cfg *config.Config, login string) bool {
 	return login != "" && dir != nil && dir.Authorized(identity.ChannelGitHub, login)
 }
 
-// refusal is why no session may be spawned for in (§2.10), "" if one may.
+// refusal is why no session may be spawned for in (docs/requirements.md K10),
+// "" if one may.
 func (s *Service) refusal(cfg *config.Config, in *input, rec registry.Record, cmd control.Command) string {
 	armed := false
 	switch s.set.SpawnOnUnmatched {
@@ -177,7 +178,7 @@ func (s *Service) refusal(cfg *config.Config, in *input, rec registry.Record, cm
 
 // unmatched applies the unmatched policy to an event with no live session:
 // spawn, or refuse (a control.rejected for a command, a drop otherwise).
-// Refused events are never replayed later (decision-097).
+// Refused events are never replayed later (docs/requirements.md K10).
 func (s *Service) unmatched(ctx context.Context, store *registry.Store, in *input, rec registry.Record, cmd control.Command) error {
 	if reason := s.refusal(s.deps.Config(), in, rec, cmd); reason != "" {
 		if cmd != "" {
@@ -200,9 +201,10 @@ func controlRecord(in *input, cmd control.Command) *registry.Control {
 		RequestedAt: time.Now().UTC().Truncate(time.Second), Note: in.note, EventID: in.ev.GetId()}
 }
 
-// apply executes a session command (§2.8). The control record is written in
-// the same compare-and-set as the command's effect on the registry, after
-// any tmux step, so a redelivery either finds it done or does it again.
+// apply executes a session command (docs/requirements.md K8). The control
+// record is written in the same compare-and-set as the command's effect on the
+// registry, after any tmux step, so a redelivery either finds it done or does
+// it again.
 func (s *Service) apply(ctx context.Context, store *registry.Store, in *input, cmd control.Command) error {
 	rec, _, err := store.Get(ctx, in.ref)
 	if err != nil {
@@ -292,7 +294,7 @@ func (s *Service) setStatus(ctx context.Context, store *registry.Store, in *inpu
 }
 
 // cleanup releases the session's local resources (its tmux session) and
-// forgets it; the control record stays (§2.8).
+// forgets it; the control record stays (docs/requirements.md K8).
 func (s *Service) cleanup(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, ctl *registry.Control) (string, error) {
 	cleaned := func(found bool) {
 		s.deps.Events.Emit(ctx, "session.cleaned", append(s.sessionAttrs(in, sess),
@@ -324,9 +326,9 @@ func (s *Service) cleanup(ctx context.Context, store *registry.Store, in *input,
 	return "cleaned", nil
 }
 
-// closeWorkItem handles issues/pull_request closed (§2.9): the work item's
-// own close closes its session and clears its control record; a linked
-// PR's close leaves it open.
+// closeWorkItem handles issues/pull_request closed (docs/requirements.md K9):
+// the work item's own close closes its session and clears its control record; a
+// linked PR's close leaves it open.
 func (s *Service) closeWorkItem(ctx context.Context, store *registry.Store, in *input, rec registry.Record) error {
 	if in.entity == 0 || in.entity != numberOf(in.ref) || !strings.EqualFold(repoOf(in.ref), in.repository) {
 		s.drop(ctx, in, DropKeptOpen)
@@ -512,7 +514,7 @@ func (s *Service) paneShows(ctx context.Context, target, line string) (shown, kn
 }
 
 // deliver renders the event prompt and types it into the live session,
-// respawning the session when its terminal is gone (§5.2, §5.4).
+// respawning the session when its terminal is gone (docs/requirements.md K12).
 func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input) error {
 	rec, _, err := store.Get(ctx, in.ref)
 	if err != nil {
@@ -562,7 +564,7 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 	if err := s.hostHere(ctx, store, in, sess); err != nil {
 		return err
 	}
-	// Consult-first (channels-ledger §3.2 step 5): a human gate classifies
+	// Consult-first (docs/requirements.md K20): a human gate classifies
 	// an authorized comment before the prompt is rendered, so the session is
 	// told the gate's verdict and where the work item went.
 	verdict, err := s.consultGate(ctx, in, sess)

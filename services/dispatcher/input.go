@@ -34,7 +34,7 @@ type input struct {
 	repository   string
 	// body is the text control keywords are parsed from; parse says
 	// whether to parse at all (comment and review bodies and relayed
-	// control records only, §2.7).
+	// control records only, docs/requirements.md K7).
 	body  string
 	parse bool
 	// relayed: a ledger record of a channel-originated control command.
@@ -252,8 +252,8 @@ type entityPayload struct {
 	} `json:"labels"`
 }
 
-// carriesLabel is event_carries_label (§2.5): labeled with the label, or the
-// issue or PR already wearing it. Exact and case-sensitive.
+// carriesLabel is event_carries_label (docs/requirements.md K5): labeled with
+// the label, or the issue or PR already wearing it. Exact and case-sensitive.
 func carriesLabel(p activityPayload, action, label string) bool {
 	if label == "" {
 		return false

@@ -10,7 +10,7 @@ import (
 	"github.com/the-loop/bus/pkg/graph"
 )
 
-// metrics are the dispatcher's Prometheus series (DESIGN §9). A metrics
+// metrics are the dispatcher's Prometheus series (decision 053). A metrics
 // error never fails a delivery.
 type metrics struct {
 	deliveries *prometheus.CounterVec // outcome: delivered, spawned, respawned, failed

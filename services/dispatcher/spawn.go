@@ -13,11 +13,11 @@ import (
 )
 
 // spawn starts a new session for in's work item with the spawn template as
-// its boot prompt (§5.3). The registry is claimed first (status spawning,
-// Pending = this event) so that a crash between the claim and tmux is
-// recognised: the redelivery finds its own claim, and a live tmux session of
-// that name is then its own spawn, not an occupant. Any other live session
-// of that name is never replaced.
+// its boot prompt (docs/requirements.md K12). The registry is claimed first
+// (status spawning, Pending = this event) so that a crash between the claim and
+// tmux is recognised: the redelivery finds its own claim, and a live tmux
+// session of that name is then its own spawn, not an occupant. Any other live
+// session of that name is never replaced.
 func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, cmd control.Command) error {
 	h := s.set.Harness
 	target := tmux.Target(in.ref)
@@ -97,7 +97,7 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 		}
 		attrs := append(eventAttrs(in), slog.String("harness", h.Name()), slog.String("tmux_target", target), slog.String("error", err.Error()))
 		if errors.Is(err, tmux.ErrOccupied) {
-			// Never spawn over a live session (decision-055): an operator
+			// Never spawn over a live session (docs/requirements.md K12): an operator
 			// attaches, kills it, or runs `the-loop sessions cleanup`.
 			s.m.spawns.WithLabelValues("refused").Inc()
 			s.drop(ctx, in, DropSessionOccupied, slog.String("tmux_target", target), slog.Bool("will_retry", false))
@@ -130,9 +130,10 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 }
 
 // respawn restarts a session whose terminal is gone, booting it with the
-// event prompt p (§5.4): first resuming the harness conversation when the
-// harness can and the id is safe, else a fresh conversation. A live
-// occupant found meanwhile gets the paste instead (respawn averted).
+// event prompt p (docs/requirements.md K12): first resuming the harness
+// conversation when the harness can and the id is safe, else a fresh
+// conversation. A live occupant found meanwhile gets the paste instead (respawn
+// averted).
 func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, p string) error {
 	h := s.set.Harness
 	target := sess.TmuxTarget

@@ -65,7 +65,8 @@ func TestAbuse4UnauthorizedEnvelopeNeverParsed(t *testing.T) {
 		{name: "collaborator with a broken envelope is not mirrored", event: "issue_comment", body: issueCommentJSON("created", 503, "carol", "MEMBER", broken),
 			status: 200, drop: route.DropUnauthorized, logs: []string{"!" + route.NoteForgedEnvelope}},
 		// Contrast: an authorized poster's forged envelope IS read, found
-		// forged, logged, and the comment judged as bob's own (DESIGN §6).
+		// forged, logged, and the comment judged as bob's own
+		// (docs/architecture.md#the-ledger).
 		{name: "authorized poster's forged envelope is judged as a comment", event: "issue_comment", body: issueCommentJSON("created", 504, "bob", "MEMBER", forged),
 			status: 202, want: []wantEvent{{"comment.human", ref15, "bob"}}, logs: []string{route.NoteForgedEnvelope}},
 	})
@@ -92,8 +93,9 @@ func TestAbuse10EnvelopeNeverRepublished(t *testing.T) {
 	}
 }
 
-// The forged marker (AMB-7): the self-authored marker from anyone but an
-// authorized poster or the ledger login is dropped, never comment.agent.
+// The forged marker (docs/requirements.md R6.1): the self-authored marker from
+// anyone but an authorized poster or the ledger login is dropped, never
+// comment.agent.
 func TestForgedMarker(t *testing.T) {
 	e := newEnv(t)
 	runCases(t, e, []caseT{

@@ -35,7 +35,8 @@ import (
 
 // Test identities. alice and bob are authorized; slackonly is a person
 // without a GitHub login; carol is a collaborator, mallory a stranger; the
-// ledger posts as the-loop-bot, which is not in authorizedUsers (AMB-5).
+// ledger posts as the-loop-bot, which is not in authorizedUsers
+// (docs/requirements.md R3.5).
 const (
 	testSecret = "webhook-secret-for-tests"
 	testKey    = "envelope-key-for-tests-0123456789abcdef"

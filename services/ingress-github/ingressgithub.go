@@ -2,7 +2,9 @@
 // the channels learn from GitHub enters here, as verified webhooks (POST
 // /gh-webhook) and/or by polling, and becomes catalog events on the inbox
 // (loop.in.…): comment.human, comment.agent, ledger.record and
-// work-item.activity (seed 001 R3.7, R5.2, R6.1; DESIGN §4, §8).
+// work-item.activity (docs/requirements.md R3.7, R5.2, R6.1;
+// docs/configuration.md#catalog-event-types;
+// docs/architecture.md#trust-boundaries).
 //
 // The webhook answers 202 only after the bus acknowledged every event of the
 // delivery; the event ids are deterministic, so GitHub's redelivery (manual,

@@ -16,7 +16,7 @@ import (
 )
 
 // Validator checks a webhook request's signature while its body streams in.
-// It is the seam between the HTTP handler and the HMAC (style §3.8): tests
+// It is the seam between the HTTP handler and the HMAC: tests
 // of routing can use a validator without a secret, and the handler never
 // touches the secret.
 type Validator interface {

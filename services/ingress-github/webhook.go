@@ -15,7 +15,7 @@ import (
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
 )
 
-// WebhookPath is the fixed path of the webhook (DESIGN §8).
+// WebhookPath is the fixed path of the webhook (README.md#configuration).
 const WebhookPath = "/gh-webhook"
 
 // MaxWebhookBytes is GitHub's cap on a webhook payload: larger deliveries

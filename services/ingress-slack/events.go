@@ -14,7 +14,7 @@ import (
 	"github.com/the-loop/bus/pkg/httpserver"
 )
 
-// The fixed HTTP surface of read mode events (DESIGN §8).
+// The fixed HTTP surface of read mode events (README.md#configuration).
 const (
 	PathEvents       = "/slack/events"
 	PathInteractions = "/slack/interactions"

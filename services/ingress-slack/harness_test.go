@@ -49,7 +49,7 @@ const (
 	thread1, gate = "1700000000.000100", "1700000000.000200"
 )
 
-// people: alice acts everywhere, slackonly has no GitHub login (AMB-4),
+// people: alice acts everywhere, slackonly has no GitHub login (decision 015),
 // mallory is nobody. The ids of the shared payloads are authorized too.
 var people = []identity.Person{
 	{GitHub: "alice", Slack: "UALICE", Name: "Alice"},

@@ -24,8 +24,9 @@ const (
 )
 
 // inbound is one Slack message or button press, normalised from whichever
-// transport carried it. Everything in it is untrusted (seed 001, "Actors &
-// trust"): the pipeline decides what, if anything, it becomes.
+// transport carried it. Everything in it is untrusted
+// (docs/requirements.md, "Actors and trust"): the pipeline decides what, if
+// anything, it becomes.
 type inbound struct {
 	via string
 	// id is the deterministic event id (see messageID, pressID).
@@ -167,7 +168,8 @@ func fromMessage(via, channel, ts, threadTS, user, botID, subtype, text string) 
 		// Kept: the pipeline drops it as self-authored after mapping.
 	default:
 		// message_changed, message_deleted, channel_join…: edits and
-		// deletes are out of scope (seed 001), the rest is not speech.
+		// deletes are out of scope (docs/requirements.md, Out of scope), the rest is
+		// not speech.
 		in.ignore = "subtype:" + safeLabel(subtype)
 	}
 	switch {
@@ -206,7 +208,7 @@ func decodeInteraction(body []byte, via string) (*inbound, error) {
 		msgTS = cb.Message.Timestamp
 	}
 	// The thread root is the pressed message's thread_ts when it is a reply,
-	// otherwise the message itself (channels-ledger §7.2).
+	// otherwise the message itself (docs/requirements.md K17).
 	thread := cb.Container.ThreadTs
 	if thread == "" {
 		thread = cb.Message.ThreadTimestamp
@@ -226,8 +228,8 @@ func decodeInteraction(body []byte, via string) (*inbound, error) {
 	// Slack sends one action per press; only the first is read.
 	a := cb.ActionCallback.BlockActions[0]
 	if a.ActionID == slackmsg.LinkActionID || a.Value == "" {
-		// A link button's click still sends block_actions (§7.2): it is
-		// acknowledged and otherwise ignored.
+		// A link button's click still sends block_actions (docs/requirements.md K17):
+		// it is acknowledged and otherwise ignored.
 		in.ignore = "link-button"
 		return in, nil
 	}
@@ -256,7 +258,7 @@ func decodeInteraction(body []byte, via string) (*inbound, error) {
 	case p.rendered:
 		in.text = graph.RequestChangesText
 	default:
-		// Abuse case 9, AMB-22: a value the-loop never rendered is free
+		// Abuse case 9, decision 015: a value the-loop never rendered is free
 		// text, the raw value (not the label, which the payload also
 		// controls), through the ordinary reply path.
 		in.text = a.Value

@@ -1,7 +1,7 @@
 // Package ingressslack is the ingress-slack service: Slack messages and
 // button presses become granted, authorized catalog events on the inbox
-// (loop.in.…), which the ledger-writer records and fans out (seed 001 R2,
-// R5.3, R6.3, R6.5; channels-ledger §1.5, §1.6).
+// (loop.in.…), which the ledger-writer records and fans out
+// (docs/requirements.md R2, R5.3, R6.3, R6.5, K18).
 //
 // It reads Slack one of three ways, chosen by channels.slack.read.mode and
 // re-read from the live config, so a mode change restarts the reader without
@@ -345,7 +345,8 @@ func (s *Service) logPlan(ctx context.Context, p plan) {
 	case p.why != "":
 		s.deps.Log.WarnContext(ctx, "ingress-slack: not reading Slack", "mode", string(sc.Read.Mode), "reason", p.why)
 	case p.mode == config.ReadOff:
-		// Fail closed on an unknown or off mode, loudly (seed 001).
+		// Fail closed on an unknown or off mode, loudly
+		// (docs/requirements.md, Fail closed).
 		s.deps.Log.WarnContext(ctx, "ingress-slack: channels.slack.read.mode is off or unknown; the Slack channel reads nothing",
 			"mode", string(sc.Read.Mode))
 	default:

@@ -25,7 +25,7 @@ import (
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
-// Drop reasons recorded on channel.dropped (DESIGN §9, seed 001 R8.1).
+// Drop reasons recorded on channel.dropped (docs/requirements.md R8.1).
 const (
 	reasonUnmapped         = "unmapped"
 	reasonSelfAuthored     = "self-authored"
@@ -44,7 +44,7 @@ const (
 // source is the ce-source of every event the service raises.
 const source = string(identity.ChannelSlack)
 
-// maxTitle is GitHub's limit on an issue title, in characters (AMB-19).
+// maxTitle is GitHub's limit on an issue title, in characters (decision 017).
 const maxTitle = 256
 
 // result is what became of one inbound message.
@@ -62,7 +62,7 @@ type result struct {
 
 // classify decides the one catalog type of a message in a bound thread (a
 // reply or a button press; top-level messages are always work-item.create).
-// The precedence is AMB-1 as settled: a control keyword makes it
+// The precedence is the one decision 015 settled: a control keyword makes it
 // control.command with no fallback, whatever the grants (an ambiguous mix of
 // keywords included, so that no keyword ever reaches the agent as prose);
 // otherwise gate.feedback when atGate reports the work item at a human gate
@@ -234,7 +234,7 @@ func (s *Service) process(ctx context.Context, in *inbound) (res result, err err
 	}
 	switch r.typ {
 	case catalog.GateFeedback, catalog.ControlCommand:
-		// AMB-4: the gate and the control seam judge GitHub logins; a
+		// decision 015: the gate and the control seam judge GitHub logins; a
 		// person with no GitHub id in their entry can answer neither, and
 		// the ledger would refuse the record anyway.
 		if person.GitHub == "" {
@@ -285,8 +285,9 @@ func (s *Service) event(in *inbound, r result, p identity.Person, cmd control.Re
 	}
 	switch r.typ {
 	case catalog.WorkItemCreate:
-		// No work item yet: the subject is the conversation (DESIGN §5),
-		// and the message becomes the root of the new work item's thread.
+		// No work item yet: the subject is the conversation
+		// (docs/architecture.md#streams-and-state), and the message becomes the root
+		// of the new work item's thread.
 		ev.Subject = "slack:" + in.channel + "/" + in.ts
 		ev.Conversation.ThreadTs = ""
 		ev.Body = &loopv1.Event_WorkItemCreate{WorkItemCreate: &loopv1.WorkItemCreate{
@@ -348,11 +349,11 @@ func (s *Service) publish(ctx context.Context, ev *loopv1.Event) (dup bool, err 
 // atHumanGate reads the work item's graph state from KV "graph", stored by
 // the dispatcher under catalog.SubjectKey(ref). No state means no gate. The
 // gate is the current node being a human, non-terminal node of its graph
-// (AMB-2), the graph taken from the operator config in force (the built-ins
-// and graphs.files, as the dispatcher reads them); for a graph the config
-// does not know (an operator graph whose file left it), the state's status,
-// which the graph package sets to waiting exactly on entering such a node,
-// stands in.
+// (docs/requirements.md R6.3), the graph taken from the operator config in
+// force (the built-ins and graphs.files, as the dispatcher reads them); for a
+// graph the config does not know (an operator graph whose file left it), the
+// state's status, which the graph package sets to waiting exactly on entering
+// such a node, stands in.
 func (s *Service) atHumanGate(ctx context.Context, kvGraph *bus.KV, ref string) (bool, error) {
 	visit, err := s.gateVisit(ctx, kvGraph, ref)
 	return visit != "", err

@@ -62,7 +62,7 @@ func topLevel(user, text string) map[string]any {
 }
 
 // TestClassification: a bound-thread reply becomes exactly one type, by
-// AMB-1's precedence — control keyword, then gate (with the grant), then
+// decision 015's precedence — control keyword, then gate (with the grant), then
 // reply — and a top-level message in the configured channel a kickoff.
 func TestClassification(t *testing.T) {
 	e, s := started(t)
@@ -148,7 +148,7 @@ func TestDropReasons(t *testing.T) {
 		{"bot_message subtype", map[string]any{"subtype": "bot_message", "bot_id": "B1", "channel": testChannel, "ts": nextTS(), "thread_ts": thread1, "text": "beep"}, nil, reasonSelfAuthored},
 		{"our own user (auth.test)", reply(slackfake.BotUserID, thread1, "echo"), nil, reasonSelfAuthored},
 		{"a member not in authorizedUsers", reply("UMALLORY", thread1, "hi"), nil, reasonUnauthorized},
-		{"a Slack-only person answering a gate (AMB-4)", reply("USLACKONLY", gate, "approved"), nil, reasonUnauthorized},
+		{"a Slack-only person answering a gate (decision 015)", reply("USLACKONLY", gate, "approved"), nil, reasonUnauthorized},
 		{"a reply without the reply grant", reply("UALICE", thread1, "hi"), func(c *config.Config) {
 			c.Channels.Slack.Publish = []catalog.Type{catalog.WorkItemCreate}
 		}, reasonUnpublishable},

@@ -18,7 +18,7 @@ import (
 	"github.com/the-loop/bus/pkg/threads"
 )
 
-// Poll mode (channels-ledger §1.5, §7.3).
+// Poll mode (docs/requirements.md K18).
 //
 // One reader per shard: a bound thread (channel/thread ts) and the kickoff
 // channel each fall in one of LOOP_PARTITIONS shards, and a replica reads only
@@ -133,7 +133,7 @@ func (p *poller) cycle(ctx context.Context) error {
 	}
 	// Top-level messages only matter to a channel that may start work
 	// items; without the grant every one of them would drop, and reading
-	// them would spend rate limit on nothing (AMB-20).
+	// them would spend rate limit on nothing (decision 015).
 	if sc.CanPublish(catalog.WorkItemCreate) && p.held[shardOf("kickoff/"+sc.Channel, p.shards)] {
 		return p.kickoff(ctx, sc.Channel)
 	}

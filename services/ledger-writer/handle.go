@@ -132,8 +132,8 @@ func (s *Service) handle(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 
 // standingReply: a reply to a standing session (ref standing:<name>) has no
 // ledger to be recorded on; it is delivered unrecorded, as the original's
-// channel.mirror_skipped did (AMB-18). Gate, control and kickoff events never
-// are.
+// channel.mirror_skipped did (docs/requirements.md R3.4). Gate, control and
+// kickoff events never are.
 func standingReply(ev *loopv1.Event, kind catalog.Record) bool {
 	return kind == catalog.RecordMirror && strings.HasPrefix(ev.GetSubject(), "standing:")
 }
@@ -446,7 +446,7 @@ func (s *Service) fail(ctx context.Context, ev *loopv1.Event, d *bus.Delivery, o
 }
 
 // failed reports a permanent failure: bus.record_failed, the failure notice
-// for a channel-originated event (AMB-26), then the DLQ.
+// for a channel-originated event (decision 017), then the DLQ.
 func (s *Service) failed(ctx context.Context, ev *loopv1.Event, d *bus.Delivery, reason string, err error) error {
 	s.m.failed.WithLabelValues(ev.GetType(), reason).Inc()
 	s.deps.Events.Emit(ctx, "bus.record_failed",

@@ -65,10 +65,10 @@ func refuse(reason, format string, args ...any) error {
 	return &renderError{reason: reason, err: fmt.Errorf(format, args...)}
 }
 
-// render builds the record of ev per seed 001 R3.3–R3.6 (channels-ledger
-// §1.7, §6). The envelope is sealed to the record: the work item's repository
-// and number (a kickoff's new issue: its repository and number 0) and the
-// body's visible text (docs/decisions/025-envelope-bound-to-its-record.md).
+// render builds the record of ev per docs/requirements.md R3.3–R3.6 and K19.
+// The envelope is sealed to the record: the work item's repository and number
+// (a kickoff's new issue: its repository and number 0) and the body's visible
+// text (docs/decisions/025-envelope-bound-to-its-record.md).
 func render(in renderInput, ev *loopv1.Event, kind catalog.Record) (record, error) {
 	person, err := resolveActor(in.people, ev, kind)
 	if err != nil {
@@ -104,8 +104,8 @@ func render(in renderInput, ev *loopv1.Event, kind catalog.Record) (record, erro
 		text := capText(in.scrub(ev.GetQuestion().GetText()))
 		compose = func(env string) string { return envelope.MarkSelfAuthored(text + "\n\n" + env) }
 	case catalog.RecordMirror:
-		// R3.4: exactly today's mirror (§1.7) plus the envelope before the
-		// marker. Marker-stamped, so both ingresses drop it.
+		// R3.4: exactly today's mirror (docs/requirements.md K19) plus the envelope
+		// before the marker. Marker-stamped, so both ingresses drop it.
 		text := in.grammar.Defang(in.scrub(ev.GetReply().GetText()))
 		head := "🗣️ **the-loop** — reply from `" + member + "` on the **" + ev.GetSource() +
 			"** channel, recorded here as the answer of record:\n\n" + redact.Quote(capText(text))
@@ -156,7 +156,7 @@ func render(in renderInput, ev *loopv1.Event, kind catalog.Record) (record, erro
 		if strings.TrimSpace(titleSrc) == "" {
 			titleSrc = msg
 		}
-		// AMB-19: the body becomes the session's prompt and is untrusted,
+		// decision 017: the body becomes the session's prompt and is untrusted,
 		// so it is scrubbed and defanged: a kickoff creates and arms a work
 		// item, it does not smuggle a control command past the
 		// control.command grant.
@@ -190,7 +190,7 @@ func render(in renderInput, ev *loopv1.Event, kind catalog.Record) (record, erro
 
 // attribution is the visible line naming the originating channel and member.
 // Its fixed words are chosen so that no gate classifier reads anything in
-// them (channels-ledger §3.3, §3.4; see TestAttributionIsClassifierNeutral):
+// them (docs/requirements.md K20; see TestAttributionIsClassifierNeutral):
 // no "but"/"nit" substring, no approval or change words, no negation. The
 // member id is data and is neutralised the same way. The person's name is not
 // shown (names such as "Anita" contain "nit"): it travels in the envelope,
@@ -223,7 +223,7 @@ func neutral(s string) string {
 }
 
 // memberID is the actor's id on the originating channel (the mirror's header
-// names the member id, §1.7).
+// names the member id, docs/requirements.md K19).
 func memberID(ev *loopv1.Event) string {
 	a := ev.GetActor()
 	var id string
@@ -251,9 +251,9 @@ func memberID(ev *loopv1.Event) string {
 // whose member has no entry is refused: config changed since ingress
 // authorized it, and an envelope must never vouch for a stranger. A gate or
 // control record additionally needs a GitHub login, since everything that
-// judges it reads GitHub logins (AMB-4). Trusted publishers (the loop, `ask`,
-// the CLI) keep the actor they name, filled in from its entry when there is
-// one.
+// judges it reads GitHub logins (decision 015). Trusted publishers (the loop,
+// `ask`, the CLI) keep the actor they name, filled in from its entry when there
+// is one.
 func resolveActor(people *identity.Directory, ev *loopv1.Event, kind catalog.Record) (identity.Person, error) {
 	a := ev.GetActor()
 	ch := identity.Channel(ev.GetSource())

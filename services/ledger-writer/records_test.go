@@ -101,7 +101,7 @@ func TestRecordPerKind(t *testing.T) {
 			t.Error("a kickoff issue must be armable: no self marker (abuse case 7)")
 		}
 		if g := control.Default(); g.Parse(is.Body).Found() || g.Parse(is.Title).Found() {
-			t.Error("a control keyword survived in the kickoff issue (AMB-19: defanged)")
+			t.Error("a control keyword survived in the kickoff issue (decision 017: defanged)")
 		}
 		l, err := envelope.ParseLedger(testKey, envelope.IssueBody(kickRepo), is.Body)
 		if err != nil || l.ID != create.GetId() || l.Actor != (envelope.LedgerActor{GitHub: "octocat", Slack: "U123", Name: "Mona Lisa"}) ||
@@ -177,10 +177,11 @@ func TestRecordPerKind(t *testing.T) {
 }
 
 // TestAttributionIsClassifierNeutral: nothing the writer adds to a gate or
-// control record may change how a gate classifies it (channels-ledger §3.3,
-// §3.4): the classifier, run on the record minus its envelope, reads exactly
-// what it reads on the relayed text alone, and the attribution line carries
-// no classifier word, not even for a member id or a name that spells one.
+// control record may change how a gate classifies it
+// (docs/requirements.md K20): the classifier, run on the record minus its
+// envelope, reads exactly what it reads on the relayed text alone, and the
+// attribution line carries no classifier word, not even for a member id or a
+// name that spells one.
 func TestAttributionIsClassifierNeutral(t *testing.T) {
 	t.Parallel()
 	in := renderInput{key: testKey, grammar: control.Default(), people: testConfig(t).Routing.AuthorizedUsers, scrub: testScrub}
@@ -229,8 +230,8 @@ func TestAttributionIsClassifierNeutral(t *testing.T) {
 	}
 }
 
-// classifyFeedback is the original's deterministic classify-feedback floor (§3.3),
-// for the test above.
+// classifyFeedback is the original's deterministic classify-feedback floor
+// (docs/requirements.md K20), for the test above.
 func classifyFeedback(body string) string {
 	b := strings.ToLower(body)
 	for _, w := range []string{"changes requested", "request changes", "please change", "rejected"} {
@@ -332,8 +333,8 @@ func TestGateVisitIsSigned(t *testing.T) {
 
 // TestPermanentFailure: a comment on a work item GitHub does not have (404)
 // goes to the DLQ with its reason, emits bus.record_failed, publishes the
-// failure notice to the conversation (AMB-26) — and the event itself is never
-// fanned out.
+// failure notice to the conversation (decision 017) — and the event itself is
+// never fanned out.
 func TestPermanentFailure(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, testTopology())

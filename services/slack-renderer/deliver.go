@@ -42,7 +42,8 @@ import (
 // that did land — it is older than the claim by more than searchBack (clock
 // skew), Slack's history is not yet consistent with the post, or the bot lacks
 // the history scope for the conversation (missing_scope: the renderer then
-// prefers posting twice to never). DESIGN §5's `posted` bucket keeps no TTL.
+// prefers posting twice to never). The `posted` bucket keeps no TTL
+// (docs/architecture.md#streams-and-state).
 
 const (
 	stateClaimed  = "claimed"

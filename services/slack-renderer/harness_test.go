@@ -74,7 +74,7 @@ func newEnvOn(t testing.TB, sopts bustest.Options, parts int, fakeOpts ...slackf
 	cfg.Channels.Slack.Channel = testChannel
 	e.cfg.Store(cfg)
 	t.Cleanup(func() {
-		// Secrets never appear in logs or event-log records (DESIGN §8).
+		// Secrets never appear in logs or event-log records (SECURITY.md).
 		if bytes.Contains(e.logs.Bytes(), []byte(slackfake.Token)) {
 			t.Error("the bot token appears in the service's logs")
 		}

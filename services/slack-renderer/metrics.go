@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the service's Prometheus series (DESIGN §9). A metrics error
+// metrics are the service's Prometheus series (decision 053). A metrics error
 // never fails a delivery.
 type metrics struct {
 	delivered   *prometheus.CounterVec // outcome: posted, updated, recovered

@@ -41,9 +41,9 @@ type plan struct {
 //
 //  1. a channel that is off or has no id gets nothing;
 //  2. a notice for a conversation of this channel — the ledger's record
-//     failed (AMB-26), the dispatcher's gate not moved because the session is
-//     paused (AMB-25) — is answered in that conversation, whatever the
-//     subscriptions;
+//     failed (decision 017), the dispatcher's gate not moved because the
+//     session is paused (decision 023) — is answered in that conversation,
+//     whatever the subscriptions;
 //  3. the kickoff — this channel's own work-item.create, fanned out once the
 //     ledger created the issue (it carries the issue's URL) — is answered
 //     in the originating thread with the new issue's link (R6.5);

@@ -74,8 +74,8 @@ func TestPublishDefaultsAndGateButtons(t *testing.T) {
 // TestOriginRule: an event never returns to the channel it came from, and a
 // ledger read-back of this channel's message is never echoed; the kickoff
 // answer and the notices (record failed, gate paused) are the answers that do
-// go back, into the originating thread (R1.4, R6.5, abuse case 10, AMB-26,
-// AMB-25).
+// go back, into the originating thread (R1.4, R6.5, abuse case 10,
+// decision 017, decision 023).
 func TestOriginRule(t *testing.T) {
 	cfg := enabledDefault(t)
 	cfg.Subscribe = catalog.Types() // everything a channel may hear

@@ -211,7 +211,7 @@ func TestLostResponseIsFoundNotReposted(t *testing.T) {
 // fan-out replies to the person's top-level message with the new issue's
 // link and binds that thread to the issue, so the issue's later events land
 // there; a failure notice from the ledger is answered in the thread too —
-// neither needs a subscription (R6.5, AMB-26).
+// neither needs a subscription (R6.5, decision 017).
 func TestKickoffAndRecordFailedAnsweredInOriginatingThread(t *testing.T) {
 	e := newEnv(t)
 	e.setSlack(func(s *config.SlackChannel) { s.Publish = append(s.Publish, catalog.WorkItemCreate) })

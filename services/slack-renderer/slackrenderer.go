@@ -1,6 +1,6 @@
 // Package slackrenderer is the slack-renderer service: it consumes the
 // recorded events (loop.ev.>) and renders each one the Slack channel
-// subscribes to natively in Slack, once (seed 001 R1.4, R4, R6).
+// subscribes to natively in Slack, once (docs/requirements.md R1.4, R4, R6).
 //
 // Per event it decides (route.go) whether the channel gets it — subscribed,
 // and not the channel it came from, with two answers that go back to the

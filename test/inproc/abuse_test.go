@@ -15,7 +15,8 @@ import (
 	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
-// The ten abuse cases of seed 001, each through the whole system.
+// The ten abuse cases of docs/requirements.md (A1–A10), each through the whole
+// system.
 
 func (w *world) session(r string) *registry.Session {
 	w.t.Helper()

@@ -4,8 +4,8 @@
 // sender (every write comes back to ingress-github as a signed webhook, as
 // GitHub would deliver it), the Slack Web API fake behind the Socket Mode
 // fake, and a private tmux server running the stand-in harness. It proves the
-// five gaps of seed 001 (R6.1–R6.5) and its ten abuse cases through the whole
-// system: nothing of our own is mocked.
+// five gaps of docs/requirements.md (R6.1–R6.5) and its ten abuse cases through
+// the whole system: nothing of our own is mocked.
 //
 // It needs tmux (the tests skip without it) and is skipped by -short.
 package inproc

@@ -4,13 +4,13 @@ import (
 	"testing"
 )
 
-// AMB-25: an authorized member's Slack approval reaching a work item whose
-// session is paused is recorded on GitHub but settled without moving the
+// decision 023: an authorized member's Slack approval reaching a work item
+// whose session is paused is recorded on GitHub but settled without moving the
 // gate, and the member is told so in the thread; once the session is resumed
 // the same answer passes the gate.
 func TestGateAnswerWhileSessionPaused(t *testing.T) {
 	w := newWorld(t)
-	number, r := w.start("AMB-25")
+	number, r := w.start("paused gate")
 	w.toRequirementsGate(number, r, requirementsDoc)
 	root := w.thread(r)
 	w.comment(number, alice, "the-loop pause")

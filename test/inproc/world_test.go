@@ -52,7 +52,8 @@ func TestMain(m *testing.M) {
 // person with no GitHub login: R5.5); carol is a work-item collaborator (a
 // MEMBER on GitHub, not authorized); mallory is nobody (UMALLORY on Slack).
 // The ledger writes as the-loop-bot, which is not in authorizedUsers: its
-// signed records are records whatever the list says (AMB-5).
+// signed records are records whatever the list says
+// (docs/requirements.md R3.5).
 const (
 	repo          = "octo/repo"
 	channel       = "C0LOOP"

@@ -75,9 +75,10 @@ func Publish(ctx context.Context, c *bus.Conn, ev *loopv1.Event, wait time.Durat
 }
 
 // claim is what the ledger-writer keeps in KV "ledger" per event id
-// (DESIGN §5: event id → pending/recorded + GitHub ref): {state: pending,
-// recorded or failed, record: {Repo, Number, CommentID, URL}, reason}. Read
-// leniently: only the state, the URL and the comment id matter.
+// (docs/architecture.md#streams-and-state: event id → pending/recorded + GitHub
+// ref): {state: pending, recorded or failed, record: {Repo, Number, CommentID,
+// URL}, reason}. Read leniently: only the state, the URL and the comment id
+// matter.
 type claim struct {
 	State  string `json:"state"`
 	Reason string `json:"reason"`

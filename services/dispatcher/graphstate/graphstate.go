@@ -1,7 +1,7 @@
 // Package graphstate keeps a work item's process-graph state (pkg/graph) in
 // the KV bucket "graph", under catalog.SubjectKey(ref), and turns the
-// notifications a transition yields into catalog events on the inbox (seed 001
-// R4.4, R6.3, R6.4).
+// notifications a transition yields into catalog events on the inbox
+// (docs/requirements.md R4.4, R6.3, R6.4).
 //
 // The dispatcher owns the state: it starts a graph when a session spawns,
 // moves it when an authorized comment answers a human gate, and answers

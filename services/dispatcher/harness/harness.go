@@ -1,5 +1,5 @@
 // Package harness is the seam every agent harness comes through
-// (ingress-dispatch §5.6): how to start an interactive session with a
+// (docs/requirements.md K14): how to start an interactive session with a
 // pre-assigned session id and a boot prompt, and how to resume one. The boot
 // prompt is an argv element, not a paste: a harness reads it as its first
 // turn. Later events are typed into the session's terminal by the runner.
@@ -138,5 +138,5 @@ func (c *Command) expand(tmpl []string, prompt, sessionID string) []string {
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // ValidSessionID reports whether id may be passed to a resume argv
-// (ingress-dispatch §5.4): anything else is never put on a command line.
+// (docs/requirements.md K12): anything else is never put on a command line.
 func ValidSessionID(id string) bool { return sessionIDPattern.MatchString(id) }

@@ -2,7 +2,7 @@
 // in the KV bucket "sessions", holding its agent session (harness, session id,
 // tmux target, the host running it, status, the event ids recently typed into
 // it), the last control command recorded for it, and whether the
-// auto-execute label is on it (ingress-dispatch §5.9, §7.3).
+// auto-execute label is on it (docs/requirements.md K15).
 //
 // Every change is a compare-and-set (Mutate): two replicas, or a replica and
 // the CLI, never overwrite each other's step, and a decision such as "no live
@@ -48,7 +48,7 @@ type Record struct {
 	Ref string `json:"ref"`
 	// Labeled is whether the auto-execute label is on the work item, as the
 	// last labeled/unlabeled activity said: the label arms, a start command
-	// starts (decision-040), and a comment event carries no labels.
+	// starts (docs/requirements.md K8), and a comment event carries no labels.
 	Labeled bool     `json:"labeled,omitempty"`
 	Control *Control `json:"control,omitempty"`
 	Session *Session `json:"session,omitempty"`
@@ -56,8 +56,8 @@ type Record struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
-// Control is the last recorded control command (§2.8). Arming commands are
-// recorded only when they act, disarming ones always.
+// Control is the last recorded control command (docs/requirements.md K8).
+// Arming commands are recorded only when they act, disarming ones always.
 type Control struct {
 	Command     string    `json:"command"`
 	Source      string    `json:"source"`

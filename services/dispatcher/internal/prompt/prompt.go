@@ -1,15 +1,15 @@
 // Package prompt renders what a session is told about an event: the event
 // template (delivered into a running session) and the spawn template (the
 // boot prompt of a new one), with Python string.Template.safe_substitute
-// semantics (ingress-dispatch §4.1), the interaction directive of the mode in
-// force (§4.3) and the graph context block (§4.4).
+// semantics, the interaction directive of the mode in
+// force and the graph context block (docs/requirements.md K11).
 //
 // The default texts are our own words for the original's rules. Every
 // template keeps the UNTRUSTED framing right above the excerpt it frames: the
 // excerpt is attacker-writable text, and the framing must be the last thing
 // read before it. A custom template that omits $interaction_directive gets
 // the directive appended, so no prompt ever leaves out where the session
-// takes its answers from (decision-051).
+// takes its answers from (docs/requirements.md K11).
 package prompt
 
 import (

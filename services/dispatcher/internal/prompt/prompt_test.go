@@ -71,15 +71,15 @@ func TestUntrustedFramingAdjacent(t *testing.T) {
 }
 
 // TestOrdinaryCommentSize pins the size of the prompt an ordinary comment
-// renders (seed 000: about 2,900 characters with a graph block), so a change
-// to the constant text is a decision, not a drift.
+// renders (docs/requirements.md E5: about 2,900 characters with a graph block),
+// so a change to the constant text is a decision, not a drift.
 func TestOrdinaryCommentSize(t *testing.T) {
 	payload := `{"action":"created","comment":{"body":"the-loop execute\n\nPlease keep the anchor for inline comments.",` +
 		`"html_url":"https://github.com/o/r/issues/243#issuecomment-9876543210","user":{"login":"reviewer","avatar_url":"x"}},` +
 		`"issue":{"number":243,"title":"t","body":"long"},"repository":{"full_name":"o/r"}}`
 	ex, err := excerpt.Excerpt("issue_comment", []byte(payload))
 	if err != nil || len(ex) != 203 {
-		t.Fatalf("excerpt = %d chars (%v), want seed 000's 203", len(ex), err)
+		t.Fatalf("excerpt = %d chars (%v), want the 203 of docs/requirements.md E5", len(ex), err)
 	}
 	g, _ := graph.Builtin("work-item")
 	st, _, err := graph.New(g, "github:o/r#243", testTime)

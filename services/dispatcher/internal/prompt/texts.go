@@ -1,9 +1,9 @@
 package prompt
 
 // The built-in texts. They restate the original's rules in our own words;
-// their size matters (seed 000: an ordinary comment's prompt is about 2,900
-// characters, most of it this constant text), and TestOrdinaryCommentSize
-// pins it.
+// their size matters (docs/requirements.md E5: an ordinary comment's prompt is
+// about 2,900 characters, most of it this constant text), and
+// TestOrdinaryCommentSize pins it.
 
 // DefaultEvent is delivered into a running session for every event.
 const DefaultEvent = "# GitHub event for $work_item\n" +

@@ -1,9 +1,9 @@
 // Package tmux drives the tmux server that hosts agent sessions, with exactly
-// the commands of the original's runner (ingress-dispatch §5.5): probe with
+// the commands of the original's runner (docs/requirements.md K13): probe with
 // has-session and list-panes, spawn with new-session -d, deliver with a
 // bracketed paste-buffer followed by an unbracketed carriage return, kill with
 // kill-session. It never uses send-keys: that fails while a read-only client
-// is attached (issue-240).
+// is attached (docs/requirements.md K12).
 //
 // Every command runs against one tmux server, chosen by socket name (-L), so a
 // deployment can keep the loop's sessions apart from an operator's own and a
@@ -28,7 +28,8 @@ import (
 type State int
 
 // Probe outcomes. Unknown means tmux did not answer (timeout, no binary): for
-// delivery it counts as live, for spawning as occupied (decision-055).
+// delivery it counts as live, for spawning as occupied
+// (docs/requirements.md K12).
 const (
 	Absent State = iota
 	Dead
@@ -341,7 +342,7 @@ var unsafeTarget = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 // Target is the tmux session name of a work item: "loop-<slug>" with '.' and
 // ':' rewritten to '_' (tmux renames them itself). The slug is
 // "<provider>-<path with / as ->-<number>", every run of characters outside
-// [A-Za-z0-9._-] replaced by '-' (ingress-dispatch §0). Not injective; the
+// [A-Za-z0-9._-] replaced by '-' (docs/requirements.md K1). Not injective; the
 // original accepts that too.
 func Target(ref string) string {
 	slug := ref

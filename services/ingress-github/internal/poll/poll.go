@@ -3,9 +3,9 @@
 // and the new comments on those that changed, with conditional requests
 // (ETag: an unchanged listing costs no rate limit) and cursors kept in the
 // cursors KV bucket, and turns them into payloads equivalent to the webhook's
-// (ingress-dispatch §6.2) for the same router. Comment events take their ids
+// (docs/requirements.md K16) for the same router. Comment events take their ids
 // from the comment, so a comment the webhook also delivered is stored once
-// (AMB-9).
+// (decision 010).
 //
 // Scope: issue and pull-request conversation comments (the issues API), the
 // label's first sight (an issues/labeled activity) and closes. Review

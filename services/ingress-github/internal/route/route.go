@@ -2,7 +2,7 @@
 // poller synthesised — into the catalog events ingress-github publishes, or
 // into a drop with its reason. It is pure: no I/O, no clock, no logging.
 //
-// Order (ingress-dispatch §2.1, §8.1): event filter → work-item extraction →
+// Order (docs/requirements.md K3): event filter → work-item extraction →
 // comment classification (self-authored marker, authorization, envelope) or
 // activity authorization (lifecycle closes bypass it; CI events need an
 // authorized sender or the repository's own branch, see ci.go).
@@ -35,7 +35,7 @@ const (
 	DropNoWorkItem     = "no-work-item"
 	DropSelfAuthored   = "self-authored"
 	DropUnauthorized   = "unauthorized-actor"
-	DropForgedMarker   = "forged-marker"   // the marker, posted by someone not trusted (AMB-7)
+	DropForgedMarker   = "forged-marker"   // the marker, posted by someone not trusted (docs/requirements.md R6.1)
 	DropCommentChanged = "comment-changed" // an edit or delete: not a new comment
 	DropDuplicateEvent = "duplicate-event" // every event already published (e.g. by the other mode)
 	DropForkCI         = "fork-ci"         // CI from a fork, or not shown to be the repository's own, from an unauthorized sender
@@ -54,7 +54,7 @@ const (
 	NoteCommentTruncated  = "comment-truncated"
 )
 
-// DefaultEvents is the original's default event set (ingress-dispatch §1.4).
+// DefaultEvents is the original's default event set (docs/requirements.md K2).
 var DefaultEvents = []string{
 	"issues", "issue_comment", "pull_request", "pull_request_review",
 	"pull_request_review_comment", "workflow_run", "check_run", "check_suite", "status",
@@ -342,7 +342,7 @@ func recordOf(event string, p obj) envelope.Binding {
 
 // build makes the comment-derived events. Their ids come from the comment,
 // not the delivery, so the webhook and the poller raise the same ids for the
-// same comment and the bus stores it once (AMB-9).
+// same comment and the bus stores it once (decision 010).
 func build(dec *Decision, d Delivery, p, c obj, typ catalog.Type, actor *loopv1.Actor, recorded string, l *envelope.Ledger) {
 	id, _ := c.int("id")
 	base := commentID(d, c)

@@ -22,7 +22,7 @@ func refsOf(t *testing.T, event, payload string) []string {
 	return out
 }
 
-// TestExtractWorkItems pins ingress-dispatch §2.5: linked issues first
+// TestExtractWorkItems pins docs/requirements.md K5: linked issues first
 // (closing references, branch rule, keywords), then the PR; GHE hosts;
 // keyword forms; the branch rule's unanchored quirk.
 func TestExtractWorkItems(t *testing.T) {

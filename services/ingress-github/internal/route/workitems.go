@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// DefaultHost is the host a ref leaves out (ingress-dispatch §0).
+// DefaultHost is the host a ref leaves out (docs/requirements.md K1).
 const DefaultHost = "github.com"
 
 // Ref is a work item on GitHub: github:[host/]owner/repo#N.
@@ -43,7 +43,7 @@ func (r Ref) same(o Ref) bool {
 // Provenance says how a ref was found.
 type Provenance string
 
-// Provenances (ingress-dispatch §2.5).
+// Provenances (docs/requirements.md K5).
 const (
 	FromClosingReference Provenance = "closing-reference"
 	FromBranch           Provenance = "branch"
@@ -59,7 +59,7 @@ type Item struct {
 
 // BranchOnly reports whether the item was found only through a branch name,
 // the one provenance that can name a work item nobody created
-// (decision-095): consumers verify such refs before acting on them.
+// (docs/requirements.md K5): consumers verify such refs before acting on them.
 func (it Item) BranchOnly() bool {
 	for _, p := range it.Provenance {
 		if p != FromBranch {
@@ -73,7 +73,7 @@ func (it Item) BranchOnly() bool {
 // (unanchored: "my-tissue-5" yields 5, a quirk kept on purpose).
 var branchRule = regexp.MustCompile(`(?i)issue[-/](\d+)`)
 
-// Closing keywords (ingress-dispatch §2.5), alternatives tried in order: an
+// Closing keywords (docs/requirements.md K5), alternatives tried in order: an
 // issue URL, an optionally qualified #N, GH-N.
 var closingKeyword = regexp.MustCompile(`(?i)\b(?:close|closes|closed|fix|fixes|fixed|resolve|resolves|resolved)\s*:?\s+` +
 	`(?:https?://([^/\s]+)/([\w.-]+)/([\w.-]+)/issues/(\d+)|(?:([\w.-]+)/([\w.-]+))?#(\d+)|GH-(\d+))`)
@@ -130,7 +130,8 @@ func prEntity(event string, p obj) obj {
 		if is := p.obj("issue"); is != nil && is.has("pull_request") {
 			return is
 		}
-		// The poll path's fallback (issue-269); unreachable from webhooks.
+		// The poll path's fallback (docs/requirements.md K16); unreachable from
+		// webhooks.
 		return p.obj("pull_request")
 	}
 	return nil
@@ -139,7 +140,7 @@ func prEntity(event string, p obj) obj {
 // ExtractWorkItems returns the work items an event is about, most
 // authoritative first: a PR's linked issues (closing references, branch
 // rule, closing keywords), then the PR itself; an issue's own number; a CI
-// event's pull requests and branches (ingress-dispatch §2.5).
+// event's pull requests and branches (docs/requirements.md K5).
 func ExtractWorkItems(event string, p obj) []Item {
 	repo := p.obj("repository")
 	full := repo.str("full_name")
@@ -247,7 +248,7 @@ func closingRefRepo(ref obj, fallback string) string {
 }
 
 // keywordRefs finds closing-keyword references in a PR body. A qualified
-// other/repo#N or an issue URL names that repository (issue-183).
+// other/repo#N or an issue URL names that repository (docs/requirements.md K5).
 func keywordRefs(body, host, repo string) []Ref {
 	if body == "" {
 		return nil
@@ -280,8 +281,8 @@ func keywordRefs(body, host, repo string) []Ref {
 	return out
 }
 
-// Actor is the GitHub login an event is attributed to (ingress-dispatch
-// §2.2), or "" for CI events, which carry no instructions.
+// Actor is the GitHub login an event is attributed to
+// (docs/requirements.md K4), or "" for CI events, which carry no instructions.
 func Actor(event string, p obj) string {
 	switch {
 	case event == "issue_comment", event == "pull_request_review_comment":
