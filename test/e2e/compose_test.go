@@ -78,7 +78,7 @@ type composeRun struct {
 // on several work items while one container of each service, and NATS, is
 // SIGKILLed in turn and brought back by its restart policy, with nothing
 // lost or duplicated; then the ledger-writer scaled from 1 to 2 replicas,
-// the second taking the partitions over when the first stops; then the
+// which share the partitions, one taking them all over when the other stops; then the
 // project again as its three-node JetStream cluster profile, the stream
 // leader's server SIGKILLed while a work item's events flow. It prints what
 // it counted.
@@ -741,12 +741,12 @@ func (r *composeRun) inspect(id string) (pid, restarts int) {
 // ---- scaling ----
 
 // scaleLedgerWriter scales the ledger-writer to one replica, which then
-// handles every event of a batch spread over the partitions, and to two.
-// A partition stays with the replica that holds it and the other stands by
-// (decision 022), so the test then stops the replica that handled the
-// second batch, gracefully, as a rollout would: the other takes every
-// partition over and handles the third batch, each event once. Each
-// container's own log says which events it published.
+// handles every event of a batch spread over the partitions, and to two,
+// which divide the partitions between them (decision 071). The test then
+// stops the replica that handled most of the second batch, gracefully, as a
+// rollout would: the other takes every partition over and handles the third
+// batch, each event once. Each container's own log says which events it
+// published.
 func (r *composeRun) scaleLedgerWriter(t *testing.T) {
 	c := r.clusterFor(t)
 	round := 0
