@@ -1,4 +1,4 @@
-# the-loop bus. `make test e2e` is the README's test command and what CI runs.
+# the-loop bus. `make test e2e compose-e2e` is the README's test command and what CI runs.
 GO        ?= go
 PKGS      := ./...
 FUZZTIME  ?= 10s
