@@ -293,23 +293,7 @@ const (
 // registry — is CPU, and on a shared 2-core machine the CPU, not the
 // terminals, would otherwise bound every replica count alike.
 func BenchmarkDispatcherReplicas(b *testing.B) {
-	var one float64
-	for n := 1; n <= 4; n++ {
-		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
-			if bustest.BenchProbe(b) {
-				return
-			}
-			rate, share := dispatcherRound(b, n)
-			if n == 1 {
-				one = rate
-			}
-			b.ReportMetric(rate, "events/s")
-			if one > 0 {
-				b.ReportMetric(rate/one, "x-1-replica")
-			}
-			b.ReportMetric(share, "max-share")
-		})
-	}
+	bustest.ReplicaScaling(b, dispatcherRound)
 }
 
 func dispatcherRound(b *testing.B, n int) (rate, share float64) {

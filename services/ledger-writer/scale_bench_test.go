@@ -72,23 +72,7 @@ const (
 // In production the per-credential GitHub pacing (DefaultPerMinute, split
 // over the replicas sharing the credential) binds long before either.
 func BenchmarkLedgerReplicas(b *testing.B) {
-	var one float64 // events/s with one replica, this run
-	for n := 1; n <= 4; n++ {
-		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
-			if bustest.BenchProbe(b) {
-				return
-			}
-			rate, share := scaleRound(b, n)
-			if n == 1 {
-				one = rate
-			}
-			b.ReportMetric(rate, "events/s")
-			if one > 0 {
-				b.ReportMetric(rate/one, "x-1-replica")
-			}
-			b.ReportMetric(share, "max-share")
-		})
-	}
+	bustest.ReplicaScaling(b, scaleRound)
 }
 
 // scaleRound runs one round of b.N events through n fresh replicas and

@@ -43,23 +43,7 @@ const (
 // In production Slack's own pace (about one post per second per channel,
 // LOOP_SLACK_POST_INTERVAL, kept by each replica for itself) binds first.
 func BenchmarkRendererReplicas(b *testing.B) {
-	var one float64
-	for n := 1; n <= 4; n++ {
-		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
-			if bustest.BenchProbe(b) {
-				return
-			}
-			rate, share := rendererRound(b, n)
-			if n == 1 {
-				one = rate
-			}
-			b.ReportMetric(rate, "events/s")
-			if one > 0 {
-				b.ReportMetric(rate/one, "x-1-replica")
-			}
-			b.ReportMetric(share, "max-share")
-		})
-	}
+	bustest.ReplicaScaling(b, rendererRound)
 }
 
 func rendererRound(b *testing.B, n int) (rate, share float64) {

@@ -9,6 +9,7 @@ package bustest
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -334,6 +335,31 @@ func BenchProbe(b *testing.B) bool {
 	}
 	v := f.Value.String()
 	return strings.HasSuffix(v, "x") && v != "1x"
+}
+
+// ReplicaScaling runs round with 1 to 4 replicas as sub-benchmarks
+// "replicas=N" and reports each one's events/s, its ratio to one replica
+// measured in the same run (x-1-replica, which make bench checks) and the
+// busiest replica's share (max-share). round returns events/s and that
+// share for n replicas.
+func ReplicaScaling(b *testing.B, round func(b *testing.B, n int) (rate, share float64)) {
+	var one float64 // events/s with one replica, this run
+	for n := 1; n <= 4; n++ {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			if BenchProbe(b) {
+				return
+			}
+			rate, share := round(b, n)
+			if n == 1 {
+				one = rate
+			}
+			b.ReportMetric(rate, "events/s")
+			if one > 0 {
+				b.ReportMetric(rate/one, "x-1-replica")
+			}
+			b.ReportMetric(share, "max-share")
+		})
+	}
 }
 
 // Shared reports whether the k replicas listed in ms work the n partitions
