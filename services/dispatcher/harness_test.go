@@ -131,6 +131,9 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 		t.Fatal(err)
 	}
 	e.store = store
+	// Tests that call handle directly need the registry Run opens; handle is
+	// otherwise reached only through the consumer, which starts after it.
+	waitFor(t, "the dispatcher's registry", func() bool { return svc.store.Load() != nil })
 	return e
 }
 
