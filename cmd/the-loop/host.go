@@ -20,20 +20,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/the-loop/bus/internal/statuspage"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/tracing"
 	"github.com/the-loop/bus/services/dispatcher"
 	"github.com/the-loop/bus/services/dispatcher/harness"
 	ingressgithub "github.com/the-loop/bus/services/ingress-github"
 	ingressslack "github.com/the-loop/bus/services/ingress-slack"
 	ledgerwriter "github.com/the-loop/bus/services/ledger-writer"
-	"github.com/the-loop/bus/services/runtime"
 	slackrenderer "github.com/the-loop/bus/services/slack-renderer"
-	"github.com/the-loop/bus/services/statuspage"
 )
 
 // runner is what every service is to its host.
@@ -46,7 +46,7 @@ type serviceDef struct {
 	// needsKey: refuses to start without LOOP_ENVELOPE_KEY
 	// (docs/architecture.md#the-ledger).
 	needsKey bool
-	new      func(runtime.Deps, hostKind) (runner, error)
+	new      func(service.Deps, hostKind) (runner, error)
 }
 
 // hostKind says whether a service runs alone (`serve`, a container: refuse
@@ -54,7 +54,7 @@ type serviceDef struct {
 // report the problem in /readyz).
 type hostKind struct{ serve bool }
 
-func newDispatcher(d runtime.Deps, _ hostKind) (runner, error) {
+func newDispatcher(d service.Deps, _ hostKind) (runner, error) {
 	return dispatcher.New(d, dispatcher.WithSettings(dispatcher.Settings{
 		Harness:          harness.Claude().WithBinary(d.Dispatcher.HarnessBinary),
 		Runner:           d.Dispatcher.Runner,
@@ -69,7 +69,7 @@ func newDispatcher(d runtime.Deps, _ hostKind) (runner, error) {
 	}))
 }
 
-func newIngressGitHub(d runtime.Deps, k hostKind) (runner, error) {
+func newIngressGitHub(d service.Deps, k hostKind) (runner, error) {
 	o := ingressgithub.DefaultOptions()
 	o.Mode = ingressgithub.Mode(d.GitHub.Mode)
 	o.InsecureNoSignature = d.GitHub.InsecureNoSignature
@@ -85,15 +85,15 @@ func newIngressGitHub(d runtime.Deps, k hostKind) (runner, error) {
 // first, producers last, so nothing published by a producer at start waits
 // on a consumer that is not up yet.
 var services = []serviceDef{
-	{ledgerwriter.Name, true, func(d runtime.Deps, _ hostKind) (runner, error) {
+	{ledgerwriter.Name, true, func(d service.Deps, _ hostKind) (runner, error) {
 		return ledgerwriter.New(d, ledgerwriter.WithPacing(d.GitHub.WritesPerMinute, d.GitHub.WritesPerHour))
 	}},
-	{slackrenderer.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) {
+	{slackrenderer.Name, false, func(d service.Deps, _ hostKind) (runner, error) {
 		return slackrenderer.New(d, slackrenderer.WithPostInterval(d.Slack.PostInterval))
 	}},
 	{dispatcher.Name, false, newDispatcher},
 	{ingressgithub.Name, true, newIngressGitHub},
-	{ingressslack.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) { return ingressslack.New(d) }},
+	{ingressslack.Name, false, func(d service.Deps, _ hostKind) (runner, error) { return ingressslack.New(d) }},
 }
 
 func serviceNames() []string {
@@ -201,11 +201,11 @@ func (h *host) run(ctx context.Context) (err error) {
 	}, []string{"version", "goversion", "services"})
 	buildInfo.WithLabelValues(buildVersion(), goruntime.Version(), strings.Join(defNames(h.defs), ",")).Set(1)
 	reg.MustRegister(buildInfo)
-	service := "the-loop"
+	traceName := "the-loop"
 	if len(h.defs) == 1 {
-		service = "the-loop-" + h.defs[0].name
+		traceName = "the-loop-" + h.defs[0].name
 	}
-	stopTracing, err := tracing.Setup(ctx, service, os.Getenv)
+	stopTracing, err := tracing.Setup(ctx, traceName, os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -290,7 +290,7 @@ func (h *host) run(ctx context.Context) (err error) {
 
 	g, gctx := errgroup.WithContext(ctx)
 	current := func() *config.Config { return defaultConfig }
-	var checks runtime.ConfigChecks
+	var checks service.ConfigChecks
 	var watcher *config.Watcher
 	if path := h.settings.Common.ConfigPath; path != "" {
 		watcher, err = config.NewWatcher(path, h.log)
@@ -304,7 +304,7 @@ func (h *host) run(ctx context.Context) (err error) {
 	names := make([]string, 0, len(h.defs))
 	for i, def := range h.defs {
 		conn := conns[def.name]
-		deps := runtime.Deps{
+		deps := service.Deps{
 			Conn:        conn,
 			Log:         h.log.With("service", def.name),
 			Events:      eventlog.New(def.name, h.log.With("service", def.name), logPublisher{conn}).Queued(logq),

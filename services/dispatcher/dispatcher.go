@@ -62,12 +62,12 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/services/dispatcher/harness"
 	"github.com/the-loop/bus/services/dispatcher/internal/proc"
 	"github.com/the-loop/bus/services/dispatcher/internal/prompt"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 	"github.com/the-loop/bus/services/dispatcher/registry"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // Name is the service name used for consumers, logs and `serve`.
@@ -187,7 +187,7 @@ func WithSettings(s Settings) Option { return func(c *Settings) { *c = s } }
 
 // Service is the dispatcher.
 type Service struct {
-	deps   runtime.Deps
+	deps   service.Deps
 	set    Settings
 	tmux   terminal
 	tmpl   prompt.Templates
@@ -205,7 +205,7 @@ type Service struct {
 
 // New returns the service. It never fails for a missing tmux or harness:
 // Run reports those and waits for them.
-func New(deps runtime.Deps, opts ...Option) (*Service, error) {
+func New(deps service.Deps, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
@@ -324,7 +324,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// sessions run here.
 	deps := s.deps
 	deps.Replica = s.set.Host
-	err = runtime.Consume(ctx, deps, Name, bus.StreamEvents, s.handle)
+	err = service.Consume(ctx, deps, Name, bus.StreamEvents, s.handle)
 	stop()
 	if serr := <-served; serr != nil && err == nil {
 		err = fmt.Errorf("%s: session endpoint: %w", Name, serr)

@@ -28,9 +28,9 @@ import (
 	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/service"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // Test identities. alice and bob are authorized; slackonly is a person
@@ -62,7 +62,7 @@ const (
 // asApp, in app mode, turns the token a test gave the service into the
 // GitHub App of the fake that test pointed it at: the same calls, with the
 // app's JWT and installation tokens.
-func asApp(t testing.TB, d *runtime.Deps) {
+func asApp(t testing.TB, d *service.Deps) {
 	if !ghfake.AppMode() || !d.GitHub.Token.IsSet() {
 		return
 	}
@@ -142,10 +142,10 @@ type env struct {
 	change chan struct{}
 }
 
-type envOption func(*runtime.Deps, *Options)
+type envOption func(*service.Deps, *Options)
 
-func withOptions(f func(*Options)) envOption   { return func(_ *runtime.Deps, o *Options) { f(o) } }
-func withDeps(f func(*runtime.Deps)) envOption { return func(d *runtime.Deps, _ *Options) { f(d) } }
+func withOptions(f func(*Options)) envOption   { return func(_ *service.Deps, o *Options) { f(o) } }
+func withDeps(f func(*service.Deps)) envOption { return func(d *service.Deps, _ *Options) { f(d) } }
 
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
@@ -178,7 +178,7 @@ func (e *env) newService(opts ...envOption) *Service {
 	e.ready = httpserver.NewReadiness()
 	e.reg = prometheus.NewRegistry()
 	log := slog.New(e.logs)
-	deps := runtime.Deps{
+	deps := service.Deps{
 		Conn:     e.conn,
 		Log:      log,
 		Events:   eventlog.New(Name, log, nil),

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/the-loop/bus/pkg/eventlog"
-	svcruntime "github.com/the-loop/bus/services/runtime"
+	service "github.com/the-loop/bus/pkg/service"
 )
 
 // unsignedPosts sends n concurrent requests of body with a well-formed but
@@ -299,7 +299,7 @@ func TestRefusalsCountedNotLogged(t *testing.T) {
 	rec := &eventlog.Recorder{}
 	e := newEnvBare(t,
 		withOptions(func(o *Options) { o.MaxBodyBytes = 64 << 10; o.Now = clock.Now }),
-		withDeps(func(d *svcruntime.Deps) { d.Events = eventlog.New(Name, d.Log, rec) }))
+		withDeps(func(d *service.Deps) { d.Events = eventlog.New(Name, d.Log, rec) }))
 	h := e.svc.Handler()
 	good := issueCommentJSON("created", 1, "alice", "OWNER", "hello")
 	kinds := []struct {

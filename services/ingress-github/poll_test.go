@@ -16,8 +16,8 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 const pollToken = "poll-token"
@@ -60,7 +60,7 @@ func webhookFor(t *testing.T, gh *ghfake.Server, c ghfake.Comment) []byte {
 
 func pollEnv(t *testing.T, gh *ghfake.Server, now func() time.Time) *env {
 	return newEnv(t,
-		withDeps(func(d *runtime.Deps) {
+		withDeps(func(d *service.Deps) {
 			d.GitHub.Token = config.NewSecret(pollToken)
 			d.GitHub.APIURL = gh.URL()
 		}),
@@ -202,7 +202,7 @@ func TestPollCursorSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := e.stored()
-	e.svc = e.newService(withDeps(func(d *runtime.Deps) {
+	e.svc = e.newService(withDeps(func(d *service.Deps) {
 		d.GitHub.Token = config.NewSecret(pollToken)
 		d.GitHub.APIURL = gh.URL()
 	}), withOptions(func(o *Options) { o.Mode = ModePoll; o.Poll.Repos = []string{"octo/repo"} }))

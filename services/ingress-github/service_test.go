@@ -14,10 +14,10 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/github/ghfake"
-	"github.com/the-loop/bus/services/runtime"
+	"github.com/the-loop/bus/pkg/service"
 )
 
-func noSecret(d *runtime.Deps) { d.GitHub.WebhookSecret = config.Secret{} }
+func noSecret(d *service.Deps) { d.GitHub.WebhookSecret = config.Secret{} }
 
 // TestNoSecretUnderUp: without a webhook secret (and no insecure flag) the
 // service does not crash its process: the listener stays off, the log says
@@ -133,7 +133,7 @@ func TestRunServesWebhook(t *testing.T) {
 func TestLedgerLoginFromGitHub(t *testing.T) {
 	gh := ghfake.New(t)
 	gh.AddToken("ledger-token", botLogin)
-	e := newEnv(t, withDeps(func(d *runtime.Deps) {
+	e := newEnv(t, withDeps(func(d *service.Deps) {
 		d.GitHub.Login = ""
 		d.GitHub.Token = config.NewSecret("ledger-token")
 		d.GitHub.APIURL = gh.URL()
@@ -173,7 +173,7 @@ func watchConfig(t *testing.T, body string) (*config.Watcher, string, envOption)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return w, path, withDeps(func(d *runtime.Deps) { d.Config, d.Checks = w.Current, w })
+	return w, path, withDeps(func(d *service.Deps) { d.Config, d.Checks = w.Current, w })
 }
 
 // TestLedgerLoginInAuthorizedUsersRefused: attack 4. An operator config
@@ -196,7 +196,7 @@ func TestLedgerLoginInAuthorizedUsersRefused(t *testing.T) {
 		gh := ghfake.New(t)
 		gh.AddToken("ledger-token", botLogin)
 		_, _, opt := watchConfig(t, ledgerLoginConfig(true))
-		e := newEnvBare(t, opt, withDeps(func(d *runtime.Deps) {
+		e := newEnvBare(t, opt, withDeps(func(d *service.Deps) {
 			d.GitHub.Login = ""
 			d.GitHub.Token = config.NewSecret("ledger-token")
 			d.GitHub.APIURL = gh.URL()

@@ -30,12 +30,12 @@ import (
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slack/socketfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 const (
@@ -177,13 +177,13 @@ type svc struct {
 	stop  func()
 }
 
-type svcOption func(*runtime.Deps, *Options)
+type svcOption func(*service.Deps, *Options)
 
 func (e *env) start(opts ...svcOption) *svc {
 	e.t.Helper()
 	reg, ready := prometheus.NewRegistry(), httpserver.NewReadiness()
 	log := slog.New(e.logs)
-	deps := runtime.Deps{
+	deps := service.Deps{
 		Conn: e.conn, Log: log, Events: eventlog.New(Name, log, nil), Registry: reg, Ready: ready,
 		Partitions: parts, Config: e.config,
 		Slack: config.Slack{
@@ -499,7 +499,7 @@ func metric(t testing.TB, c prometheus.Collector) float64 {
 }
 
 type (
-	runtimeDeps = runtime.Deps
+	runtimeDeps = service.Deps
 	cfgT        = config.Config
 )
 

@@ -52,8 +52,8 @@ import (
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/threads"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // Name is the service name used for logs and `serve`.
@@ -131,7 +131,7 @@ func (o *Options) setDefaults() {
 
 // Service is ingress-slack.
 type Service struct {
-	deps runtime.Deps
+	deps service.Deps
 	opts Options
 	m    *metrics
 
@@ -147,10 +147,10 @@ type Service struct {
 }
 
 // New returns the service with DefaultOptions.
-func New(deps runtime.Deps) (*Service, error) { return NewWithOptions(deps, DefaultOptions()) }
+func New(deps service.Deps) (*Service, error) { return NewWithOptions(deps, DefaultOptions()) }
 
 // NewWithOptions returns the service with opts.
-func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
+func NewWithOptions(deps service.Deps, opts Options) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}

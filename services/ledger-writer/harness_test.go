@@ -23,8 +23,8 @@ import (
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/pkg/service"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 const (
@@ -152,13 +152,13 @@ func (e *env) start(name string, opts ...Option) *writer {
 }
 
 // startWith is start with the deps changed by mutate first.
-func (e *env) startWith(name string, mutate func(*runtime.Deps), opts ...Option) *writer {
+func (e *env) startWith(name string, mutate func(*service.Deps), opts ...Option) *writer {
 	e.t.Helper()
 	conn := e.srv.Connect(e.t, name)
 	reg := prometheus.NewRegistry()
 	ready := httpserver.NewReadiness()
 	log := slog.New(e.logs.handler())
-	deps := runtime.Deps{
+	deps := service.Deps{
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, nil), Registry: reg,
 		Ready: ready, Partitions: e.parts,
 		Config:      func() *config.Config { return e.cfg },

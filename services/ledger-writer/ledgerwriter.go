@@ -66,9 +66,9 @@ import (
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/githubapp"
 	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // Name is the service name used for consumers, logs and `serve`.
@@ -152,7 +152,7 @@ func WithTransport(rt http.RoundTripper) Option {
 
 // Service is the ledger-writer.
 type Service struct {
-	deps    runtime.Deps
+	deps    service.Deps
 	opts    options
 	m       *metrics
 	gh      *ghClient // nil: not configured (heldReason says why)
@@ -171,7 +171,7 @@ type Service struct {
 // dead-lettered or fanned out unrecorded; each held delivery waits inside the
 // handler, so it uses up no MaxDeliver — and says so loudly (log,
 // loop_ledger_writer_github_configured 0) until it is restarted with a token.
-func New(deps runtime.Deps, opts ...Option) (*Service, error) {
+func New(deps service.Deps, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
@@ -262,7 +262,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	var sweeper sync.WaitGroup
 	sweeper.Go(func() { s.sweep(ctx) })
-	err := runtime.Consume(ctx, s.deps, Name, bus.StreamInbox, func(hctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
+	err := service.Consume(ctx, s.deps, Name, bus.StreamInbox, func(hctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
 		return s.handle(hctx, ctx.Done(), ev, d)
 	})
 	sweeper.Wait()
@@ -391,7 +391,7 @@ func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) error {
 }
 
 func (s *Service) logAttrs(ev *loopv1.Event, d *bus.Delivery, extra ...slog.Attr) []slog.Attr {
-	return append(runtime.EventAttrs(ev, d), extra...)
+	return append(service.EventAttrs(ev, d), extra...)
 }
 
 // inertComments breaks every HTML comment opener in relayed text with a

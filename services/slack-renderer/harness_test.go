@@ -23,11 +23,11 @@ import (
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/httpserver"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 const (
@@ -125,7 +125,7 @@ func (e *env) start(o startOpts) *instance {
 	if !o.noToken {
 		slackEnv.BotToken = config.NewSecret(slackfake.Token)
 	}
-	deps := runtime.Deps{
+	deps := service.Deps{
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, e.recs), Registry: e.reg,
 		Ready: httpserver.NewReadiness(), Partitions: e.parts, Concurrency: o.concurrency, Config: e.cfg.Load, Slack: slackEnv,
 	}

@@ -34,9 +34,9 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // Name is the service name used for consumers, logs and `serve`.
@@ -48,7 +48,7 @@ const DefaultPostInterval = time.Second
 
 // Service is the slack-renderer.
 type Service struct {
-	deps     runtime.Deps
+	deps     service.Deps
 	api      *slack.Client // nil without a bot token
 	pace     *pacer
 	m        *metrics
@@ -76,7 +76,7 @@ func WithPostInterval(d time.Duration) Option { return func(s *Service) { s.inte
 
 // New returns the service. It needs no Slack token: without one it
 // acknowledges every event undelivered.
-func New(deps runtime.Deps, opts ...Option) (*Service, error) {
+func New(deps service.Deps, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
@@ -117,5 +117,5 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	s.posted, s.threads = posted, threads.New(tkv)
-	return runtime.Consume(ctx, s.deps, Name, bus.StreamEvents, s.handle)
+	return service.Consume(ctx, s.deps, Name, bus.StreamEvents, s.handle)
 }

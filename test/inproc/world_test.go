@@ -28,6 +28,7 @@ import (
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slack/socketfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
@@ -39,7 +40,6 @@ import (
 	ingressgithub "github.com/the-loop/bus/services/ingress-github"
 	ingressslack "github.com/the-loop/bus/services/ingress-slack"
 	ledgerwriter "github.com/the-loop/bus/services/ledger-writer"
-	"github.com/the-loop/bus/services/runtime"
 	slackrenderer "github.com/the-loop/bus/services/slack-renderer"
 )
 
@@ -289,7 +289,7 @@ func newWorldWith(t *testing.T, o worldOptions, edit ...func(*config.Config)) *w
 	// pacing of the Slack renderer is shortened.
 	for _, name := range []string{ledgerwriter.Name, slackrenderer.Name, dispatcher.Name, ingressgithub.Name, ingressslack.Name} {
 		conn := w.srv.ConnectAs(t, name, name)
-		deps := runtime.Deps{
+		deps := service.Deps{
 			Conn:       conn,
 			Log:        log.With("service", name),
 			Events:     eventlog.New(name, log.With("service", name), servicePublisher{w.logs, conn}),

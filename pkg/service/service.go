@@ -1,8 +1,8 @@
-// Package runtime holds what every service is given by the process that runs
+// Package service holds what every service is given by the process that runs
 // it (`the-loop serve <service>` or `the-loop up`): its bus connection, logger,
 // event log, metrics registry and readiness checks, plus the skeleton consumer
 // loop the consuming services share until their real handlers land.
-package runtime
+package service
 
 import (
 	"context"
