@@ -125,7 +125,7 @@ func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) e
 	readyc := make(chan *httpserver.Readiness, 1)
 	live.conn = conn
 	h := &host{name: "the-loop demo", settings: s, log: log, stdout: io.Discard, defs: services,
-		envelopeKey: emb.key, connect: emb.connect, started: func(r *httpserver.Readiness) { readyc <- r },
+		envelopeKey: config.NewSecret(string(emb.key)), connect: emb.connect, started: func(r *httpserver.Readiness) { readyc <- r },
 		operator: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) },
 		adminAt:  func(addr string) { live.adminAddr = addr }}
 	hctx, stopServices := context.WithCancel(ctx)

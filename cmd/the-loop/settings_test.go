@@ -42,12 +42,13 @@ channels:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.GitHub.PollLabel != "loop: go" || s.GitHub.Mode != "poll" || s.GitHub.PollRepos != "octo/repo" ||
-		s.Dispatcher.Spawn != "always" || s.Slack.BotToken.Reveal() != "xoxb-team" {
-		t.Errorf("the file's settings did not take effect: github %+v, dispatcher %+v", s.GitHub, s.Dispatcher)
+	gh := s.IngressGitHub
+	if gh.Label != "loop: go" || s.Dispatcher.Label != "loop: go" || gh.Mode != "poll" || gh.PollRepos != "octo/repo" ||
+		s.Dispatcher.Spawn != "always" || s.IngressSlack.BotToken.Reveal() != "xoxb-team" || s.SlackRenderer.BotToken.Reveal() != "xoxb-team" {
+		t.Errorf("the file's settings did not take effect: ingress-github %+v, dispatcher %+v", gh, s.Dispatcher)
 	}
-	if s.GitHub.PollInterval != 2*time.Minute || s.Dispatcher.Workdir != "/srv/elsewhere" {
-		t.Errorf("the environment did not win: interval %s, workdir %s", s.GitHub.PollInterval, s.Dispatcher.Workdir)
+	if gh.PollInterval != 2*time.Minute || s.Dispatcher.Workdir != "/srv/elsewhere" {
+		t.Errorf("the environment did not win: interval %s, workdir %s", gh.PollInterval, s.Dispatcher.Workdir)
 	}
 	if len(s.fromConfig) != 1 || s.fromConfig[0].Path != "polling.intervalSeconds" {
 		t.Errorf("warnings %v, want one for polling.intervalSeconds", s.fromConfig)

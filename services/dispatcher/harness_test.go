@@ -104,7 +104,7 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, e.recs), Registry: prometheus.NewRegistry(),
 		Ready: e.ready, Partitions: partitions, Config: e.cfg.Load,
 	}
-	svc, err := New(deps, WithSettings(set))
+	svc, err := New(deps, Config{}, WithSettings(set))
 	if err != nil {
 		t.Fatal(err)
 	}

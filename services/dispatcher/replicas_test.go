@@ -96,7 +96,7 @@ func (f *fleet) start(host string, concurrency int, mod func(*Settings)) *replic
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, recs), Registry: prometheus.NewRegistry(),
 		Ready: httpserver.NewReadiness(), Partitions: f.parts, Concurrency: concurrency, Config: f.cfg.Load,
 	}
-	svc, err := New(deps, WithSettings(set))
+	svc, err := New(deps, Config{}, WithSettings(set))
 	if err != nil {
 		f.tb.Fatal(err)
 	}

@@ -210,7 +210,7 @@ func rejectedCount(t *testing.T, e *env, reason string) float64 {
 // answered 503 with Retry-After at once, and counted; once a slot frees,
 // requests are served again. There was no cap.
 func TestWebhookConcurrencyCap(t *testing.T) {
-	e := newEnv(t, withOptions(func(o *Options) { o.MaxConcurrent = 2 }))
+	e := newEnv(t, withConfig(func(c *Config) { c.WebhookConcurrency = 2 }))
 	h := e.svc.Handler()
 	a := holdPost(t, h, "cap-1", issueCommentJSON("created", 1101, "alice", "OWNER", "one"))
 	b := holdPost(t, h, "cap-2", issueCommentJSON("created", 1102, "alice", "OWNER", "two"))

@@ -103,7 +103,7 @@ func scaleRound(b *testing.B, n int) (rate, share float64) {
 	)
 	writers := make([]*writer, n)
 	for r := range n {
-		writers[r] = e.startWith(fmt.Sprintf("writer-%d", r), func(d *service.Deps) { d.Concurrency = scaleConcurrency },
+		writers[r] = e.startWith(fmt.Sprintf("writer-%d", r), func(d *service.Deps, _ *Config) { d.Concurrency = scaleConcurrency },
 			WithPacing(0, 0), withHook(func(s step, id string) error {
 				if s != stepPublished {
 					return nil

@@ -121,15 +121,16 @@ func (e *env) start(o startOpts) *instance {
 	name := fmt.Sprintf("slack-renderer-%d", e.n.Add(1))
 	conn := e.srv.Connect(e.t, name)
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	slackEnv := config.Slack{APIURL: e.fake.URL()}
+	cfg := DefaultConfig()
+	cfg.APIURL, cfg.PostInterval = e.fake.URL(), 0
 	if !o.noToken {
-		slackEnv.BotToken = config.NewSecret(slackfake.Token)
+		cfg.BotToken = config.NewSecret(slackfake.Token)
 	}
 	deps := service.Deps{
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, e.recs), Registry: e.reg,
-		Ready: httpserver.NewReadiness(), Partitions: e.parts, Concurrency: o.concurrency, Config: e.cfg.Load, Slack: slackEnv,
+		Ready: httpserver.NewReadiness(), Partitions: e.parts, Concurrency: o.concurrency, Config: e.cfg.Load,
 	}
-	svc, err := New(deps, WithPostInterval(0))
+	svc, err := New(deps, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -42,10 +42,6 @@ import (
 // Name is the service name used for consumers, logs and `serve`.
 const Name = bus.ServiceSlackRenderer
 
-// DefaultPostInterval paces posts to one channel: chat.postMessage allows
-// about one message per second per channel, with short bursts.
-const DefaultPostInterval = time.Second
-
 // Service is the slack-renderer.
 type Service struct {
 	deps     service.Deps
@@ -70,13 +66,9 @@ type Service struct {
 // Option configures New.
 type Option func(*Service)
 
-// WithPostInterval sets the minimum interval between two posts to one
-// channel (default DefaultPostInterval; tests shorten it).
-func WithPostInterval(d time.Duration) Option { return func(s *Service) { s.interval = d } }
-
 // New returns the service. It needs no Slack token: without one it
 // acknowledges every event undelivered.
-func New(deps service.Deps, opts ...Option) (*Service, error) {
+func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
@@ -84,22 +76,19 @@ func New(deps service.Deps, opts ...Option) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: metrics: %w", Name, err)
 	}
-	s := &Service{deps: deps, m: m, interval: DefaultPostInterval, searchBack: 10 * time.Minute}
+	s := &Service{deps: deps, m: m, interval: cfg.PostInterval, searchBack: 10 * time.Minute}
 	for _, o := range opts {
 		o(s)
 	}
 	s.pace = newPacer(s.interval)
-	if deps.Slack.BotToken.IsSet() {
-		apiURL := deps.Slack.APIURL
-		if apiURL == "" {
-			apiURL = "https://slack.com/api/"
-		}
+	if cfg.BotToken.IsSet() {
+		apiURL := cfg.APIURL
 		if !strings.HasSuffix(apiURL, "/") {
 			apiURL += "/"
 		}
 		// slack-go's own retries stay off: a retry is a redelivery of the
 		// bus message, so the partition's order and the claim hold.
-		s.api = slack.New(deps.Slack.BotToken.Reveal(),
+		s.api = slack.New(cfg.BotToken.Reveal(),
 			slack.OptionAPIURL(apiURL),
 			slack.OptionHTTPClient(&http.Client{Timeout: 30 * time.Second}))
 	}
