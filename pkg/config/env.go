@@ -105,28 +105,6 @@ type NATS struct {
 	TLSKey    string `envconfig:"NATS_TLS_KEY" desc:"client certificate key file (mutual TLS)"`
 }
 
-// Setting names the credential setting in force, for messages: the first of
-// LOOP_NATS_NKEY_FILE, LOOP_NATS_NKEY_SEED, LOOP_NATS_CREDS_FILE and
-// LOOP_NATS_USER that is set, or all of them when none is.
-func (n NATS) Setting() string {
-	switch {
-	case n.NkeyFile != "":
-		return "LOOP_NATS_NKEY_FILE"
-	case n.NkeySeed.IsSet():
-		return "LOOP_NATS_NKEY_SEED"
-	case n.CredsFile != "":
-		return "LOOP_NATS_CREDS_FILE"
-	case n.User != "":
-		return "LOOP_NATS_USER"
-	}
-	return "LOOP_NATS_NKEY_FILE, LOOP_NATS_NKEY_SEED, LOOP_NATS_CREDS_FILE or LOOP_NATS_USER"
-}
-
-// Set reports whether any credential is set.
-func (n NATS) Set() bool {
-	return n.NkeyFile != "" || n.NkeySeed.IsSet() || n.CredsFile != "" || n.User != ""
-}
-
 // Session is what an agent session is given to reach the loop: the
 // dispatcher's session endpoint and its own token. `the-loop ask` and
 // `the-loop graph complete` read them inside a session; nothing else does.
