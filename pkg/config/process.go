@@ -83,20 +83,23 @@ func validate(v reflect.Value) error {
 	return errors.Join(errs...)
 }
 
-// Defaults fills spec from its default tags alone, as Process does from an
-// empty environment, without validating: a service's defaults are where its
-// settings are declared, and its tests start from them.
-func Defaults(spec any) error {
-	settings, err := gather(Prefix, spec)
+// DefaultsOf is a settings struct T as its default tags alone fill it, as
+// Process does from an empty environment, without validating: a service's
+// defaults are where its settings are declared, and its tests start from
+// them. A default its field cannot hold is the program's own error: it
+// panics (each service's tests read its defaults).
+func DefaultsOf[T any]() T {
+	var spec T
+	settings, err := gather(Prefix, &spec)
 	if err != nil {
-		return err
+		panic(err)
 	}
 	for _, s := range settings {
 		if err := s.set(Env{}); err != nil {
-			return err
+			panic(err)
 		}
 	}
-	return nil
+	return spec
 }
 
 // CheckEnv reports every LOOP_* variable in env that none of specs reads,

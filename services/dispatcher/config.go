@@ -33,13 +33,7 @@ type Config struct {
 }
 
 // DefaultConfig is the settings of an empty environment.
-func DefaultConfig() Config {
-	var c Config
-	if err := config.Defaults(&c); err != nil {
-		panic(err) // the tags are ours; the package's tests read them
-	}
-	return c
-}
+func DefaultConfig() Config { return config.DefaultsOf[Config]() }
 
 // SessionEnvNames is LOOP_SESSION_ENV as a list.
 func (c Config) SessionEnvNames() []string {

@@ -21,13 +21,7 @@ type Config struct {
 }
 
 // DefaultConfig is the settings of an empty environment.
-func DefaultConfig() Config {
-	var c Config
-	if err := config.Defaults(&c); err != nil {
-		panic(err) // the tags are ours; the package's tests read them
-	}
-	return c
-}
+func DefaultConfig() Config { return config.DefaultsOf[Config]() }
 
 // Validate checks the values the environment reader cannot check by type.
 func (c Config) Validate() error {
