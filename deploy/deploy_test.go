@@ -28,46 +28,57 @@ import (
 	"k8s.io/client-go/applyconfigurations"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
-
-	"github.com/the-loop/bus/pkg/config"
 )
 
 // theServices are the five services, each run as `the-loop serve <name>`.
 var theServices = []string{"ingress-github", "ingress-slack", "ledger-writer", "slack-renderer", "dispatcher"}
 
-// settingTypes maps every LOOP_* setting to its type, from the envconfig
-// definitions (the table `the-loop serve --help` prints).
-func settingTypes(t *testing.T) map[string]string {
+// setting is one row of the settings table.
+type setting struct{ typ, def string }
+
+// settings reads the table of every LOOP_* setting from the generated
+// configuration reference (docs/configuration.md, regenerated from the
+// services' and the process's settings by `go generate`, which CI verifies).
+func settings(t *testing.T) map[string]setting {
 	t.Helper()
-	var b bytes.Buffer
-	if err := config.Usage(&b); err != nil {
+	doc, err := os.ReadFile("../docs/configuration.md")
+	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]string{}
-	for _, line := range strings.Split(b.String(), "\n")[1:] {
-		f := strings.Fields(line)
-		if len(f) >= 2 {
-			out[f[0]] = f[1]
-		}
+	_, table, _ := strings.Cut(string(doc), "## Environment\n\n```\n")
+	table, _, _ = strings.Cut(table, "```")
+	lines := strings.Split(strings.TrimSuffix(table, "\n"), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "SETTING") {
+		t.Fatalf("docs/configuration.md has no settings table")
 	}
-	if len(out) != len(config.Settings()) {
-		t.Fatalf("parsed %d settings from Usage, config knows %d", len(out), len(config.Settings()))
+	typeAt, defAt, reqAt := strings.Index(lines[0], "TYPE"), strings.Index(lines[0], "DEFAULT"), strings.Index(lines[0], "REQUIRED")
+	out := map[string]setting{}
+	for _, line := range lines[1:] {
+		key := strings.Fields(line)[0]
+		if !strings.HasPrefix(key, "LOOP_") || len(line) < reqAt {
+			t.Fatalf("not a settings row: %q", line)
+		}
+		out[key] = setting{typ: strings.TrimSpace(line[typeAt:defAt]), def: strings.TrimSpace(line[defAt:reqAt])}
 	}
 	return out
 }
 
-func defaultPort(t *testing.T, setting string) string {
+// settingTypes maps every LOOP_* setting to its type.
+func settingTypes(t *testing.T) map[string]string {
 	t.Helper()
-	var common config.Common
-	var gh config.GitHub
-	var sl config.Slack
-	if err := config.Process(config.Env{}, &common, &gh, &sl); err != nil {
-		t.Fatal(err)
+	out := map[string]string{}
+	for k, s := range settings(t) {
+		out[k] = s.typ
 	}
-	addr := map[string]string{"LOOP_ADMIN_ADDR": common.AdminAddr, "LOOP_GITHUB_WEBHOOK_ADDR": gh.WebhookAddr, "LOOP_SLACK_EVENTS_ADDR": sl.EventsAddr}[setting]
+	return out
+}
+
+func defaultPort(t *testing.T, name string) string {
+	t.Helper()
+	addr := settings(t)[name].def
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		t.Fatalf("%s default %q: %v", setting, addr, err)
+		t.Fatalf("%s default %q: %v", name, addr, err)
 	}
 	return port
 }

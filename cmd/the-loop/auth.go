@@ -20,8 +20,10 @@ import (
 const identitiesDir = "nats"
 
 // natsCredentials is the credential the environment gives this process.
+// Which one is in force when several are set is bus.Credentials' to say
+// (Kind); its Setting names the variable that holds it, for messages.
 func natsCredentials(n config.NATS) bus.Credentials {
-	return bus.Credentials{
+	c := bus.Credentials{
 		SeedFile:  n.NkeyFile,
 		Seed:      []byte(n.NkeySeed.Reveal()),
 		CredsFile: n.CredsFile,
@@ -30,8 +32,21 @@ func natsCredentials(n config.NATS) bus.Credentials {
 		CAFile:    n.TLSCA,
 		CertFile:  n.TLSCert,
 		KeyFile:   n.TLSKey,
-		Setting:   n.Setting(),
 	}
+	switch c.Kind() {
+	case "nkey":
+		c.Setting = "LOOP_NATS_NKEY_SEED"
+		if n.NkeyFile != "" {
+			c.Setting = "LOOP_NATS_NKEY_FILE"
+		}
+	case "creds":
+		c.Setting = "LOOP_NATS_CREDS_FILE"
+	case "user":
+		c.Setting = "LOOP_NATS_USER"
+	default:
+		c.Setting = "LOOP_NATS_NKEY_FILE, LOOP_NATS_NKEY_SEED, LOOP_NATS_CREDS_FILE or LOOP_NATS_USER"
+	}
+	return c
 }
 
 // identityKeys are the NKey seeds of a server's users and the users
@@ -160,7 +175,7 @@ func cliConnect(ctx context.Context, env config.Env, name string, need access) (
 	}
 	if url == "" {
 		url = "nats://" + s.Up.NATSListen
-		if !s.Common.NATS.Set() {
+		if creds.Kind() == "none" {
 			store, err := storeDir(s, env)
 			if err != nil {
 				return nil, err

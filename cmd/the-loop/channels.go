@@ -10,6 +10,7 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/identity"
+	ingressslack "github.com/the-loop/bus/services/ingress-slack"
 )
 
 // cmdChannels prints the channels' configuration and, from the one catalog
@@ -40,10 +41,10 @@ func cmdChannels(_ context.Context, args []string, env config.Env, stdout, stder
 		}
 		source = *path
 	}
-	return writeChannelsStatus(stdout, source, cfg, warnings, s.Slack)
+	return writeChannelsStatus(stdout, source, cfg, warnings, s.IngressSlack)
 }
 
-func writeChannelsStatus(w io.Writer, source string, cfg *config.Config, warnings []config.Warning, env config.Slack) error {
+func writeChannelsStatus(w io.Writer, source string, cfg *config.Config, warnings []config.Warning, env ingressslack.Config) error {
 	sl := cfg.Channels.Slack
 	fmt.Fprintf(w, "config: %s\n", source)
 	for _, wn := range warnings {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -61,48 +62,34 @@ type demoLive struct {
 }
 
 func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) error {
-	dir, runner, keep := &o.dir, &o.runner, &o.keep
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("demo: find the-loop's binary: %w", err)
 	}
-	if *dir == "" {
-		tmp, err := os.MkdirTemp("", "the-loop-demo-")
-		if err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
-		if !*keep {
-			defer os.RemoveAll(tmp)
-		}
-		*dir = tmp
+	removeDir, err := o.ensureDir()
+	if err != nil {
+		return err
 	}
+	defer removeDir()
 	start := time.Now()
 	var live demoLive
 	var afterStep func(ctx context.Context, step int) error
 	if o.afterStep != nil {
 		afterStep = func(ctx context.Context, step int) error { return o.afterStep(ctx, step, live) }
 	}
-	stage, err := demo.NewStage(demo.Options{Dir: *dir, Exe: exe, Runner: *runner, AfterStep: afterStep})
+	stage, err := demo.NewStage(demo.Options{Dir: o.dir, Exe: exe, Runner: o.runner, AfterStep: afterStep})
 	if err != nil {
 		return err
 	}
 	defer stage.Close()
 	live.stage = stage
-
-	stageEnv := stage.Env()
-	if o.adminToken != "" {
-		stageEnv["LOOP_ADMIN_TOKEN"] = o.adminToken
-	}
-	s, err := loadSettings(config.Env(stageEnv))
+	s, err := demoSettings(stage, o.adminToken, env)
 	if err != nil {
-		return fmt.Errorf("demo settings: %w", err)
+		return err
 	}
-	// The stand-in agent runs with this shell's allow-listed environment
-	// (PATH, HOME…), as a real session would with the operator's.
-	s.sessionEnv = dispatcher.SessionBaseEnv(env, nil)
 	// The services' own logs go to a file: the transcript is the demo's
 	// output.
-	logPath := filepath.Join(*dir, "services.log")
+	logPath := filepath.Join(o.dir, "services.log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
@@ -113,28 +100,18 @@ func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) e
 	if err != nil {
 		return err
 	}
-	srv := emb.srv
-	defer srv.Shutdown()
+	defer emb.srv.Shutdown()
 	// The demo plays the people and the GitHub and Slack stand-ins: it
 	// reads and writes as the operator.
 	conn, err := emb.connect(ctx, bus.IdentityOperator)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-
-	readyc := make(chan *httpserver.Readiness, 1)
 	live.conn = conn
-	h := &host{name: "the-loop demo", settings: s, log: log, stdout: io.Discard, defs: services,
-		envelopeKey: emb.key, connect: emb.connect, started: func(r *httpserver.Readiness) { readyc <- r },
-		operator: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) },
-		adminAt:  func(addr string) { live.adminAddr = addr }}
-	hctx, stopServices := context.WithCancel(ctx)
-	hostDone := make(chan error, 1)
-	go func() { hostDone <- h.run(hctx) }()
+	run := startDemoHost(ctx, s, log, emb, &live)
 	shutdown := func() error {
 		stage.StopDeliveries()
-		stopServices()
-		err := <-hostDone
+		err := run.stop()
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if derr := conn.Drain(dctx); derr != nil {
@@ -142,10 +119,9 @@ func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) e
 		}
 		return err
 	}
-
 	fmt.Fprintf(stdout, "the-loop demo: five services on an embedded JetStream server (%s), GitHub and Slack stand-ins, a stand-in agent (%s runner)\n",
-		srv.ClientURL(), stage.Runner())
-	if err := awaitServices(ctx, readyc, hostDone); err != nil {
+		emb.srv.ClientURL(), stage.Runner())
+	if err := awaitServices(ctx, run.ready, run.done); err != nil {
 		_ = shutdown()
 		return err
 	}
@@ -155,20 +131,80 @@ func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) e
 		return fmt.Errorf("demo: %w (service logs: %s)", playErr, logPath)
 	}
 	fmt.Fprintf(stdout, "\nAll seven steps in %.1fs; %d prompts reached the session.\n", time.Since(start).Seconds(), sum.Prompts)
-	if *keep {
-		printKeepRunning(stdout, stage, srv, *dir, logPath, live.adminAddr)
+	if o.keep {
+		printKeepRunning(stdout, stage, emb.srv, o.dir, logPath, live.adminAddr)
 		<-ctx.Done()
 	} else {
-		fmt.Fprintf(stdout, "\nWhere to look next: run it with --keep-running, then\n")
-		fmt.Fprintf(stdout, "  LOOP_NATS_URL=<its NATS URL> LOOP_NATS_NKEY_FILE=<its dir>/store/nats/observer.nk the-loop events --follow --last 50\n")
-		fmt.Fprintf(stdout, "                                       every record that crossed the bus\n")
-		fmt.Fprintf(stdout, "  LOOP_CONFIG=<its dir>/the-loop.yaml the-loop channels status     the Slack channel's grants\n")
-		fmt.Fprintf(stdout, "and for the real thing, README.md \"Quick start\".\n")
+		printWhereNext(stdout)
 	}
-	if err := shutdown(); err != nil {
-		return err
+	return shutdown()
+}
+
+// ensureDir makes the demo's directory when none was given: a temporary one,
+// which the returned function removes unless the demo keeps running.
+func (o *demoRun) ensureDir() (func(), error) {
+	if o.dir != "" {
+		return func() {}, nil
 	}
-	return nil
+	tmp, err := os.MkdirTemp("", "the-loop-demo-")
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	o.dir = tmp
+	if o.keep {
+		return func() {}, nil
+	}
+	return func() { os.RemoveAll(tmp) }, nil
+}
+
+// demoSettings are the settings of the stage's environment.
+func demoSettings(stage *demo.Stage, adminToken string, env config.Env) (settings, error) {
+	stageEnv := stage.Env()
+	if adminToken != "" {
+		stageEnv["LOOP_ADMIN_TOKEN"] = adminToken
+	}
+	s, err := loadSettings(config.Env(stageEnv))
+	if err != nil {
+		return s, fmt.Errorf("demo settings: %w", err)
+	}
+	// The stand-in agent runs with this shell's allow-listed environment
+	// (PATH, HOME…), as a real session would with the operator's.
+	s.sessionEnv = dispatcher.SessionBaseEnv(env, nil)
+	return s, nil
+}
+
+// demoHost is the five services of `up`, running for the demo.
+type demoHost struct {
+	// ready hears the readiness once every service was started; done, how
+	// the host ended.
+	ready chan *httpserver.Readiness
+	done  chan error
+	stop  func() error
+}
+
+// startDemoHost runs the five services on emb in the background.
+func startDemoHost(ctx context.Context, s settings, log *slog.Logger, emb *embedded, live *demoLive) demoHost {
+	d := demoHost{ready: make(chan *httpserver.Readiness, 1), done: make(chan error, 1)}
+	h := &host{name: "the-loop demo", settings: s, log: log, stdout: io.Discard, defs: services,
+		envelopeKey: config.NewSecret(string(emb.key)), connect: emb.connect, started: func(r *httpserver.Readiness) { d.ready <- r },
+		operator: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) },
+		adminAt:  func(addr string) { live.adminAddr = addr }}
+	hctx, stopServices := context.WithCancel(ctx)
+	go func() { d.done <- h.run(hctx) }()
+	d.stop = func() error {
+		stopServices()
+		return <-d.done
+	}
+	return d
+}
+
+// printWhereNext is the end of a demo that does not keep running.
+func printWhereNext(w io.Writer) {
+	fmt.Fprintf(w, "\nWhere to look next: run it with --keep-running, then\n")
+	fmt.Fprintf(w, "  LOOP_NATS_URL=<its NATS URL> LOOP_NATS_NKEY_FILE=<its dir>/store/nats/observer.nk the-loop events --follow --last 50\n")
+	fmt.Fprintf(w, "                                       every record that crossed the bus\n")
+	fmt.Fprintf(w, "  LOOP_CONFIG=<its dir>/the-loop.yaml the-loop channels status     the Slack channel's grants\n")
+	fmt.Fprintf(w, "and for the real thing, README.md \"Quick start\".\n")
 }
 
 // awaitServices waits until every service reports ready.

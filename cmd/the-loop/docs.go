@@ -52,7 +52,7 @@ the-loop reads two kinds of configuration:
 
 `+"```"+`
 `)
-	if err := config.Usage(w); err != nil {
+	if err := config.Usage(w, (&settings{}).specs()...); err != nil {
 		return err
 	}
 	fmt.Fprint(w, "```\n\n## Operator config (`LOOP_CONFIG`)\n\n")

@@ -33,7 +33,7 @@ type capability struct {
 // agent sessions. It is what `up` prints at start, so a new user learns what
 // is missing without reading /readyz.
 func checklist(s settings, cfg *config.Config, lookPath func(string) (string, error)) []capability {
-	gh := s.GitHub
+	gh := s.IngressGitHub
 	var intake []string
 	switch gh.Mode {
 	case "webhook", "both":
@@ -56,7 +56,7 @@ func checklist(s settings, cfg *config.Config, lookPath func(string) (string, er
 	case !sc.Enabled:
 		slack = append(slack, "channels.slack.enabled is false in LOOP_CONFIG: set it and channels.slack.channel")
 	default:
-		if err := s.Slack.Require(sc.Read.Mode); err != nil {
+		if err := s.IngressSlack.Require(sc.Read.Mode); err != nil {
 			slack = append(slack, strings.Split(err.Error(), "\n")...)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,20 +21,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/the-loop/bus/internal/statuspage"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/tracing"
 	"github.com/the-loop/bus/services/dispatcher"
-	"github.com/the-loop/bus/services/dispatcher/harness"
 	ingressgithub "github.com/the-loop/bus/services/ingress-github"
 	ingressslack "github.com/the-loop/bus/services/ingress-slack"
 	ledgerwriter "github.com/the-loop/bus/services/ledger-writer"
-	"github.com/the-loop/bus/services/runtime"
 	slackrenderer "github.com/the-loop/bus/services/slack-renderer"
-	"github.com/the-loop/bus/services/statuspage"
 )
 
 // runner is what every service is to its host.
@@ -46,54 +46,40 @@ type serviceDef struct {
 	// needsKey: refuses to start without LOOP_ENVELOPE_KEY
 	// (docs/architecture.md#the-ledger).
 	needsKey bool
-	new      func(runtime.Deps, hostKind) (runner, error)
-}
-
-// hostKind says whether a service runs alone (`serve`, a container: refuse
-// what cannot work) or beside the others (`up`: keep the process running and
-// report the problem in /readyz).
-type hostKind struct{ serve bool }
-
-func newDispatcher(d runtime.Deps, _ hostKind) (runner, error) {
-	return dispatcher.New(d, dispatcher.WithSettings(dispatcher.Settings{
-		Harness:          harness.Claude().WithBinary(d.Dispatcher.HarnessBinary),
-		Runner:           d.Dispatcher.Runner,
-		TmuxBinary:       d.Dispatcher.TmuxBinary,
-		TmuxSocket:       d.Dispatcher.TmuxSocket,
-		Host:             d.Dispatcher.Host,
-		Workdir:          d.Dispatcher.Workdir,
-		Label:            d.GitHub.PollLabel,
-		SpawnOnUnmatched: d.Dispatcher.Spawn,
-		SessionAddr:      d.Dispatcher.SessionAddr,
-		SessionEnv:       d.SessionEnv,
-	}))
-}
-
-func newIngressGitHub(d runtime.Deps, k hostKind) (runner, error) {
-	o := ingressgithub.DefaultOptions()
-	o.Mode = ingressgithub.Mode(d.GitHub.Mode)
-	o.InsecureNoSignature = d.GitHub.InsecureNoSignature
-	o.MaxConcurrent = d.GitHub.WebhookConcurrency
-	o.RequireWebhookSecret = k.serve
-	o.Poll.Repos = d.GitHub.PollRepoList()
-	o.Poll.Label = d.GitHub.PollLabel
-	o.Poll.Interval = d.GitHub.PollInterval
-	return ingressgithub.NewWithOptions(d, o)
+	// config is the service's own settings within s: what it reads, and
+	// what `serve <name> --help` lists beside the process's.
+	config func(s *settings) any
+	// new builds the service from what every service gets and its own
+	// settings, as h composes them.
+	new func(d service.Deps, h *host) (runner, error)
 }
 
 // services lists the five services in start order: consumers of the streams
 // first, producers last, so nothing published by a producer at start waits
 // on a consumer that is not up yet.
 var services = []serviceDef{
-	{ledgerwriter.Name, true, func(d runtime.Deps, _ hostKind) (runner, error) {
-		return ledgerwriter.New(d, ledgerwriter.WithPacing(d.GitHub.WritesPerMinute, d.GitHub.WritesPerHour))
+	{ledgerwriter.Name, true, func(s *settings) any { return &s.LedgerWriter }, func(d service.Deps, h *host) (runner, error) {
+		cfg := h.settings.LedgerWriter
+		cfg.EnvelopeKey = h.envelopeKey
+		return ledgerwriter.New(d, cfg)
 	}},
-	{slackrenderer.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) {
-		return slackrenderer.New(d, slackrenderer.WithPostInterval(d.Slack.PostInterval))
+	{slackrenderer.Name, false, func(s *settings) any { return &s.SlackRenderer }, func(d service.Deps, h *host) (runner, error) {
+		return slackrenderer.New(d, h.settings.SlackRenderer)
 	}},
-	{dispatcher.Name, false, newDispatcher},
-	{ingressgithub.Name, true, newIngressGitHub},
-	{ingressslack.Name, false, func(d runtime.Deps, _ hostKind) (runner, error) { return ingressslack.New(d) }},
+	{dispatcher.Name, false, func(s *settings) any { return &s.Dispatcher }, func(d service.Deps, h *host) (runner, error) {
+		return dispatcher.New(d, h.settings.Dispatcher, dispatcher.WithSessionEnv(h.settings.sessionEnv))
+	}},
+	{ingressgithub.Name, true, func(s *settings) any { return &s.IngressGitHub }, func(d service.Deps, h *host) (runner, error) {
+		cfg := h.settings.IngressGitHub
+		cfg.EnvelopeKey = h.envelopeKey
+		// Alone (`serve`, a container) it refuses what cannot work; beside
+		// the others (`up`) it keeps the process running and says why in
+		// /readyz.
+		return ingressgithub.New(d, cfg, func(o *ingressgithub.Options) { o.RequireWebhookSecret = h.serve })
+	}},
+	{ingressslack.Name, false, func(s *settings) any { return &s.IngressSlack }, func(d service.Deps, h *host) (runner, error) {
+		return ingressslack.New(d, h.settings.IngressSlack)
+	}},
 }
 
 func serviceNames() []string {
@@ -113,14 +99,20 @@ func lookupService(name string) (serviceDef, bool) {
 	return serviceDef{}, false
 }
 
-// settings is every environment setting a host reads.
+// settings is every environment setting a host reads: the process's own,
+// declared in pkg/config, and each service's Config, declared in its
+// package (docs/decisions/089-each-service-owns-its-settings.md).
 type settings struct {
-	Common     config.Common
-	GitHub     config.GitHub
-	Slack      config.Slack
-	Up         config.Up
-	Dispatcher config.Dispatcher
-	Session    config.Session
+	Common  config.Common
+	Up      config.Up
+	Session config.Session
+
+	LedgerWriter  ledgerwriter.Config
+	SlackRenderer slackrenderer.Config
+	Dispatcher    dispatcher.Config
+	IngressGitHub ingressgithub.Config
+	IngressSlack  ingressslack.Config
+
 	// sessionEnv is the allow-listed part of this process's environment
 	// that agent sessions start with.
 	sessionEnv map[string]string
@@ -129,9 +121,28 @@ type settings struct {
 	fromConfig []config.Warning
 }
 
+// specs are the structs s reads, the process's first: the order of the
+// settings in the docs.
+func (s *settings) specs() []any {
+	out := []any{&s.Common, &s.Up, &s.Session}
+	for _, def := range services {
+		out = append(out, def.config(s))
+	}
+	return out
+}
+
+// knownSettings is every setting's name, sorted.
+func knownSettings() []string {
+	keys := config.Keys((&settings{}).specs()...)
+	slices.Sort(keys)
+	return keys
+}
+
 func loadSettings(env config.Env) (settings, error) {
 	var s settings
-	if err := config.CheckEnv(env); err != nil {
+	// Every service's settings, not only those this process runs: services
+	// share one .env, and a typo fails in every one of them.
+	if err := config.CheckEnv(env, s.specs()...); err != nil {
 		return s, err
 	}
 	// A file written for the original sets some process settings
@@ -140,10 +151,7 @@ func loadSettings(env config.Env) (settings, error) {
 	if withFile, ws, err := config.EnvWithConfig(env); err == nil {
 		env, s.fromConfig = withFile, ws
 	}
-	if err := config.Process(env, &s.Common, &s.GitHub, &s.Slack, &s.Up, &s.Dispatcher, &s.Session); err != nil {
-		return s, err
-	}
-	if err := s.Common.Validate(); err != nil {
+	if err := config.Process(env, s.specs()...); err != nil {
 		return s, err
 	}
 	s.sessionEnv = dispatcher.SessionBaseEnv(env, s.Dispatcher.SessionEnvNames())
@@ -172,7 +180,7 @@ type host struct {
 	// that service's identity.
 	connect func(ctx context.Context, identity string) (*bus.Conn, error)
 	// envelopeKey is LOOP_ENVELOPE_KEY, or the key `up` keeps in its store.
-	envelopeKey []byte
+	envelopeKey config.Secret
 	// serve: one service in its own process.
 	serve bool
 	// started, if set, is called once every service was started, with the
@@ -189,23 +197,15 @@ type host struct {
 // Slack off.
 var defaultConfig = config.Default()
 
-func (h *host) run(ctx context.Context) (err error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := bus.NewMetrics(reg)
+// run connects every service as its own identity, provisions the topology,
+// starts the services and the admin server, and waits for them; its defers
+// drain what it opened, last first.
+func (h *host) run(ctx context.Context) error {
+	reg, metrics, err := newRegistry(h.defs)
 	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
+		return err
 	}
-	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "loop_build_info", Help: "Always 1: the running the-loop's version and Go version, and the services this process hosts.",
-	}, []string{"version", "goversion", "services"})
-	buildInfo.WithLabelValues(buildVersion(), goruntime.Version(), strings.Join(defNames(h.defs), ",")).Set(1)
-	reg.MustRegister(buildInfo)
-	service := "the-loop"
-	if len(h.defs) == 1 {
-		service = "the-loop-" + h.defs[0].name
-	}
-	stopTracing, err := tracing.Setup(ctx, service, os.Getenv)
+	stopTracing, err := tracing.Setup(ctx, h.traceName(), os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -215,21 +215,9 @@ func (h *host) run(ctx context.Context) (err error) {
 		_ = stopTracing(tctx)
 	}()
 	conns := make(map[string]*bus.Conn, len(h.defs))
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		for name, c := range conns {
-			if derr := c.Drain(dctx); derr != nil {
-				h.log.Warn("drain NATS connection", "service", name, "err", derr)
-			}
-		}
-	}()
-	for _, def := range h.defs {
-		c, err := h.connect(ctx, def.name)
-		if err != nil {
-			return fmt.Errorf("%s: connect to NATS: %w", def.name, err)
-		}
-		conns[def.name] = c
+	defer h.drain(ctx, conns)
+	if err := h.connectAll(ctx, conns); err != nil {
+		return err
 	}
 	// The services' event-log records are written by one goroutine, off
 	// the path of the work they describe; the queue is emptied before the
@@ -253,7 +241,170 @@ func (h *host) run(ctx context.Context) (err error) {
 		}
 		return nil
 	})
+	topo, err := h.provision(ctx, reg, conns)
+	if err != nil {
+		return err
+	}
+	ln, err := httpserver.Listen(h.settings.Common.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	defer ln.Close() // Serve closes it too; this covers a failed start
+	fmt.Fprintf(h.stdout, "%s: admin on http://%s (/healthz /readyz /metrics), status page http://%s/status\n", h.name, displayAddr(ln.Addr()), displayAddr(ln.Addr()))
+	if h.adminAt != nil {
+		h.adminAt(ln.Addr().String())
+	}
+	sh := shared{reg: reg, metrics: metrics, ready: ready, logq: logq, topo: topo, current: func() *config.Config { return defaultConfig }}
+	return h.serveAll(ctx, ln, conns, sh)
+}
 
+// shared is what the host gives every service alike.
+type shared struct {
+	reg     *prometheus.Registry
+	metrics *bus.Metrics
+	ready   *httpserver.Readiness
+	logq    *eventlog.Queue
+	topo    bus.Topology
+	current func() *config.Config
+	checks  service.ConfigChecks
+}
+
+// serveAll starts the operator config's watcher, the services and the
+// admin server on ln, and waits until ctx ends or one of them fails.
+func (h *host) serveAll(ctx context.Context, ln net.Listener, conns map[string]*bus.Conn, sh shared) error {
+	g, gctx := errgroup.WithContext(ctx)
+	var watcher *config.Watcher
+	if path := h.settings.Common.ConfigPath; path != "" {
+		w, err := config.NewWatcher(path, h.log)
+		if err != nil {
+			return fmt.Errorf("operator config: %w", err)
+		}
+		config.LogWarnings(h.log, path, h.settings.fromConfig)
+		watcher, sh.current, sh.checks = w, w.Current, w
+	}
+	names := make([]string, 0, len(h.defs))
+	for i, def := range h.defs {
+		deps := h.deps(def.name, conns[def.name], sh)
+		if watcher != nil && i == 0 {
+			// One watcher serves the host's services: its reloads are
+			// recorded once, by the first of them.
+			reportReloads(gctx, watcher, deps.Events)
+		}
+		svc, err := def.new(deps, h)
+		if err != nil {
+			return fmt.Errorf("%s: %w", def.name, err)
+		}
+		names = append(names, def.name)
+		h.start(ctx, gctx, g, deps, svc)
+	}
+	if watcher != nil {
+		g.Go(func() error { return watcher.Run(gctx) })
+	}
+	mux := httpserver.AdminMux(sh.ready, sh.reg)
+	page, op, err := h.statusPage(ctx, conns[h.defs[0].name], sh.topo, sh.current)
+	if err != nil {
+		return err
+	}
+	if op != nil {
+		defer op.Close()
+	}
+	statuspage.Register(mux, page)
+	g.Go(func() error { return httpserver.Serve(gctx, ln, mux, h.log) })
+	fmt.Fprintf(h.stdout, "%s: running %s; Ctrl-C drains and stops\n", h.name, strings.Join(names, ", "))
+	if h.started != nil {
+		h.started(sh.ready)
+	}
+	return g.Wait()
+}
+
+// deps is what the service name gets of the host: its own connection and
+// event log, and what every service shares.
+func (h *host) deps(name string, conn *bus.Conn, sh shared) service.Deps {
+	log := h.log.With("service", name)
+	return service.Deps{
+		Conn:        conn,
+		Log:         log,
+		Events:      eventlog.New(name, log, logPublisher{conn}).Queued(sh.logq),
+		Registry:    sh.reg,
+		Ready:       sh.ready,
+		Partitions:  sh.topo.Partitions,
+		Concurrency: h.settings.Common.Concurrency,
+		Metrics:     sh.metrics,
+		Config:      sh.current,
+		Checks:      sh.checks,
+	}
+}
+
+// start runs svc in g, with the watch on its credential.
+func (h *host) start(ctx, gctx context.Context, g *errgroup.Group, deps service.Deps, svc runner) {
+	// A credential the server refuses stops the process, naming the
+	// service and the setting, rather than leaving it unready.
+	g.Go(func() error { return deps.Conn.Refused(gctx) })
+	g.Go(func() error {
+		deps.Events.Emit(gctx, "service.started")
+		err := svc.Run(gctx)
+		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Stopped while it was still starting (opening its buckets):
+			// a stop asked for, not a failure.
+			err = nil
+		}
+		deps.Events.Emit(context.WithoutCancel(gctx), "service.stopped")
+		return err
+	})
+}
+
+// newRegistry is the process's metrics registry: the Go and process
+// collectors, the bus metrics the services' runners share, and the build.
+func newRegistry(defs []serviceDef) (*prometheus.Registry, *bus.Metrics, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := bus.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("metrics: %w", err)
+	}
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "loop_build_info", Help: "Always 1: the running the-loop's version and Go version, and the services this process hosts.",
+	}, []string{"version", "goversion", "services"})
+	buildInfo.WithLabelValues(buildVersion(), goruntime.Version(), strings.Join(defNames(defs), ",")).Set(1)
+	reg.MustRegister(buildInfo)
+	return reg, metrics, nil
+}
+
+// traceName names the process in traces: the service it runs alone, or
+// the-loop.
+func (h *host) traceName() string {
+	if len(h.defs) == 1 {
+		return "the-loop-" + h.defs[0].name
+	}
+	return "the-loop"
+}
+
+// connectAll opens each service's connection into conns.
+func (h *host) connectAll(ctx context.Context, conns map[string]*bus.Conn) error {
+	for _, def := range h.defs {
+		c, err := h.connect(ctx, def.name)
+		if err != nil {
+			return fmt.Errorf("%s: connect to NATS: %w", def.name, err)
+		}
+		conns[def.name] = c
+	}
+	return nil
+}
+
+// drain drains every connection, bounded.
+func (h *host) drain(ctx context.Context, conns map[string]*bus.Conn) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for name, c := range conns {
+		if derr := c.Drain(dctx); derr != nil {
+			h.log.Warn("drain NATS connection", "service", name, "err", derr)
+		}
+	}
+}
+
+// provision provisions the topology the settings ask for over the first
+// service's connection, and registers its state collector on reg.
+func (h *host) provision(ctx context.Context, reg *prometheus.Registry, conns map[string]*bus.Conn) (bus.Topology, error) {
 	// A credential the server refuses ends provisioning at once with the
 	// reason, rather than after its timeout with none.
 	rctx, refused := context.WithCancelCause(ctx)
@@ -268,106 +419,18 @@ func (h *host) run(ctx context.Context) (err error) {
 	topo := bus.DefaultTopology()
 	topo.Partitions = h.settings.Common.Partitions
 	topo.Replicas = h.settings.Common.Replicas
-	reg.MustRegister(bus.NewStateCollector(conns[h.defs[0].name], []string{bus.StreamInbox, bus.StreamEvents, bus.StreamDLQ, bus.StreamLog},
+	first := conns[h.defs[0].name]
+	reg.MustRegister(bus.NewStateCollector(first, []string{bus.StreamInbox, bus.StreamEvents, bus.StreamDLQ, bus.StreamLog},
 		consumedBy(topo, h.defs), topo.Partitions))
-	err = provision(rctx, h.log, conns[h.defs[0].name], topo)
+	err := provision(rctx, h.log, first, topo)
 	var ae *bus.AuthError
 	if cause := context.Cause(rctx); errors.As(cause, &ae) {
-		return cause
+		return topo, cause
 	}
 	if err != nil {
-		return fmt.Errorf("provision streams and consumers: %w", err)
+		return topo, fmt.Errorf("provision streams and consumers: %w", err)
 	}
-
-	ln, err := httpserver.Listen(h.settings.Common.AdminAddr)
-	if err != nil {
-		return fmt.Errorf("admin: %w", err)
-	}
-	fmt.Fprintf(h.stdout, "%s: admin on http://%s (/healthz /readyz /metrics), status page http://%s/status\n", h.name, displayAddr(ln.Addr()), displayAddr(ln.Addr()))
-	if h.adminAt != nil {
-		h.adminAt(ln.Addr().String())
-	}
-
-	g, gctx := errgroup.WithContext(ctx)
-	current := func() *config.Config { return defaultConfig }
-	var checks runtime.ConfigChecks
-	var watcher *config.Watcher
-	if path := h.settings.Common.ConfigPath; path != "" {
-		watcher, err = config.NewWatcher(path, h.log)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("operator config: %w", err)
-		}
-		config.LogWarnings(h.log, path, h.settings.fromConfig)
-		current, checks = watcher.Current, watcher
-	}
-	names := make([]string, 0, len(h.defs))
-	for i, def := range h.defs {
-		conn := conns[def.name]
-		deps := runtime.Deps{
-			Conn:        conn,
-			Log:         h.log.With("service", def.name),
-			Events:      eventlog.New(def.name, h.log.With("service", def.name), logPublisher{conn}).Queued(logq),
-			Registry:    reg,
-			Ready:       ready,
-			Partitions:  topo.Partitions,
-			Concurrency: h.settings.Common.Concurrency,
-			Metrics:     metrics,
-			Config:      current,
-			Checks:      checks,
-			GitHub:      h.settings.GitHub,
-			Slack:       h.settings.Slack,
-			Dispatcher:  h.settings.Dispatcher,
-			SessionEnv:  h.settings.sessionEnv,
-		}
-		if def.needsKey {
-			deps.EnvelopeKey = h.envelopeKey
-		}
-		if watcher != nil && i == 0 {
-			// One watcher serves the host's services: its reloads are
-			// recorded once, by the first of them.
-			reportReloads(gctx, watcher, deps.Events)
-		}
-		svc, err := def.new(deps, hostKind{serve: h.serve})
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("%s: %w", def.name, err)
-		}
-		names = append(names, def.name)
-		// A credential the server refuses stops the process, naming the
-		// service and the setting, rather than leaving it unready.
-		g.Go(func() error { return conn.Refused(gctx) })
-		g.Go(func() error {
-			deps.Events.Emit(gctx, "service.started")
-			err := svc.Run(gctx)
-			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-				// Stopped while it was still starting (opening its buckets):
-				// a stop asked for, not a failure.
-				err = nil
-			}
-			deps.Events.Emit(context.WithoutCancel(gctx), "service.stopped")
-			return err
-		})
-	}
-	if watcher != nil {
-		g.Go(func() error { return watcher.Run(gctx) })
-	}
-	mux := httpserver.AdminMux(ready, reg)
-	page, op, err := h.statusPage(ctx, conns[h.defs[0].name], topo, current)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	if op != nil {
-		defer op.Close()
-	}
-	statuspage.Register(mux, page)
-	g.Go(func() error { return httpserver.Serve(gctx, ln, mux, h.log) })
-	fmt.Fprintf(h.stdout, "%s: running %s; Ctrl-C drains and stops\n", h.name, strings.Join(names, ", "))
-	if h.started != nil {
-		h.started(ready)
-	}
-	return g.Wait()
+	return topo, nil
 }
 
 // statusPage is the status page's options: it reads over conn (every
@@ -394,11 +457,11 @@ func (h *host) statusPage(ctx context.Context, conn *bus.Conn, topo bus.Topology
 // scrubber masks this process's secrets (and tokens of any shape) in what
 // the status page shows.
 func (h *host) scrubber() redact.Scrubber {
-	s := h.settings
+	s, gh, sl := h.settings, h.settings.IngressGitHub, h.settings.IngressSlack
 	env := map[string]string{
-		"LOOP_GITHUB_TOKEN": s.GitHub.Token.Reveal(), "LOOP_GITHUB_WEBHOOK_SECRET": s.GitHub.WebhookSecret.Reveal(),
-		"LOOP_ENVELOPE_KEY": s.GitHub.EnvelopeKey.Reveal(), "LOOP_SLACK_BOT_TOKEN": s.Slack.BotToken.Reveal(),
-		"LOOP_SLACK_APP_TOKEN": s.Slack.AppToken.Reveal(), "LOOP_SLACK_SIGNING_SECRET": s.Slack.SigningSecret.Reveal(),
+		"LOOP_GITHUB_TOKEN": gh.Token.Reveal(), "LOOP_GITHUB_WEBHOOK_SECRET": gh.WebhookSecret.Reveal(),
+		"LOOP_ENVELOPE_KEY": s.LedgerWriter.EnvelopeKey.Reveal(), "LOOP_SLACK_BOT_TOKEN": sl.BotToken.Reveal(),
+		"LOOP_SLACK_APP_TOKEN": sl.AppToken.Reveal(), "LOOP_SLACK_SIGNING_SECRET": sl.SigningSecret.Reveal(),
 		"LOOP_STATUS_TOKEN": s.Common.Status.Token.Reveal(), "LOOP_ADMIN_TOKEN": s.Common.Status.AdminToken.Reveal(),
 	}
 	return redact.New(redact.Options{Env: env})
@@ -461,8 +524,8 @@ func displayAddr(a net.Addr) string {
 // envelopeKey returns LOOP_ENVELOPE_KEY or, under `up`, the key kept in the
 // store dir, generating it on first run.
 func envelopeKey(s settings, storeDir string) ([]byte, error) {
-	if s.GitHub.EnvelopeKey.IsSet() {
-		return []byte(s.GitHub.EnvelopeKey.Reveal()), nil
+	if k := s.LedgerWriter.EnvelopeKey; k.IsSet() {
+		return []byte(k.Reveal()), nil
 	}
 	if storeDir == "" {
 		return nil, errors.New("LOOP_ENVELOPE_KEY is not set: ledger-writer and ingress-github sign and verify ledger envelopes with it (32 bytes or more)")

@@ -5,28 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/services/dispatcher"
 )
-
-// serviceReads lists, per service, the GitHub, Slack and envelope settings
-// it reads; every service reads the common ones (NATS, admin, config, logs),
-// and only the dispatcher its own (LOOP_DISPATCHER_*, the session's).
-var serviceReads = map[string][]string{
-	"ledger-writer": {"LOOP_GITHUB_TOKEN", "LOOP_GITHUB_API_URL", "LOOP_GITHUB_LOGIN", "LOOP_GITHUB_WRITES_PER_MINUTE",
-		"LOOP_GITHUB_WRITES_PER_HOUR", "LOOP_ENVELOPE_KEY", "LOOP_GITHUB_APP_ID", "LOOP_GITHUB_APP_INSTALLATION_ID",
-		"LOOP_GITHUB_APP_PRIVATE_KEY_FILE"},
-	"ingress-github": {"LOOP_GITHUB_TOKEN", "LOOP_GITHUB_API_URL", "LOOP_GITHUB_LOGIN", "LOOP_GITHUB_WEBHOOK_SECRET",
-		"LOOP_GITHUB_WEBHOOK_ADDR", "LOOP_GITHUB_WEBHOOK_CONCURRENCY", "LOOP_GITHUB_MODE", "LOOP_GITHUB_INSECURE_NO_SIGNATURE",
-		"LOOP_GITHUB_POLL_REPOS", "LOOP_GITHUB_POLL_LABEL", "LOOP_GITHUB_POLL_INTERVAL", "LOOP_ENVELOPE_KEY",
-		"LOOP_GITHUB_APP_ID", "LOOP_GITHUB_APP_INSTALLATION_ID", "LOOP_GITHUB_APP_PRIVATE_KEY_FILE"},
-	"ingress-slack":  {"LOOP_SLACK_BOT_TOKEN", "LOOP_SLACK_APP_TOKEN", "LOOP_SLACK_SIGNING_SECRET", "LOOP_SLACK_API_URL", "LOOP_SLACK_EVENTS_ADDR"},
-	"slack-renderer": {"LOOP_SLACK_BOT_TOKEN", "LOOP_SLACK_API_URL", "LOOP_SLACK_POST_INTERVAL"},
-	"dispatcher":     {"LOOP_GITHUB_POLL_LABEL"},
-}
 
 // cmdServe runs one service against LOOP_NATS_URL: what each container runs.
 func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
@@ -45,12 +28,7 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 	}
 	if *help {
 		fmt.Fprintf(stdout, "Usage: the-loop serve %s\n\nIt reads these settings from the environment:\n\n", name)
-		reads := append(config.Keys(&config.Common{}), serviceReads[name]...)
-		if name == dispatcher.Name {
-			reads = append(reads, config.Keys(&config.Dispatcher{})...)
-		}
-		return config.UsageOf(stdout, func(key string) bool { return slices.Contains(reads, key) },
-			&config.Common{}, &config.GitHub{}, &config.Slack{}, &config.Dispatcher{})
+		return config.Usage(stdout, &config.Common{}, def.config(&settings{}))
 	}
 	s, err := loadSettings(env)
 	if err != nil {
@@ -64,7 +42,7 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 		if key, err = envelopeKey(s, ""); err != nil {
 			return err
 		}
-		if err := s.GitHub.RequireEnvelopeKey(); err != nil {
+		if err := s.LedgerWriter.RequireEnvelopeKey(); err != nil {
 			return err
 		}
 	}
@@ -87,7 +65,7 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 				Credentials: bus.Credentials{SeedFile: f, Setting: "LOOP_ADMIN_NKEY_FILE"}})
 		}
 	}
-	h := &host{name: "the-loop serve " + name, settings: s, log: log, stdout: stdout, defs: []serviceDef{def}, envelopeKey: key, serve: true,
+	h := &host{name: "the-loop serve " + name, settings: s, log: log, stdout: stdout, defs: []serviceDef{def}, envelopeKey: config.NewSecret(string(key)), serve: true,
 		operator: operator,
 		connect: func(ctx context.Context, identity string) (*bus.Conn, error) {
 			return bus.Connect(ctx, bus.Options{URL: s.Common.NATSURL, Name: identity + "/" + hostname, Logger: log, Credentials: creds, Identity: identity})

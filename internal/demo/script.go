@@ -6,20 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/harness/standin"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
-	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
 	"github.com/the-loop/bus/services/dispatcher/graphstate"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
@@ -80,185 +76,13 @@ func (p *player) agent() sessionapi.Client {
 // prints the transcript to out.
 func (s *Stage) Play(ctx context.Context, conn *bus.Conn, out io.Writer) (Summary, error) {
 	p := &player{st: s, conn: conn, out: out, log: &eventlog.Recorder{}}
-	tctx, stop := context.WithCancel(ctx)
-	tailDone := make(chan error, 1)
-	go func() {
-		// From the first record: nothing is missed between start and tail.
-		tailDone <- conn.TailLog(tctx, bus.TailOptions{Last: 1 << 30}, func(m bus.LogRecord) error {
-			_ = p.log.PublishLog(tctx, m.Subject, m.Data) // a record that does not decode is not narrated
-			return nil
-		})
-	}()
-	defer func() {
-		stop()
-		<-tailDone
-	}()
+	defer p.tail(ctx)()
 	if err := s.waitConnected(ctx); err != nil {
 		return Summary{}, fmt.Errorf("ingress-slack's Socket Mode connection: %w", err)
 	}
-
-	var number int
-	var r, root string
-	steps := []struct {
-		title string
-		play  func(ctx context.Context) error
-	}{
-		{"An issue is labelled and a `the-loop start` comment arrives", func(ctx context.Context) error {
-			is, err := s.openIssue("Rate-limit the public API", "Clients can hammer /v1/search. Add a per-token rate limit.")
-			if err != nil {
-				return err
-			}
-			number, r = is.Number, fmt.Sprintf("github:%s#%d", Repo, is.Number)
-			p.say("person", "alice opens %s#%d %q with the label %q (signed webhook)", Repo, number, is.Title, Label)
-			if err := p.waitLog(ctx, "the dispatcher to wait for the start command", "dispatch.dropped", "work_item", r); err != nil {
-				return err
-			}
-			if err := s.comment(number, "the-loop start"); err != nil {
-				return err
-			}
-			p.say("person", "alice comments %q on GitHub (signed webhook)", "the-loop start")
-			if err := p.wait(ctx, "the session to start", func() (bool, error) {
-				b, err := standin.ReadBoots(s.agentDir)
-				return len(b) > 0, err
-			}); err != nil {
-				return err
-			}
-			if _, err := p.waitNode(ctx, r, "phase-selection"); err != nil {
-				return err
-			}
-			root, err = p.thread(ctx, r)
-			if err != nil {
-				return err
-			}
-			// Phase selection is a human gate: alice's execute keyword.
-			if err := s.comment(number, "the-loop execute"); err != nil {
-				return err
-			}
-			p.say("person", "alice comments %q: the phase-selection gate opens", "the-loop execute")
-			_, err = p.waitNode(ctx, r, "requirements")
-			return err
-		}},
-		{"The agent asks a question (`the-loop ask`)", func(ctx context.Context) error {
-			q := "Should the limit be per token or per IP? I would pick per token: it is what the billing plans count."
-			p.say("agent", "the-loop ask --work-item %s --question %q", r, q)
-			ans, err := p.agent().Ask(ctx, r, q, time.Minute)
-			if err != nil {
-				return err
-			}
-			if ans.URL == "" {
-				return fmt.Errorf("the ledger did not record the question %s in time", ans.ID)
-			}
-			p.say("agent", "the ledger recorded the question: %s", ans.URL)
-			_, err = p.waitSlack(ctx, root, "per token or per IP")
-			return err
-		}},
-		{"A person replies in Slack", func(ctx context.Context) error {
-			reply := "Per token, 100 requests a minute. Keep anonymous calls at 10."
-			if _, err := s.say(root, reply); err != nil {
-				return err
-			}
-			p.say("person", "alice replies in the Slack thread: %q", reply)
-			return p.waitInput(ctx, "100 requests a minute")
-		}},
-		{"The work reaches an approval gate", func(ctx context.Context) error {
-			doc := "# Requirements\n\n- Limit each API token to 100 requests a minute.\n- Anonymous calls: 10 a minute.\n- Answer 429 with Retry-After.\n"
-			if err := os.WriteFile(filepath.Join(s.workdir, "requirements.md"), []byte(doc), 0o644); err != nil {
-				return err
-			}
-			p.say("agent", "writes requirements.md, then: the-loop graph complete %s", r)
-			if err := p.agent().Complete(ctx, r, nil); err != nil {
-				return err
-			}
-			if _, err := p.waitNode(ctx, r, "requirements-approval"); err != nil {
-				return err
-			}
-			_, err := p.waitSlack(ctx, root, string(catalog.PhaseApprovalPending), "100 requests a minute", fmt.Sprintf("https://github.com/%s/issues/%d", Repo, number))
-			return err
-		}},
-		{"The person presses Approve in Slack", func(ctx context.Context) error {
-			ping, err := p.waitSlack(ctx, root, string(catalog.PhaseApprovalPending))
-			if err != nil {
-				return err
-			}
-			// The button's value names the gate visit it was drawn for.
-			value, ok := slackmsg.ButtonValue(ping.Blocks, slackmsg.ApproveActionID)
-			if !ok {
-				return fmt.Errorf("the approval message has no Approve button")
-			}
-			if err := s.press(ping, root, slackmsg.ApproveActionID, value); err != nil {
-				return err
-			}
-			p.say("person", "alice presses Approve on the approval message")
-			st, err := p.waitNode(ctx, r, "design")
-			if err != nil {
-				return err
-			}
-			for _, a := range st.ApprovedBy {
-				p.say("loop", "approvedBy: %s (via %s member %s, record %s)", a.Login, a.Provenance.Channel, a.Provenance.Member, a.Provenance.RecordURL)
-			}
-			return nil
-		}},
-		{"The work completes", func(ctx context.Context) error {
-			if err := os.WriteFile(filepath.Join(s.workdir, "design.md"), []byte("# Design\n\nA token bucket per API token in Redis.\n"), 0o644); err != nil {
-				return err
-			}
-			p.say("agent", "writes design.md, then: the-loop graph complete %s", r)
-			if err := p.agent().Complete(ctx, r, nil); err != nil {
-				return err
-			}
-			if _, err := p.waitNode(ctx, r, "design-approval"); err != nil {
-				return err
-			}
-			if _, err := s.say(root, "approved"); err != nil {
-				return err
-			}
-			p.say("person", "alice answers the design approval in Slack: %q", "approved")
-			if _, err := p.waitNode(ctx, r, "implementation"); err != nil {
-				return err
-			}
-			p.say("agent", "implements and opens a pull request, then: the-loop graph complete %s", r)
-			if err := p.agent().Complete(ctx, r, nil); err != nil {
-				return err
-			}
-			if _, err := p.waitNode(ctx, r, "review"); err != nil {
-				return err
-			}
-			if err := s.comment(number, "Reviewed the pull request: ship it"); err != nil {
-				return err
-			}
-			p.say("person", "alice reviews on GitHub: %q", "Reviewed the pull request: ship it")
-			if _, err := p.waitNode(ctx, r, "complete"); err != nil {
-				return err
-			}
-			_, err := p.waitSlack(ctx, root, string(catalog.WorkItemComplete))
-			return err
-		}},
-		{"A top-level Slack message creates a new issue", func(ctx context.Context) error {
-			text := "Add a health endpoint to the admin server\n\nOperators need it for their load balancer."
-			before := len(s.GitHub.Issues(Repo))
-			ts, err := s.say("", text)
-			if err != nil {
-				return err
-			}
-			p.say("person", "alice posts at the top of the channel: %q", strings.SplitN(text, "\n", 2)[0])
-			var url string
-			if err := p.wait(ctx, "the new issue", func() (bool, error) {
-				all := s.GitHub.Issues(Repo)
-				if len(all) > before {
-					url = all[len(all)-1].HTMLURL
-					return true, nil
-				}
-				return false, nil
-			}); err != nil {
-				return err
-			}
-			_, err = p.waitSlack(ctx, ts, url)
-			return err
-		}},
-	}
-
+	t := &story{s: s, p: p}
 	p.mark()
-	for i, step := range steps {
+	for i, step := range t.steps() {
 		fmt.Fprintf(out, "\n── %d. %s ──\n", i+1, step.title)
 		sctx, cancel := context.WithTimeout(ctx, StepTimeout)
 		err := step.play(sctx)
@@ -278,12 +102,29 @@ func (s *Stage) Play(ctx context.Context, conn *bus.Conn, out io.Writer) (Summar
 	if err := s.deliveryErrors(); err != nil {
 		return Summary{}, err
 	}
-	sum, err := p.summary(ctx, r)
+	sum, err := p.summary(ctx, t.ref)
 	if err != nil {
 		return Summary{}, err
 	}
 	p.printSummary(sum)
 	return sum, nil
+}
+
+// tail records the bus's event log from its first record, so nothing is
+// missed between start and tail; the function returned stops it.
+func (p *player) tail(ctx context.Context) func() {
+	tctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- p.conn.TailLog(tctx, bus.TailOptions{Last: 1 << 30}, func(m bus.LogRecord) error {
+			_ = p.log.PublishLog(tctx, m.Subject, m.Data) // a record that does not decode is not narrated
+			return nil
+		})
+	}()
+	return func() {
+		stop()
+		<-done
+	}
 }
 
 // ---- waiting ----

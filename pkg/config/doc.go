@@ -1,10 +1,13 @@
-// Package config is where the-loop's settings come from, and the only place
-// that knows their names and defaults (README.md#configuration):
+// Package config is where the-loop's settings come from (README.md#configuration):
 //
-//   - process settings from the environment (LOOP_*): one struct per concern
-//     (Common, GitHub, Slack, Up) that a service composes into its own Config
-//     and fills with Process; Usage prints them for `the-loop serve X --help`
-//     and the docs;
+//   - settings from the environment (LOOP_*): the process's own (Common, Up,
+//     Session) and the pieces two services share (GitHub, Slack,
+//     AutoExecute) are declared here; each service declares the rest in its
+//     own Config (services/<name>/config.go), embedding the shared pieces
+//     (docs/decisions/089-each-service-owns-its-settings.md). Process fills
+//     the structs the host hands it, CheckEnv refuses a LOOP_* variable none
+//     of them reads, and Usage prints them for `the-loop serve X --help` and
+//     the docs;
 //   - the operator YAML named by LOOP_CONFIG (version 0.7.0): Parse and
 //     LoadFile validate it strictly, Watcher reloads it on change without a
 //     restart, and Migrate rewrites an older file into the current shape for

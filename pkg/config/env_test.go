@@ -2,20 +2,27 @@ package config
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/kelseyhightower/envconfig"
 )
 
-// ledgerWriter is how a service composes the concerns it reads.
+// ledgerWriter is how a service composes a shared struct of this package
+// with a setting of its own.
 type ledgerWriter struct {
 	Common
 	GitHub
+	Pace int `envconfig:"OWN_PACE" default:"80" desc:"a service's own setting"`
+}
+
+// every is the structs this package declares: what CheckEnv knows here.
+func every() []any {
+	return []any{&Common{}, &GitHub{}, &AutoExecute{}, &Slack{}, &Up{}, &Session{}, &ledgerWriter{}}
 }
 
 const (
@@ -32,8 +39,8 @@ func TestProcessDefaults(t *testing.T) {
 	}
 	want := ledgerWriter{
 		Common: Common{AdminAddr: ":9090", LogLevel: slog.LevelInfo, LogFormat: "auto", Partitions: 16, Concurrency: 16, Replicas: 1},
-		GitHub: GitHub{Token: NewSecret(token), APIURL: "https://api.github.com/", WebhookAddr: ":8787", WebhookConcurrency: 64, EnvelopeKey: NewSecret(envelopeKey),
-			Mode: "webhook", PollLabel: "the-loop: auto-execute", PollInterval: time.Minute, WritesPerMinute: 80, WritesPerHour: 500},
+		GitHub: GitHub{Token: NewSecret(token), APIURL: "https://api.github.com/", EnvelopeKey: NewSecret(envelopeKey)},
+		Pace:   80,
 	}
 	if diff := cmp.Diff(want, cfg, cmp.AllowUnexported(Secret{})); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -45,36 +52,26 @@ func TestProcessDefaults(t *testing.T) {
 
 func TestProcessValues(t *testing.T) {
 	t.Parallel()
-	var cfg struct {
-		Common
-		Slack
-		Up
-	}
+	var common Common
+	var slack Slack
+	var up Up
 	env := Env{
-		"LOOP_NATS_URL":             "nats://a:4222, nats://b:4222",
-		"LOOP_ADMIN_ADDR":           "127.0.0.1:9999",
-		"LOOP_CONFIG":               "/etc/the-loop/cli-config.yaml",
-		"LOOP_LOG_LEVEL":            "debug",
-		"LOOP_PARTITIONS":           "32",
-		"LOOP_SLACK_BOT_TOKEN":      "xoxb-1",
-		"LOOP_SLACK_APP_TOKEN":      "xapp-1",
-		"LOOP_SLACK_SIGNING_SECRET": "s",
-		"LOOP_SLACK_API_URL":        "http://127.0.0.1:1234/api/",
-		"LOOP_SLACK_EVENTS_ADDR":    ":0",
-		"LOOP_STORE_DIR":            "/var/lib/the-loop",
-		"LOOP_NATS_LISTEN":          "127.0.0.1:4333",
+		"LOOP_NATS_URL":        "nats://a:4222, nats://b:4222",
+		"LOOP_ADMIN_ADDR":      "127.0.0.1:9999",
+		"LOOP_CONFIG":          "/etc/the-loop/cli-config.yaml",
+		"LOOP_LOG_LEVEL":       "debug",
+		"LOOP_PARTITIONS":      "32",
+		"LOOP_SLACK_BOT_TOKEN": "xoxb-1",
+		"LOOP_SLACK_API_URL":   "http://127.0.0.1:1234/api/",
+		"LOOP_STORE_DIR":       "/var/lib/the-loop",
+		"LOOP_NATS_LISTEN":     "127.0.0.1:4333",
 	}
-	if err := Process(env, &cfg); err != nil {
+	if err := Process(env, &common, &slack, &up); err != nil {
 		t.Fatalf("Process: %v", err)
 	}
-	if cfg.LogLevel != slog.LevelDebug || cfg.Partitions != 32 || cfg.ConfigPath != env["LOOP_CONFIG"] ||
-		cfg.Slack.APIURL != env["LOOP_SLACK_API_URL"] || cfg.StoreDir != "/var/lib/the-loop" || cfg.BotToken.Reveal() != "xoxb-1" {
-		t.Errorf("values not read: %+v", cfg)
-	}
-	for _, mode := range []ReadMode{ReadPoll, ReadSocket, ReadEvents, ReadOff} {
-		if err := cfg.Require(mode); err != nil {
-			t.Errorf("Require(%s): %v", mode, err)
-		}
+	if common.LogLevel != slog.LevelDebug || common.Partitions != 32 || common.ConfigPath != env["LOOP_CONFIG"] ||
+		slack.APIURL != env["LOOP_SLACK_API_URL"] || up.StoreDir != "/var/lib/the-loop" || slack.BotToken.Reveal() != "xoxb-1" {
+		t.Errorf("values not read: %+v %+v %+v", common, slack, up)
 	}
 }
 
@@ -93,7 +90,7 @@ func TestProcessErrors(t *testing.T) {
 		{"bad address", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_ADMIN_ADDR": "9090"}, []string{`LOOP_ADMIN_ADDR is "9090"`}},
 		{"bad url", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_GITHUB_API_URL": "api.github.com"}, []string{"LOOP_GITHUB_API_URL", "absolute"}},
 		{"bad nats url", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_NATS_URL": "http://x"}, []string{"LOOP_NATS_URL"}},
-		{"no webhook concurrency", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_GITHUB_WEBHOOK_CONCURRENCY": "0"}, []string{"LOOP_GITHUB_WEBHOOK_CONCURRENCY is 0"}},
+		{"bad own setting", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_OWN_PACE": "fast"}, []string{`LOOP_OWN_PACE is "fast": want a whole number`}},
 		{"short envelope key", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_ENVELOPE_KEY": "short-DO-NOT-PRINT"}, []string{"LOOP_ENVELOPE_KEY is too short"}},
 		{"all at once", Env{"LOOP_X": "1", "LOOP_GITHUB_TOKEN": token, "LOOP_PARTITIONS": "x", "LOOP_ADMIN_ADDR": "y"}, []string{"LOOP_X", "LOOP_PARTITIONS"}},
 	}
@@ -101,7 +98,7 @@ func TestProcessErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var cfg ledgerWriter
-			err := Process(tt.env, &cfg)
+			err := errors.Join(CheckEnv(tt.env, every()...), Process(tt.env, &cfg))
 			if err == nil {
 				t.Fatal("Process accepted it")
 			}
@@ -132,78 +129,59 @@ func TestCheckEnvUnion(t *testing.T) {
 		"LOOPY":                "not ours",
 	}
 	var cfg ledgerWriter
-	if err := Process(shared, &cfg); err != nil {
+	if err := errors.Join(CheckEnv(shared, every()...), Process(shared, &cfg)); err != nil {
 		t.Fatalf("Process: %v", err)
 	}
 	shared["LOOP_SLACK_BOT_TOKE"] = "x"
-	if err := CheckEnv(shared); err == nil || !strings.Contains(err.Error(), "LOOP_SLACK_BOT_TOKE (did you mean LOOP_SLACK_BOT_TOKEN?)") {
+	if err := CheckEnv(shared, every()...); err == nil || !strings.Contains(err.Error(), "LOOP_SLACK_BOT_TOKE (did you mean LOOP_SLACK_BOT_TOKEN?)") {
 		t.Errorf("CheckEnv = %v", err)
 	}
 }
 
 // Our key derivation must be envconfig's, so the table envconfig prints and
-// the names Process reads cannot drift apart.
+// the names Process reads cannot drift apart. (cmd/the-loop pins the names
+// of every setting, the services' included.)
 func TestSettingsMatchEnvconfig(t *testing.T) {
 	t.Parallel()
-	var b bytes.Buffer
-	if err := envconfig.Usagef(Prefix, &allSettings{}, &b, "{{range .}}{{usage_key .}}\n{{end}}"); err != nil {
-		t.Fatal(err)
+	var theirs []string
+	for _, spec := range every() {
+		var b bytes.Buffer
+		if err := envconfig.Usagef(Prefix, spec, &b, "{{range .}}{{usage_key .}}\n{{end}}"); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range strings.Fields(b.String()) {
+			if !slices.Contains(theirs, k) {
+				theirs = append(theirs, k)
+			}
+		}
 	}
-	theirs := strings.Fields(b.String())
-	slices.Sort(theirs)
-	if diff := cmp.Diff(theirs, Settings()); diff != "" {
+	if diff := cmp.Diff(theirs, Keys(every()...)); diff != "" {
 		t.Errorf("keys (-envconfig +ours):\n%s", diff)
-	}
-	want := []string{
-		"LOOP_ADMIN_ADDR", "LOOP_ADMIN_NKEY_FILE", "LOOP_ADMIN_TOKEN", "LOOP_CONCURRENCY", "LOOP_CONFIG", "LOOP_DISPATCHER_HOST", "LOOP_DISPATCHER_RUNNER", "LOOP_DISPATCHER_SPAWN", "LOOP_DISPATCHER_WORKDIR", "LOOP_ENVELOPE_KEY",
-		"LOOP_GITHUB_API_URL", "LOOP_GITHUB_APP_ID", "LOOP_GITHUB_APP_INSTALLATION_ID", "LOOP_GITHUB_APP_PRIVATE_KEY_FILE", "LOOP_GITHUB_INSECURE_NO_SIGNATURE", "LOOP_GITHUB_LOGIN",
-		"LOOP_GITHUB_MODE", "LOOP_GITHUB_POLL_INTERVAL", "LOOP_GITHUB_POLL_LABEL", "LOOP_GITHUB_POLL_REPOS", "LOOP_GITHUB_TOKEN",
-		"LOOP_GITHUB_WEBHOOK_ADDR", "LOOP_GITHUB_WEBHOOK_CONCURRENCY", "LOOP_GITHUB_WEBHOOK_SECRET", "LOOP_GITHUB_WRITES_PER_HOUR", "LOOP_GITHUB_WRITES_PER_MINUTE", "LOOP_HARNESS_BINARY", "LOOP_LOG_FORMAT", "LOOP_LOG_LEVEL",
-		"LOOP_NATS_CREDS_FILE", "LOOP_NATS_LISTEN", "LOOP_NATS_NKEY_FILE", "LOOP_NATS_NKEY_SEED", "LOOP_NATS_PASSWORD",
-		"LOOP_NATS_TLS_CA", "LOOP_NATS_TLS_CERT", "LOOP_NATS_TLS_KEY", "LOOP_NATS_URL", "LOOP_NATS_USER", "LOOP_PARTITIONS",
-		"LOOP_SESSION_ADDR", "LOOP_SESSION_ENV", "LOOP_SESSION_TOKEN", "LOOP_SESSION_URL",
-		"LOOP_SLACK_API_URL", "LOOP_SLACK_APP_TOKEN", "LOOP_SLACK_BOT_TOKEN", "LOOP_SLACK_EVENTS_ADDR", "LOOP_SLACK_POST_INTERVAL", "LOOP_SLACK_SIGNING_SECRET", "LOOP_STATUS_EXPOSE", "LOOP_STATUS_TOKEN", "LOOP_STORE_DIR", "LOOP_STREAM_REPLICAS",
-		"LOOP_TMUX_BINARY", "LOOP_TMUX_SOCKET",
-	}
-	if diff := cmp.Diff(want, Settings()); diff != "" {
-		t.Errorf("Settings (-want +got):\n%s", diff)
 	}
 }
 
+// Usage prints a setting two specs share once.
 func TestUsage(t *testing.T) {
 	t.Parallel()
 	var all bytes.Buffer
-	if err := Usage(&all); err != nil {
+	if err := Usage(&all, every()...); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "usage.txt", all.Bytes())
+	if n := strings.Count(all.String(), "\nLOOP_GITHUB_TOKEN "); n != 1 {
+		t.Errorf("LOOP_GITHUB_TOKEN, in GitHub and in ledgerWriter, is listed %d times:\n%s", n, all.String())
+	}
 	var one bytes.Buffer
 	if err := Usage(&one, &ledgerWriter{}); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(one.String(), "SLACK") || !strings.Contains(one.String(), "LOOP_ENVELOPE_KEY") {
+	if strings.Contains(one.String(), "SLACK") || !strings.Contains(one.String(), "LOOP_ENVELOPE_KEY") || !strings.Contains(one.String(), "LOOP_OWN_PACE") {
 		t.Errorf("a service's usage lists what it does not read, or misses what it does:\n%s", one.String())
 	}
 }
 
 func TestRequire(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		s    Slack
-		mode ReadMode
-		want string
-	}{
-		{Slack{}, ReadPoll, "LOOP_SLACK_BOT_TOKEN"},
-		{Slack{BotToken: NewSecret("b")}, ReadSocket, "LOOP_SLACK_APP_TOKEN"},
-		{Slack{BotToken: NewSecret("b")}, ReadEvents, "LOOP_SLACK_SIGNING_SECRET"},
-		{Slack{BotToken: NewSecret("b")}, ReadPoll, ""},
-	}
-	for _, tt := range tests {
-		err := tt.s.Require(tt.mode)
-		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
-			t.Errorf("Require(%s) = %v, want %q", tt.mode, err, tt.want)
-		}
-	}
 	if err := (GitHub{}).RequireEnvelopeKey(); err == nil {
 		t.Error("RequireEnvelopeKey accepted an unset key")
 	}

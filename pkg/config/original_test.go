@@ -129,29 +129,30 @@ func TestOriginalConfigLoads(t *testing.T) {
 	if len(aws) != 0 {
 		t.Errorf("warnings with an environment that sets none of them: %v", aws)
 	}
+	// The services read these variables (their Config types, whose
+	// reading cmd/the-loop tests with such a file); here, their values.
 	var gh GitHub
-	var slack Slack
-	var d Dispatcher
-	if err := Process(applied, &gh, &slack, &d); err != nil {
+	if err := Process(applied, &gh); err != nil {
 		t.Fatalf("Process: %v", err)
 	}
+	interval, _ := time.ParseDuration(applied["LOOP_GITHUB_POLL_INTERVAL"])
 	for name, got := range map[string]any{
-		"PollLabel":     gh.PollLabel == "loop: go",
-		"PollInterval":  gh.PollInterval == 120*time.Second,
-		"PollRepos":     gh.PollRepos == "octo/repo,octo/infra",
-		"Mode":          gh.Mode == "both",
-		"WebhookAddr":   gh.WebhookAddr == "0.0.0.0:9787",
+		"PollLabel":     applied["LOOP_GITHUB_POLL_LABEL"] == "loop: go",
+		"PollInterval":  interval == 120*time.Second,
+		"PollRepos":     applied["LOOP_GITHUB_POLL_REPOS"] == "octo/repo,octo/infra",
+		"Mode":          applied["LOOP_GITHUB_MODE"] == "both",
+		"WebhookAddr":   applied["LOOP_GITHUB_WEBHOOK_ADDR"] == "0.0.0.0:9787",
 		"APIURL":        gh.APIURL == "https://github.example.com/api/v3/",
 		"Token":         gh.Token.Reveal() == "ghp_second_of_the_two_named",
-		"WebhookSecret": gh.WebhookSecret.Reveal() == "webhook-secret-of-the-original",
-		"WritesPerHour": gh.WritesPerHour == 400,
-		"BotToken":      slack.BotToken.Reveal() == "xoxb-from-the-teams-variable",
-		"AppToken":      !slack.AppToken.IsSet(), // TEAM_SLACK_APP_TOKEN is not set
-		"Spawn":         d.Spawn == "always",
-		"Workdir":       d.Workdir == "/srv/work",
+		"WebhookSecret": applied["LOOP_GITHUB_WEBHOOK_SECRET"] == "webhook-secret-of-the-original",
+		"WritesPerHour": applied["LOOP_GITHUB_WRITES_PER_HOUR"] == "400",
+		"BotToken":      applied["LOOP_SLACK_BOT_TOKEN"] == "xoxb-from-the-teams-variable",
+		"AppToken":      applied["LOOP_SLACK_APP_TOKEN"] == "", // TEAM_SLACK_APP_TOKEN is not set
+		"Spawn":         applied["LOOP_DISPATCHER_SPAWN"] == "always",
+		"Workdir":       applied["LOOP_DISPATCHER_WORKDIR"] == "/srv/work",
 	} {
 		if got != true {
-			t.Errorf("%s did not take effect: github %+v, dispatcher %+v", name, gh, d)
+			t.Errorf("%s did not take effect: %v", name, applied)
 		}
 	}
 

@@ -62,19 +62,20 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/services/dispatcher/harness"
 	"github.com/the-loop/bus/services/dispatcher/internal/proc"
 	"github.com/the-loop/bus/services/dispatcher/internal/prompt"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 	"github.com/the-loop/bus/services/dispatcher/registry"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // Name is the service name used for consumers, logs and `serve`.
 const Name = bus.ServiceDispatcher
 
-// DefaultLabel is the auto-execute label (routing.autoExecuteLabel).
-const DefaultLabel = "the-loop: auto-execute"
+// DefaultLabel is the auto-execute label (routing.autoExecuteLabel): the
+// default of LOOP_GITHUB_POLL_LABEL, read from where it is declared.
+var DefaultLabel = DefaultConfig().Label
 
 // Spawn policies (routing.spawnOnUnmatched).
 const (
@@ -135,11 +136,14 @@ type Settings struct {
 }
 
 func (c *Settings) setDefaults() {
+	// The settings' defaults are Config's tags; a zero Settings (tests)
+	// takes them too.
+	d := DefaultConfig().settings()
 	if c.Harness == nil {
-		c.Harness = harness.Claude()
+		c.Harness = d.Harness
 	}
 	if c.Runner == "" {
-		c.Runner = RunnerTmux
+		c.Runner = d.Runner
 	}
 	if c.Host == "" {
 		c.Host, _ = os.Hostname()
@@ -148,13 +152,13 @@ func (c *Settings) setDefaults() {
 		}
 	}
 	if c.Workdir == "" {
-		c.Workdir = "."
+		c.Workdir = d.Workdir
 	}
 	if c.Label == "" {
-		c.Label = DefaultLabel
+		c.Label = d.Label
 	}
 	if c.SpawnOnUnmatched == "" {
-		c.SpawnOnUnmatched = SpawnLabeled
+		c.SpawnOnUnmatched = d.SpawnOnUnmatched
 	}
 	if c.ResumeProbe == 0 {
 		c.ResumeProbe = 2 * time.Second
@@ -182,12 +186,17 @@ func (c *Settings) setDefaults() {
 // Option configures New.
 type Option func(*Settings)
 
-// WithSettings replaces the settings (unset fields take their defaults).
+// WithSettings replaces the settings Config set (unset fields take their
+// defaults): tests set what no environment variable does.
 func WithSettings(s Settings) Option { return func(c *Settings) { *c = s } }
+
+// WithSessionEnv sets the environment every session starts with: the host
+// picks it from its own with SessionBaseEnv and Config.SessionEnvNames.
+func WithSessionEnv(env map[string]string) Option { return func(c *Settings) { c.SessionEnv = env } }
 
 // Service is the dispatcher.
 type Service struct {
-	deps   runtime.Deps
+	deps   service.Deps
 	set    Settings
 	tmux   terminal
 	tmpl   prompt.Templates
@@ -203,13 +212,13 @@ type Service struct {
 	sessionURL string
 }
 
-// New returns the service. It never fails for a missing tmux or harness:
-// Run reports those and waits for them.
-func New(deps runtime.Deps, opts ...Option) (*Service, error) {
+// New returns the service with cfg's settings, adjusted by opts. It never
+// fails for a missing tmux or harness: Run reports those and waits for them.
+func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
-	var set Settings
+	set := cfg.settings()
 	for _, o := range opts {
 		o(&set)
 	}
@@ -324,7 +333,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// sessions run here.
 	deps := s.deps
 	deps.Replica = s.set.Host
-	err = runtime.Consume(ctx, deps, Name, bus.StreamEvents, s.handle)
+	err = service.Consume(ctx, deps, Name, bus.StreamEvents, s.handle)
 	stop()
 	if serr := <-served; serr != nil && err == nil {
 		err = fmt.Errorf("%s: session endpoint: %w", Name, serr)

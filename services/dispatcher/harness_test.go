@@ -25,12 +25,12 @@ import (
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/service"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/graphstate"
 	"github.com/the-loop/bus/services/dispatcher/harness"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 	"github.com/the-loop/bus/services/dispatcher/registry"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 func TestMain(m *testing.M) {
@@ -100,11 +100,11 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 	}
 	conn := e.srv.Connect(t, "dispatcher")
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	deps := runtime.Deps{
+	deps := service.Deps{
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, e.recs), Registry: prometheus.NewRegistry(),
 		Ready: e.ready, Partitions: partitions, Config: e.cfg.Load,
 	}
-	svc, err := New(deps, WithSettings(set))
+	svc, err := New(deps, Config{}, WithSettings(set))
 	if err != nil {
 		t.Fatal(err)
 	}

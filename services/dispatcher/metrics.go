@@ -2,7 +2,7 @@ package dispatcher
 
 import (
 	"context"
-	"github.com/the-loop/bus/services/runtime"
+	"github.com/the-loop/bus/pkg/service"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -104,7 +104,7 @@ func (s *Service) observeDepth(_ context.Context, d *bus.Delivery) {
 	s.m.depth.Set(float64(d.Pending))
 }
 
-// adopt is runtime.Adopt.
+// adopt is service.Adopt.
 func adopt[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
-	return runtime.Adopt(reg, c)
+	return service.Adopt(reg, c)
 }

@@ -28,10 +28,10 @@ import (
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/service"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 	"github.com/the-loop/bus/services/dispatcher/registry"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // fleet is dispatcher replicas on one JetStream server, each its own host:
@@ -92,11 +92,11 @@ func (f *fleet) start(host string, concurrency int, mod func(*Settings)) *replic
 	conn := f.srv.Connect(f.tb, "dispatcher-"+host)
 	recs := &eventlog.Recorder{}
 	log := slog.New(slog.NewJSONHandler(&testkit.SyncBuffer{}, nil))
-	deps := runtime.Deps{
+	deps := service.Deps{
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, recs), Registry: prometheus.NewRegistry(),
 		Ready: httpserver.NewReadiness(), Partitions: f.parts, Concurrency: concurrency, Config: f.cfg.Load,
 	}
-	svc, err := New(deps, WithSettings(set))
+	svc, err := New(deps, Config{}, WithSettings(set))
 	if err != nil {
 		f.tb.Fatal(err)
 	}

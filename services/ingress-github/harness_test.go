@@ -28,9 +28,9 @@ import (
 	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/service"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // Test identities. alice and bob are authorized; slackonly is a person
@@ -62,17 +62,17 @@ const (
 // asApp, in app mode, turns the token a test gave the service into the
 // GitHub App of the fake that test pointed it at: the same calls, with the
 // app's JWT and installation tokens.
-func asApp(t testing.TB, d *runtime.Deps) {
-	if !ghfake.AppMode() || !d.GitHub.Token.IsSet() {
+func asApp(t testing.TB, c *Config) {
+	if !ghfake.AppMode() || !c.Token.IsSet() {
 		return
 	}
-	gh := ghfake.ByURL(d.GitHub.APIURL)
+	gh := ghfake.ByURL(c.APIURL)
 	if gh == nil {
 		return
 	}
 	app := gh.InstallApp(t, appSlug, appTokenTTL)
-	d.GitHub.Token = config.Secret{}
-	d.GitHub.App = config.App{AppID: app.ID, PrivateKeyFile: app.KeyFile}
+	c.Token = config.Secret{}
+	c.App = config.App{AppID: app.ID, PrivateKeyFile: app.KeyFile}
 }
 
 var people = []identity.Person{
@@ -142,10 +142,17 @@ type env struct {
 	change chan struct{}
 }
 
-type envOption func(*runtime.Deps, *Options)
+type envOption func(*service.Deps, *Config, *Options)
 
-func withOptions(f func(*Options)) envOption   { return func(_ *runtime.Deps, o *Options) { f(o) } }
-func withDeps(f func(*runtime.Deps)) envOption { return func(d *runtime.Deps, _ *Options) { f(d) } }
+func withOptions(f func(*Options)) envOption {
+	return func(_ *service.Deps, _ *Config, o *Options) { f(o) }
+}
+func withDeps(f func(*service.Deps)) envOption {
+	return func(d *service.Deps, _ *Config, _ *Options) { f(d) }
+}
+func withConfig(f func(*Config)) envOption {
+	return func(_ *service.Deps, c *Config, _ *Options) { f(c) }
+}
 
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
@@ -178,7 +185,7 @@ func (e *env) newService(opts ...envOption) *Service {
 	e.ready = httpserver.NewReadiness()
 	e.reg = prometheus.NewRegistry()
 	log := slog.New(e.logs)
-	deps := runtime.Deps{
+	deps := service.Deps{
 		Conn:     e.conn,
 		Log:      log,
 		Events:   eventlog.New(Name, log, nil),
@@ -189,23 +196,22 @@ func (e *env) newService(opts ...envOption) *Service {
 			defer e.cfgMu.Unlock()
 			return e.cfg
 		},
-		GitHub: config.GitHub{
-			WebhookSecret: config.NewSecret(testSecret),
-			Login:         botLogin,
-			WebhookAddr:   "127.0.0.1:0",
-			APIURL:        "http://127.0.0.1:1/",
-		},
-		EnvelopeKey: []byte(testKey),
 	}
+	cfg := DefaultConfig()
+	cfg.WebhookSecret = config.NewSecret(testSecret)
+	cfg.Login = botLogin
+	cfg.WebhookAddr = "127.0.0.1:0"
+	cfg.APIURL = "http://127.0.0.1:1/"
+	cfg.EnvelopeKey = config.NewSecret(testKey)
 	o := DefaultOptions()
 	o.PublishTimeout = 5 * time.Second
 	for _, f := range opts {
-		f(&deps, &o)
+		f(&deps, &cfg, &o)
 	}
-	asApp(e.t, &deps)
-	svc, err := NewWithOptions(deps, o)
+	asApp(e.t, &cfg)
+	svc, err := New(deps, cfg, func(p *Options) { *p = o })
 	if err != nil {
-		e.t.Fatalf("NewWithOptions: %v", err)
+		e.t.Fatalf("New: %v", err)
 	}
 	return svc
 }

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,9 +27,9 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/githubapp"
 	"github.com/the-loop/bus/pkg/httpserver"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/services/ingress-github/internal/poll"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // Name is the service name used for logs and `serve`.
@@ -49,15 +48,9 @@ const (
 func (m Mode) webhook() bool { return m == ModeWebhook || m == ModeBoth }
 func (m Mode) poll() bool    { return m == ModePoll || m == ModeBoth }
 
-// Options are the service's settings that pkg/config does not carry yet.
-// Zero fields take the defaults of DefaultOptions.
+// Options are what is not a setting (Config): how the service is hosted,
+// and bounds tests shrink. Zero fields take the defaults of DefaultOptions.
 type Options struct {
-	// Mode: webhook (default), poll or both. LOOP_GITHUB_MODE.
-	Mode Mode
-	// InsecureNoSignature accepts webhooks without a signature check when
-	// no secret is set, and says so on every request.
-	// LOOP_GITHUB_INSECURE_NO_SIGNATURE.
-	InsecureNoSignature bool
 	// RequireWebhookSecret makes New refuse to build the service when the
 	// webhook is on and no secret is set (`serve ingress-github`). Without
 	// it (`up`), the webhook listener stays off, says why in the log and in
@@ -67,10 +60,6 @@ type Options struct {
 	Events []string
 	// MaxBodyBytes bounds a webhook body (default MaxWebhookBytes).
 	MaxBodyBytes int64
-	// MaxConcurrent caps the webhook requests handled at once; one more is
-	// answered 503 with Retry-After (default DefaultMaxConcurrent).
-	// LOOP_GITHUB_WEBHOOK_CONCURRENCY.
-	MaxConcurrent int
 	// BodyBudget bounds the memory of the bodies being read and checked at
 	// once; a request whose announced size does not fit is answered 503
 	// with Retry-After before a byte is read (default DefaultBodyBudget;
@@ -82,66 +71,41 @@ type Options struct {
 	// PublishTimeout bounds the bus work of one delivery, PubAcks included;
 	// past it the webhook answers 503 (default 8s, inside GitHub's 10s).
 	PublishTimeout time.Duration
-	// Poll configures poll mode.
-	Poll PollOptions
 	// Validator overrides the signature check (tests).
 	Validator Validator
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
 
-// PollOptions configure poll mode (LOOP_GITHUB_POLL_*).
-type PollOptions struct {
-	// Repos are the owner/repo to poll. LOOP_GITHUB_POLL_REPOS (comma-separated).
-	Repos []string
-	// Label selects the work items (default "the-loop: auto-execute",
-	// routing.autoExecuteLabel). LOOP_GITHUB_POLL_LABEL.
-	Label string
-	// Interval between cycles (default 60s). LOOP_GITHUB_POLL_INTERVAL.
-	Interval time.Duration
-}
-
-// DefaultLabel is the original's autoExecuteLabel.
-const DefaultLabel = "the-loop: auto-execute"
-
 // Defaults of the webhook's bounds (decision 037).
 const (
-	// DefaultMaxConcurrent is the default LOOP_GITHUB_WEBHOOK_CONCURRENCY:
-	// far above what GitHub sends one endpoint at once.
-	DefaultMaxConcurrent = 64
 	// DefaultBodyBudget holds two bodies of GitHub's largest size, or
 	// about a thousand ordinary ones, at once.
 	DefaultBodyBudget = 64 << 20
 )
 
-// DefaultOptions are the settings New uses.
+// Option adjusts the Options New starts from.
+type Option func(*Options)
+
+// DefaultOptions are the options New starts from.
 func DefaultOptions() Options {
 	return Options{
-		Mode:            ModeWebhook,
 		Events:          route.DefaultEvents,
 		MaxBodyBytes:    MaxWebhookBytes,
-		MaxConcurrent:   DefaultMaxConcurrent,
 		BodyBudget:      DefaultBodyBudget,
 		RefusalLogEvery: time.Minute,
 		PublishTimeout:  8 * time.Second,
-		Poll:            PollOptions{Label: DefaultLabel, Interval: time.Minute},
 		Now:             time.Now,
 	}
 }
 
 func (o *Options) setDefaults() {
 	d := DefaultOptions()
-	if o.Mode == "" {
-		o.Mode = d.Mode
-	}
 	if o.Events == nil {
 		o.Events = d.Events
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = d.MaxBodyBytes
-	}
-	if o.MaxConcurrent <= 0 {
-		o.MaxConcurrent = d.MaxConcurrent
 	}
 	if o.BodyBudget <= 0 {
 		o.BodyBudget = d.BodyBudget
@@ -153,12 +117,6 @@ func (o *Options) setDefaults() {
 	if o.PublishTimeout <= 0 {
 		o.PublishTimeout = d.PublishTimeout
 	}
-	if o.Poll.Label == "" {
-		o.Poll.Label = d.Poll.Label
-	}
-	if o.Poll.Interval <= 0 {
-		o.Poll.Interval = d.Poll.Interval
-	}
 	if o.Now == nil {
 		o.Now = d.Now
 	}
@@ -166,7 +124,9 @@ func (o *Options) setDefaults() {
 
 // Service is ingress-github.
 type Service struct {
-	deps      runtime.Deps
+	deps      service.Deps
+	cfg       Config
+	key       []byte // the envelope key
 	opts      Options
 	m         *metrics
 	intake    *intake
@@ -196,37 +156,38 @@ type Service struct {
 	poller    *poll.Poller
 }
 
-// New returns the service with DefaultOptions.
-func New(deps runtime.Deps) (*Service, error) { return NewWithOptions(deps, DefaultOptions()) }
-
-// NewWithOptions returns the service with opts.
-func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
+// New returns the service with DefaultOptions adjusted by with.
+func New(deps service.Deps, cfg Config, with ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
+	opts := DefaultOptions()
+	for _, w := range with {
+		w(&opts)
+	}
 	opts.setDefaults()
-	switch opts.Mode {
+	switch cfg.mode() {
 	case ModeWebhook, ModePoll, ModeBoth:
 	default:
-		return nil, fmt.Errorf("ingress-github: mode %q: want webhook, poll or both", opts.Mode)
+		return nil, fmt.Errorf("ingress-github: mode %q: want webhook, poll or both", cfg.Mode)
 	}
-	if len(deps.EnvelopeKey) == 0 {
+	if !cfg.EnvelopeKey.IsSet() {
 		return nil, errors.New("ingress-github: no envelope key: it verifies ledger envelopes with LOOP_ENVELOPE_KEY")
 	}
-	s := &Service{deps: deps, opts: opts, m: newMetrics(deps.Registry), listening: make(chan struct{}), refused: make(chan error, 1),
-		slots: make(slots, opts.MaxConcurrent), bodies: newBodies(opts.BodyBudget),
+	s := &Service{deps: deps, cfg: cfg, key: []byte(cfg.EnvelopeKey.Reveal()), opts: opts, m: newMetrics(deps.Registry), listening: make(chan struct{}), refused: make(chan error, 1),
+		slots: make(slots, max(1, cfg.WebhookConcurrency)), bodies: newBodies(opts.BodyBudget),
 		refusals: newRefusals(deps.Events, opts.RefusalLogEvery, opts.Now)}
 	s.intake = newIntake(s)
-	if a := deps.GitHub.App; a.Set() {
+	if a := cfg.App; a.Set() {
 		// docs/decisions/078-github-app-authentication.md
 		app, err := githubapp.New(githubapp.Options{AppID: a.AppID, InstallationID: a.InstallationID, PrivateKeyFile: a.PrivateKeyFile,
-			APIURL: deps.GitHub.APIURL})
+			APIURL: cfg.APIURL})
 		if err != nil {
 			return nil, fmt.Errorf("ingress-github: %w", err)
 		}
 		s.app = app
 	}
-	s.login = newLedgerLogin(deps.GitHub, opts.Now)
+	s.login = newLedgerLogin(cfg.GitHub, opts.Now)
 	s.login.app = s.app
 	s.login.onLearn = func(login string) {
 		if err := s.guardLogin(login); err != nil {
@@ -237,27 +198,27 @@ func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
 			}
 		}
 	}
-	secret := deps.GitHub.WebhookSecret
+	secret := cfg.WebhookSecret
 	switch {
 	case opts.Validator != nil:
 		s.validator = opts.Validator
 	case secret.IsSet():
 		s.validator = NewHMACValidator([]byte(secret.Reveal()))
-	case opts.InsecureNoSignature:
+	case cfg.InsecureNoSignature:
 		s.validator, s.insecure = UnverifiedValidator(), true
 	}
-	if opts.Mode.webhook() && s.validator == nil {
+	if cfg.mode().webhook() && s.validator == nil {
 		s.webhookOff = "LOOP_GITHUB_WEBHOOK_SECRET is not set: the webhook listener is off (fail-closed). Set the secret, " +
 			"or LOOP_GITHUB_INSECURE_NO_SIGNATURE=true to accept unsigned deliveries, or LOOP_GITHUB_MODE=poll"
 		if opts.RequireWebhookSecret {
 			return nil, errors.New("ingress-github: " + s.webhookOff)
 		}
 	}
-	if opts.Mode.poll() {
+	if cfg.mode().poll() {
 		switch {
-		case len(opts.Poll.Repos) == 0:
+		case len(cfg.PollRepoList()) == 0:
 			s.pollOff = "poll mode without repositories: set LOOP_GITHUB_POLL_REPOS"
-		case !deps.GitHub.Token.IsSet() && !deps.GitHub.App.Set():
+		case !cfg.Token.IsSet() && !cfg.App.Set():
 			s.pollOff = "poll mode without LOOP_GITHUB_TOKEN"
 		}
 		if s.pollOff != "" && opts.RequireWebhookSecret {
@@ -296,7 +257,7 @@ func (s *Service) policy() route.Policy {
 		Events:      s.opts.Events,
 		Directory:   cfg.Routing.AuthorizedUsers,
 		LedgerLogin: s.login.get(context.Background()),
-		EnvelopeKey: s.deps.EnvelopeKey,
+		EnvelopeKey: s.key,
 	}
 }
 
@@ -360,11 +321,11 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		}
 	})
-	if s.opts.Mode.webhook() {
+	if s.cfg.mode().webhook() {
 		if s.webhookOff != "" {
 			s.deps.Log.ErrorContext(ctx, "WEBHOOK LISTENER OFF: "+s.webhookOff)
 		} else {
-			ln, err := httpserver.Listen(s.deps.GitHub.WebhookAddr)
+			ln, err := httpserver.Listen(s.cfg.WebhookAddr)
 			if err != nil {
 				return fmt.Errorf("ingress-github: webhook: %w", err)
 			}
@@ -382,7 +343,7 @@ func (s *Service) Run(ctx context.Context) error {
 			g.Go(func() error { s.refusals.run(gctx); return nil })
 		}
 	}
-	if s.opts.Mode.poll() {
+	if s.cfg.mode().poll() {
 		if s.pollOff != "" {
 			s.deps.Log.ErrorContext(ctx, "POLLER OFF: "+s.pollOff)
 		} else {
@@ -409,7 +370,7 @@ func (s *Service) pollToken() string {
 	if s.app != nil {
 		return ""
 	}
-	return s.deps.GitHub.Token.Reveal()
+	return s.cfg.Token.Reveal()
 }
 
 func (s *Service) pollClient() *http.Client {
@@ -423,12 +384,12 @@ func (s *Service) newPoller() (*poll.Poller, error) {
 	p, err := poll.New(poll.Config{
 		Conn:       s.deps.Conn,
 		Log:        s.deps.Log.With("component", "poller"),
-		APIURL:     s.deps.GitHub.APIURL,
+		APIURL:     s.cfg.APIURL,
 		Token:      s.pollToken(),
 		HTTPClient: s.pollClient(),
-		Repos:      slices.Clone(s.opts.Poll.Repos),
-		Label:      s.opts.Poll.Label,
-		Interval:   s.opts.Poll.Interval,
+		Repos:      s.cfg.PollRepoList(),
+		Label:      s.cfg.Label,
+		Interval:   s.cfg.PollInterval,
 		Now:        s.opts.Now,
 		Deliver:    s.deliverPolled,
 		Observe: func(result string) {

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/the-loop/bus/pkg/eventlog"
-	svcruntime "github.com/the-loop/bus/services/runtime"
+	service "github.com/the-loop/bus/pkg/service"
 )
 
 // unsignedPosts sends n concurrent requests of body with a well-formed but
@@ -210,7 +210,7 @@ func rejectedCount(t *testing.T, e *env, reason string) float64 {
 // answered 503 with Retry-After at once, and counted; once a slot frees,
 // requests are served again. There was no cap.
 func TestWebhookConcurrencyCap(t *testing.T) {
-	e := newEnv(t, withOptions(func(o *Options) { o.MaxConcurrent = 2 }))
+	e := newEnv(t, withConfig(func(c *Config) { c.WebhookConcurrency = 2 }))
 	h := e.svc.Handler()
 	a := holdPost(t, h, "cap-1", issueCommentJSON("created", 1101, "alice", "OWNER", "one"))
 	b := holdPost(t, h, "cap-2", issueCommentJSON("created", 1102, "alice", "OWNER", "two"))
@@ -299,7 +299,7 @@ func TestRefusalsCountedNotLogged(t *testing.T) {
 	rec := &eventlog.Recorder{}
 	e := newEnvBare(t,
 		withOptions(func(o *Options) { o.MaxBodyBytes = 64 << 10; o.Now = clock.Now }),
-		withDeps(func(d *svcruntime.Deps) { d.Events = eventlog.New(Name, d.Log, rec) }))
+		withDeps(func(d *service.Deps) { d.Events = eventlog.New(Name, d.Log, rec) }))
 	h := e.svc.Handler()
 	good := issueCommentJSON("created", 1, "alice", "OWNER", "hello")
 	kinds := []struct {

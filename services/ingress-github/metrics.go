@@ -1,7 +1,7 @@
 package ingressgithub
 
 import (
-	"github.com/the-loop/bus/services/runtime"
+	"github.com/the-loop/bus/pkg/service"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,17 +67,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg == nil {
 		return m
 	}
-	m.received = runtime.AdoptOrKeep(reg, m.received)
-	m.rejected = runtime.AdoptOrKeep(reg, m.rejected)
-	m.published = runtime.AdoptOrKeep(reg, m.published)
-	m.dropped = runtime.AdoptOrKeep(reg, m.dropped)
-	m.latency = runtime.AdoptOrKeep(reg, m.latency)
-	m.intake = runtime.AdoptOrKeep(reg, m.intake)
-	m.marks = runtime.AdoptOrKeep(reg, m.marks)
-	m.poll = runtime.AdoptOrKeep(reg, m.poll)
-	m.cycles = runtime.AdoptOrKeep(reg, m.cycles)
-	m.unsigned = runtime.AdoptOrKeep(reg, m.unsigned)
-	m.inflight = runtime.AdoptOrKeep(reg, m.inflight)
+	m.received = service.AdoptOrKeep(reg, m.received)
+	m.rejected = service.AdoptOrKeep(reg, m.rejected)
+	m.published = service.AdoptOrKeep(reg, m.published)
+	m.dropped = service.AdoptOrKeep(reg, m.dropped)
+	m.latency = service.AdoptOrKeep(reg, m.latency)
+	m.intake = service.AdoptOrKeep(reg, m.intake)
+	m.marks = service.AdoptOrKeep(reg, m.marks)
+	m.poll = service.AdoptOrKeep(reg, m.poll)
+	m.cycles = service.AdoptOrKeep(reg, m.cycles)
+	m.unsigned = service.AdoptOrKeep(reg, m.unsigned)
+	m.inflight = service.AdoptOrKeep(reg, m.inflight)
 	return m
 }
 

@@ -17,7 +17,6 @@ import (
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 const pollToken = "poll-token"
@@ -60,15 +59,12 @@ func webhookFor(t *testing.T, gh *ghfake.Server, c ghfake.Comment) []byte {
 
 func pollEnv(t *testing.T, gh *ghfake.Server, now func() time.Time) *env {
 	return newEnv(t,
-		withDeps(func(d *runtime.Deps) {
-			d.GitHub.Token = config.NewSecret(pollToken)
-			d.GitHub.APIURL = gh.URL()
+		withConfig(func(c *Config) {
+			c.Token = config.NewSecret(pollToken)
+			c.APIURL = gh.URL()
+			c.Mode, c.PollRepos = string(ModeBoth), "octo/repo"
 		}),
-		withOptions(func(o *Options) {
-			o.Mode = ModeBoth
-			o.Poll.Repos = []string{"octo/repo"}
-			o.Now = now
-		}))
+		withOptions(func(o *Options) { o.Now = now }))
 }
 
 // TestPollAndWebhookSameEventsOnce: the poller and the webhook see the same
@@ -79,7 +75,7 @@ func TestPollAndWebhookSameEventsOnce(t *testing.T) {
 	gh.AddRepo("octo/repo")
 	gh.AddToken(pollToken, botLogin)
 	gh.SetAuthorAssociation("octo/repo", "carol", "COLLABORATOR")
-	gh.AddIssue("octo/repo", "alice", "Work", "please", DefaultLabel)
+	gh.AddIssue("octo/repo", "alice", "Work", "please", DefaultConfig().Label)
 	gh.AddIssue("octo/repo", "alice", "Not labelled", "")
 	// Polling "began" an hour from now, so what exists at the first look
 	// is history: the first cycle must not replay it.
@@ -190,7 +186,7 @@ func TestPollCursorSurvivesRestart(t *testing.T) {
 	gh := ghfake.New(t)
 	gh.AddRepo("octo/repo")
 	gh.AddToken(pollToken, botLogin)
-	gh.AddIssue("octo/repo", "alice", "Work", "", DefaultLabel)
+	gh.AddIssue("octo/repo", "alice", "Work", "", DefaultConfig().Label)
 	e := pollEnv(t, gh, time.Now)
 	ctx := context.Background()
 	p1, _ := e.svc.newPoller()
@@ -202,10 +198,11 @@ func TestPollCursorSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := e.stored()
-	e.svc = e.newService(withDeps(func(d *runtime.Deps) {
-		d.GitHub.Token = config.NewSecret(pollToken)
-		d.GitHub.APIURL = gh.URL()
-	}), withOptions(func(o *Options) { o.Mode = ModePoll; o.Poll.Repos = []string{"octo/repo"} }))
+	e.svc = e.newService(withConfig(func(c *Config) {
+		c.Token = config.NewSecret(pollToken)
+		c.APIURL = gh.URL()
+		c.Mode, c.PollRepos = string(ModePoll), "octo/repo"
+	}))
 	p2, _ := e.svc.newPoller()
 	if err := p2.Cycle(ctx); err != nil {
 		t.Fatal(err)

@@ -14,16 +14,16 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/github/ghfake"
-	"github.com/the-loop/bus/services/runtime"
+	"github.com/the-loop/bus/pkg/service"
 )
 
-func noSecret(d *runtime.Deps) { d.GitHub.WebhookSecret = config.Secret{} }
+func noSecret(c *Config) { c.WebhookSecret = config.Secret{} }
 
 // TestNoSecretUnderUp: without a webhook secret (and no insecure flag) the
 // service does not crash its process: the listener stays off, the log says
 // so loudly, and /readyz names why. Run still returns cleanly.
 func TestNoSecretUnderUp(t *testing.T) {
-	e := newEnvBare(t, withDeps(noSecret))
+	e := newEnvBare(t, withConfig(noSecret))
 	err := e.svc.ready()
 	if err == nil || !strings.Contains(err.Error(), "LOOP_GITHUB_WEBHOOK_SECRET") {
 		t.Fatalf("ready = %v, want a reason naming LOOP_GITHUB_WEBHOOK_SECRET", err)
@@ -57,21 +57,20 @@ func TestNoSecretUnderUp(t *testing.T) {
 // refuses to start without a secret, naming the way out; poll mode needs none.
 func TestNoSecretUnderServe(t *testing.T) {
 	e := newEnvBare(t)
-	deps := e.svc.deps
-	deps.GitHub.WebhookSecret = config.Secret{}
-	o := DefaultOptions()
-	o.RequireWebhookSecret = true
-	_, err := NewWithOptions(deps, o)
+	deps, cfg := e.svc.deps, e.svc.cfg
+	cfg.WebhookSecret = config.Secret{}
+	serve := func(o *Options) { o.RequireWebhookSecret = true }
+	_, err := New(deps, cfg, serve)
 	if err == nil || !strings.Contains(err.Error(), "LOOP_GITHUB_WEBHOOK_SECRET") || !strings.Contains(err.Error(), "LOOP_GITHUB_INSECURE_NO_SIGNATURE") {
 		t.Errorf("New without a secret = %v, want a refusal naming the secret and the insecure flag", err)
 	}
-	o.Mode, o.Poll.Repos = ModePoll, []string{"octo/repo"}
-	deps.GitHub.Token = config.NewSecret("t")
-	if _, err := NewWithOptions(deps, o); err != nil {
+	cfg.Mode, cfg.PollRepos = string(ModePoll), "octo/repo"
+	cfg.Token = config.NewSecret("t")
+	if _, err := New(deps, cfg, serve); err != nil {
 		t.Errorf("poll mode without a webhook secret: %v", err)
 	}
-	o.Mode = "sometimes"
-	if _, err := NewWithOptions(deps, o); err == nil {
+	cfg.Mode = "sometimes"
+	if _, err := New(deps, cfg, serve); err == nil {
 		t.Error("unknown mode accepted")
 	}
 }
@@ -79,7 +78,7 @@ func TestNoSecretUnderServe(t *testing.T) {
 // TestInsecureMode: with the explicit flag and no secret, unsigned
 // deliveries are accepted, and every response says signatures are off.
 func TestInsecureMode(t *testing.T) {
-	e := newEnv(t, withDeps(noSecret), withOptions(func(o *Options) { o.InsecureNoSignature = true }))
+	e := newEnv(t, withConfig(func(c *Config) { noSecret(c); c.InsecureNoSignature = true }))
 	if err := e.svc.ready(); err != nil {
 		t.Errorf("ready = %v", err)
 	}
@@ -133,10 +132,10 @@ func TestRunServesWebhook(t *testing.T) {
 func TestLedgerLoginFromGitHub(t *testing.T) {
 	gh := ghfake.New(t)
 	gh.AddToken("ledger-token", botLogin)
-	e := newEnv(t, withDeps(func(d *runtime.Deps) {
-		d.GitHub.Login = ""
-		d.GitHub.Token = config.NewSecret("ledger-token")
-		d.GitHub.APIURL = gh.URL()
+	e := newEnv(t, withConfig(func(c *Config) {
+		c.Login = ""
+		c.Token = config.NewSecret("ledger-token")
+		c.APIURL = gh.URL()
 	}))
 	rec := envelopeFor(t, testKey, "slack:EvL", "control.command", envelope.LedgerActor{GitHub: "alice"}, "the-loop stop")
 	r := e.post("issue_comment", "login-1", issueCommentJSON("created", 950, botLogin, "NONE", rec), "")
@@ -173,7 +172,7 @@ func watchConfig(t *testing.T, body string) (*config.Watcher, string, envOption)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return w, path, withDeps(func(d *runtime.Deps) { d.Config, d.Checks = w.Current, w })
+	return w, path, withDeps(func(d *service.Deps) { d.Config, d.Checks = w.Current, w })
 }
 
 // TestLedgerLoginInAuthorizedUsersRefused: attack 4. An operator config
@@ -196,10 +195,10 @@ func TestLedgerLoginInAuthorizedUsersRefused(t *testing.T) {
 		gh := ghfake.New(t)
 		gh.AddToken("ledger-token", botLogin)
 		_, _, opt := watchConfig(t, ledgerLoginConfig(true))
-		e := newEnvBare(t, opt, withDeps(func(d *runtime.Deps) {
-			d.GitHub.Login = ""
-			d.GitHub.Token = config.NewSecret("ledger-token")
-			d.GitHub.APIURL = gh.URL()
+		e := newEnvBare(t, opt, withConfig(func(c *Config) {
+			c.Login = ""
+			c.Token = config.NewSecret("ledger-token")
+			c.APIURL = gh.URL()
 		}))
 		if err := e.svc.Run(context.Background()); !errors.Is(err, config.ErrLedgerLogin) {
 			t.Fatalf("Run = %v, want the ledger login refused", err)

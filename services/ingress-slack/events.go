@@ -22,11 +22,7 @@ const (
 
 // runEvents serves the Events API until ctx ends.
 func (s *Service) runEvents(ctx context.Context) error {
-	addr := s.opts.EventsAddr
-	if addr == "" {
-		addr = s.deps.Slack.EventsAddr
-	}
-	ln, err := httpserver.Listen(addr)
+	ln, err := httpserver.Listen(s.cfg.EventsAddr)
 	if err != nil {
 		return err
 	}
@@ -60,7 +56,7 @@ func (s *Service) Handler() http.Handler {
 // secret, with X-Slack-Request-Timestamp no more than 5 minutes from now
 // (slack.NewSecretsVerifier). Anything else is 401 and goes no further.
 func (s *Service) verified(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	secret := s.deps.Slack.SigningSecret
+	secret := s.cfg.SigningSecret
 	if !secret.IsSet() {
 		s.reject(w, http.StatusUnauthorized, "no-signing-secret")
 		return nil, false

@@ -114,7 +114,7 @@ func TestSlackRetryPublishesOnce(t *testing.T) {
 // is ready and idle; both without ending Run.
 func TestNotReadyWithoutTokens(t *testing.T) {
 	e := newEnv(t)
-	s := e.start(func(d *runtimeDeps, _ *Options) { d.Slack.AppToken = noSecret })
+	s := e.start(func(c *Config, _ *Options) { c.AppToken = noSecret })
 	e.eventually("readiness to name the missing app token", func() bool {
 		return strings.Contains(s.ready.Check()[Name], "LOOP_SLACK_APP_TOKEN")
 	})
@@ -128,7 +128,7 @@ func TestNotReadyWithoutTokens(t *testing.T) {
 	e.waitReady(s)
 	// A wrong app token: the reader fails, is restarted with back-off, and
 	// readiness says so; the process carries on.
-	s2 := e.start(func(d *runtimeDeps, _ *Options) { d.Slack.AppToken = secret("xapp-wrong") })
+	s2 := e.start(func(c *Config, _ *Options) { c.AppToken = secret("xapp-wrong") })
 	e.update(func(c *cfgT) { c.Channels.Slack.Enabled = true })
 	e.eventually("readiness to report the failing reader", func() bool {
 		return strings.Contains(s2.ready.Check()[Name], "failed")

@@ -30,12 +30,12 @@ import (
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slack/socketfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 const (
@@ -177,22 +177,21 @@ type svc struct {
 	stop  func()
 }
 
-type svcOption func(*runtime.Deps, *Options)
+type svcOption func(*Config, *Options)
 
 func (e *env) start(opts ...svcOption) *svc {
 	e.t.Helper()
 	reg, ready := prometheus.NewRegistry(), httpserver.NewReadiness()
 	log := slog.New(e.logs)
-	deps := runtime.Deps{
+	deps := service.Deps{
 		Conn: e.conn, Log: log, Events: eventlog.New(Name, log, nil), Registry: reg, Ready: ready,
 		Partitions: parts, Config: e.config,
-		Slack: config.Slack{
-			BotToken:      config.NewSecret(slackfake.Token),
-			AppToken:      config.NewSecret(socketfake.AppToken),
-			SigningSecret: config.NewSecret(testSecret),
-			APIURL:        e.sock.URL(),
-			EventsAddr:    "127.0.0.1:0",
-		},
+	}
+	cfg := Config{
+		Slack:         config.Slack{BotToken: config.NewSecret(slackfake.Token), APIURL: e.sock.URL()},
+		AppToken:      config.NewSecret(socketfake.AppToken),
+		SigningSecret: config.NewSecret(testSecret),
+		EventsAddr:    "127.0.0.1:0",
 	}
 	o := DefaultOptions()
 	o.SuperviseEvery = 50 * time.Millisecond
@@ -200,11 +199,11 @@ func (e *env) start(opts ...svcOption) *svc {
 	o.PingInterval = 5 * time.Second
 	o.RestartBackoff = 200 * time.Millisecond
 	for _, f := range opts {
-		f(&deps, &o)
+		f(&cfg, &o)
 	}
-	s, err := NewWithOptions(deps, o)
+	s, err := New(deps, cfg, func(p *Options) { *p = o })
 	if err != nil {
-		e.t.Fatalf("NewWithOptions: %v", err)
+		e.t.Fatalf("New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -498,10 +497,7 @@ func metric(t testing.TB, c prometheus.Collector) float64 {
 	return testutil.ToFloat64(c)
 }
 
-type (
-	runtimeDeps = runtime.Deps
-	cfgT        = config.Config
-)
+type cfgT = config.Config
 
 var noSecret = config.Secret{}
 

@@ -52,18 +52,16 @@ import (
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/threads"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // Name is the service name used for logs and `serve`.
 const Name = "ingress-slack"
 
-// Options are settings pkg/config does not carry; tests use them to shrink
+// Options are what is not a setting (Config); tests use them to shrink
 // timings. Zero fields take the defaults of DefaultOptions.
 type Options struct {
-	// EventsAddr overrides LOOP_SLACK_EVENTS_ADDR (tests: "127.0.0.1:0").
-	EventsAddr string
 	// PollInterval overrides channels.slack.read.intervalSeconds (tests).
 	PollInterval time.Duration
 	// SuperviseEvery is how often the config is re-read for a change of
@@ -89,7 +87,10 @@ type Options struct {
 	Now func() time.Time
 }
 
-// DefaultOptions are the settings New uses.
+// Option adjusts the Options New starts from.
+type Option func(*Options)
+
+// DefaultOptions are the options New starts from.
 func DefaultOptions() Options {
 	return Options{
 		SuperviseEvery: time.Second,
@@ -131,7 +132,8 @@ func (o *Options) setDefaults() {
 
 // Service is ingress-slack.
 type Service struct {
-	deps runtime.Deps
+	deps service.Deps
+	cfg  Config
 	opts Options
 	m    *metrics
 
@@ -146,17 +148,18 @@ type Service struct {
 	listening chan struct{} // closed when addr is set
 }
 
-// New returns the service with DefaultOptions.
-func New(deps runtime.Deps) (*Service, error) { return NewWithOptions(deps, DefaultOptions()) }
-
-// NewWithOptions returns the service with opts.
-func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
+// New returns the service with DefaultOptions adjusted by opts.
+func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
-	opts.setDefaults()
+	o := DefaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.setDefaults()
 	s := &Service{
-		deps: deps, opts: opts, m: newMetrics(deps.Registry),
+		deps: deps, cfg: cfg, opts: o, m: newMetrics(deps.Registry),
 		listening: make(chan struct{}),
 	}
 	s.setStatus("starting")
@@ -264,7 +267,7 @@ func (s *Service) desired() plan {
 	case sc.Read.Mode != config.ReadPoll && sc.Read.Mode != config.ReadSocket && sc.Read.Mode != config.ReadEvents:
 		return plan{mode: config.ReadOff}
 	}
-	if err := s.deps.Slack.Require(sc.Read.Mode); err != nil {
+	if err := s.cfg.Require(sc.Read.Mode); err != nil {
 		// Names the variables, never their values.
 		return plan{mode: config.ReadOff, why: strings.ReplaceAll(err.Error(), "\n", "; ")}
 	}
@@ -381,18 +384,15 @@ func (s *Service) start(ctx context.Context, p plan) *reader {
 // api is a Web API client over the bot token (and the app token, for
 // Socket Mode), pointed at LOOP_SLACK_API_URL.
 func (s *Service) api() *slack.Client {
-	u := s.deps.Slack.APIURL
-	if u == "" {
-		u = slack.APIURL
-	}
+	u := s.cfg.APIURL
 	if !strings.HasSuffix(u, "/") {
 		u += "/"
 	}
 	opts := []slack.Option{slack.OptionAPIURL(u), slack.OptionHTTPClient(&http.Client{Timeout: 15 * time.Second})}
-	if s.deps.Slack.AppToken.IsSet() {
-		opts = append(opts, slack.OptionAppLevelToken(s.deps.Slack.AppToken.Reveal()))
+	if s.cfg.AppToken.IsSet() {
+		opts = append(opts, slack.OptionAppLevelToken(s.cfg.AppToken.Reveal()))
 	}
-	return slack.New(s.deps.Slack.BotToken.Reveal(), opts...)
+	return slack.New(s.cfg.BotToken.Reveal(), opts...)
 }
 
 // learnOwnID asks auth.test for the bot's own user id, for the own-message

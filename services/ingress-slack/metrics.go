@@ -1,7 +1,7 @@
 package ingressslack
 
 import (
-	"github.com/the-loop/bus/services/runtime"
+	"github.com/the-loop/bus/pkg/service"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -62,16 +62,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg == nil {
 		return m
 	}
-	m.received = runtime.AdoptOrKeep(reg, m.received)
-	m.published = runtime.AdoptOrKeep(reg, m.published)
-	m.dropped = runtime.AdoptOrKeep(reg, m.dropped)
-	m.duplicates = runtime.AdoptOrKeep(reg, m.duplicates)
-	m.rejected = runtime.AdoptOrKeep(reg, m.rejected)
-	m.retried = runtime.AdoptOrKeep(reg, m.retried)
-	m.acks = runtime.AdoptOrKeep(reg, m.acks)
-	m.latency = runtime.AdoptOrKeep(reg, m.latency)
-	m.slackCalls = runtime.AdoptOrKeep(reg, m.slackCalls)
-	m.ratelimit = runtime.AdoptOrKeep(reg, m.ratelimit)
-	m.told = runtime.AdoptOrKeep(reg, m.told)
+	m.received = service.AdoptOrKeep(reg, m.received)
+	m.published = service.AdoptOrKeep(reg, m.published)
+	m.dropped = service.AdoptOrKeep(reg, m.dropped)
+	m.duplicates = service.AdoptOrKeep(reg, m.duplicates)
+	m.rejected = service.AdoptOrKeep(reg, m.rejected)
+	m.retried = service.AdoptOrKeep(reg, m.retried)
+	m.acks = service.AdoptOrKeep(reg, m.acks)
+	m.latency = service.AdoptOrKeep(reg, m.latency)
+	m.slackCalls = service.AdoptOrKeep(reg, m.slackCalls)
+	m.ratelimit = service.AdoptOrKeep(reg, m.ratelimit)
+	m.told = service.AdoptOrKeep(reg, m.told)
 	return m
 }

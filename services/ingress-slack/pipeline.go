@@ -424,7 +424,7 @@ func (s *Service) checkVisit(ctx context.Context, kvGraph *bus.KV, gv slackmsg.G
 // only they see (chat.postEphemeral) in the pressed message's thread. Best
 // effort: the refusal stands whether or not Slack takes the message.
 func (s *Service) tellPresser(ctx context.Context, in *inbound, text string) {
-	if text == "" || in.user == "" || !s.deps.Slack.BotToken.IsSet() {
+	if text == "" || in.user == "" || !s.cfg.BotToken.IsSet() {
 		return
 	}
 	opts := []slack.MsgOption{slack.MsgOptionText(text, false)}

@@ -102,7 +102,7 @@ func TestPollHonoursRetryAfter(t *testing.T) {
 // other takes over.
 func TestPollTwoReplicasReadOnce(t *testing.T) {
 	e, root := pollEnv(t)
-	lease := func(_ *runtimeDeps, o *Options) { o.LeaseTTL = time.Second }
+	lease := func(_ *Config, o *Options) { o.LeaseTTL = time.Second }
 	a := e.start(lease)
 	b := e.start(lease)
 	e.waitReady(a)

@@ -96,7 +96,7 @@ func TestSocketMode(t *testing.T) {
 // the bus is back is acked and published once.
 func TestSocketUnsettledIsNotAcked(t *testing.T) {
 	e := newEnv(t)
-	s := e.start(func(_ *runtimeDeps, o *Options) { o.ProcessTimeout = 500 * time.Millisecond })
+	s := e.start(func(_ *Config, o *Options) { o.ProcessTimeout = 500 * time.Millisecond })
 	e.sock.WaitConnected(t, 1, waitFor)
 	e.waitReady(s)
 	// NATS goes away: the thread lookup and the publish both fail.

@@ -306,9 +306,9 @@ func (s *Service) attempt(ctx context.Context, stop <-chan struct{}, ev *loopv1.
 
 func (s *Service) readBack(ctx context.Context, rec record, after int, id string) (written, bool, error) {
 	if rec.kind == catalog.RecordIssue {
-		return s.gh.findIssue(ctx, rec.owner, rec.repo, after, s.deps.EnvelopeKey, id)
+		return s.gh.findIssue(ctx, rec.owner, rec.repo, after, s.key, id)
 	}
-	return s.gh.findComment(ctx, rec.ref, s.deps.EnvelopeKey, id)
+	return s.gh.findComment(ctx, rec.ref, s.key, id)
 }
 
 // fence renews this delivery's claim with compare-and-set.

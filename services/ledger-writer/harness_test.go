@@ -23,8 +23,8 @@ import (
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/pkg/service"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 const (
@@ -151,28 +151,29 @@ func (e *env) start(name string, opts ...Option) *writer {
 	return e.startWith(name, nil, opts...)
 }
 
-// startWith is start with the deps changed by mutate first.
-func (e *env) startWith(name string, mutate func(*runtime.Deps), opts ...Option) *writer {
+// startWith is start with the deps and settings changed by mutate first.
+func (e *env) startWith(name string, mutate func(*service.Deps, *Config), opts ...Option) *writer {
 	e.t.Helper()
 	conn := e.srv.Connect(e.t, name)
 	reg := prometheus.NewRegistry()
 	ready := httpserver.NewReadiness()
 	log := slog.New(e.logs.handler())
-	deps := runtime.Deps{
+	deps := service.Deps{
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, nil), Registry: reg,
 		Ready: ready, Partitions: e.parts,
-		Config:      func() *config.Config { return e.cfg },
-		GitHub:      e.github(),
-		EnvelopeKey: testKey,
+		Config: func() *config.Config { return e.cfg },
 	}
+	cfg := DefaultConfig()
+	cfg.GitHub = e.github()
+	cfg.EnvelopeKey = config.NewSecret(string(testKey))
 	if mutate != nil {
-		mutate(&deps)
+		mutate(&deps, &cfg)
 	}
 	base := []Option{
 		WithHTTPTimeout(5 * time.Second), WithClaimLease(6 * time.Second),
 		WithRetryBackoff(20*time.Millisecond, 500*time.Millisecond), withScrub(testScrub),
 	}
-	s, err := New(deps, append(base, opts...)...)
+	s, err := New(deps, cfg, append(base, opts...)...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/services/runtime"
+	"github.com/the-loop/bus/pkg/service"
 )
 
 // TestHeldWithoutToken: under `up` on a laptop without LOOP_GITHUB_TOKEN the
@@ -17,7 +17,7 @@ import (
 func TestHeldWithoutToken(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, testTopology())
-	w := e.startWith("writer-no-token", func(d *runtime.Deps) { d.GitHub.Token, d.GitHub.App = config.Secret{}, config.App{} })
+	w := e.startWith("writer-no-token", func(_ *service.Deps, c *Config) { c.Token, c.App = config.Secret{}, config.App{} })
 	ref := "github:" + testRepo + "#1"
 	e.publish(notifyEv("loop:notify:held", "github:"+testRepo+"#5"))
 	e.publish(gateEv("slack:EvHeld", ref, "LGTM"))
@@ -54,9 +54,9 @@ func (e *env) checkHeld(t *testing.T) {
 func TestRejectedTokenHoldsAndNeverLeaks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, testTopology())
-	e.startWith("writer-bad-token", func(d *runtime.Deps) {
+	e.startWith("writer-bad-token", func(_ *service.Deps, c *Config) {
 		// A token, in app mode too: this is about a token GitHub refuses.
-		d.GitHub.Token, d.GitHub.App = config.NewSecret("ghp_revoked_token_must_not_leak_987654321"), config.App{}
+		c.Token, c.App = config.NewSecret("ghp_revoked_token_must_not_leak_987654321"), config.App{}
 	}, WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
 	e.publish(gateEv("slack:EvHeld", "github:"+testRepo+"#1", "LGTM"))
 	waitFor(t, "the 401 to be waited out", 30*time.Second, func() bool {

@@ -66,19 +66,16 @@ import (
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/githubapp"
 	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // Name is the service name used for consumers, logs and `serve`.
 const Name = bus.ServiceLedgerWriter
 
-// Defaults. GitHub documents 80 content-creating requests per minute and 500
-// per hour per credential (testdata/github-rest/SOURCE.md).
+// Defaults of the options (the settings' are in Config).
 const (
-	DefaultPerMinute   = 80
-	DefaultPerHour     = 500
 	DefaultHTTPTimeout = 30 * time.Second
 	DefaultSweepEvery  = 5 * time.Second
 	DefaultSweepGrace  = 10 * time.Second
@@ -152,7 +149,9 @@ func WithTransport(rt http.RoundTripper) Option {
 
 // Service is the ledger-writer.
 type Service struct {
-	deps    runtime.Deps
+	deps    service.Deps
+	cfg     Config
+	key     []byte // the envelope key
 	opts    options
 	m       *metrics
 	gh      *ghClient // nil: not configured (heldReason says why)
@@ -171,11 +170,11 @@ type Service struct {
 // dead-lettered or fanned out unrecorded; each held delivery waits inside the
 // handler, so it uses up no MaxDeliver — and says so loudly (log,
 // loop_ledger_writer_github_configured 0) until it is restarted with a token.
-func New(deps runtime.Deps, opts ...Option) (*Service, error) {
+func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
-	o := options{perMinute: DefaultPerMinute, perHour: DefaultPerHour, timeScale: 1,
+	o := options{perMinute: cfg.WritesPerMinute, perHour: cfg.WritesPerHour, timeScale: 1,
 		httpTimeout: DefaultHTTPTimeout, retryBase: time.Second, retryMax: time.Minute,
 		sweepEvery: DefaultSweepEvery, sweepGrace: DefaultSweepGrace}
 	for _, opt := range opts {
@@ -197,26 +196,26 @@ func New(deps runtime.Deps, opts ...Option) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: metrics: %w", Name, err)
 	}
-	s := &Service{deps: deps, opts: o, m: m, pacer: newPacer(o.perMinute, o.perHour, o.timeScale), worker: workerID(deps.Conn.Name())}
+	s := &Service{deps: deps, cfg: cfg, key: []byte(cfg.EnvelopeKey.Reveal()), opts: o, m: m, pacer: newPacer(o.perMinute, o.perHour, o.timeScale), worker: workerID(deps.Conn.Name())}
 	switch {
-	case !deps.GitHub.Token.IsSet() && !deps.GitHub.App.Set():
+	case !cfg.Token.IsSet() && !cfg.App.Set():
 		s.held = "LOOP_GITHUB_TOKEN is not set (nor LOOP_GITHUB_APP_ID)"
-	case len(deps.EnvelopeKey) == 0:
+	case len(s.key) == 0:
 		s.held = "no envelope key (LOOP_ENVELOPE_KEY)"
 	default:
-		token, transport := deps.GitHub.Token.Reveal(), o.transport
+		token, transport := cfg.Token.Reveal(), o.transport
 		var app *githubapp.App
-		if a := deps.GitHub.App; a.Set() {
+		if a := cfg.App; a.Set() {
 			// The app's installation tokens instead of a token
 			// (docs/decisions/078-github-app-authentication.md).
 			app, err = githubapp.New(githubapp.Options{AppID: a.AppID, InstallationID: a.InstallationID, PrivateKeyFile: a.PrivateKeyFile,
-				APIURL: deps.GitHub.APIURL, Base: o.transport, Timeout: o.httpTimeout})
+				APIURL: cfg.APIURL, Base: o.transport, Timeout: o.httpTimeout})
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", Name, err)
 			}
 			token, transport = "", app
 		}
-		gh, err := newGHClient(deps.GitHub.APIURL, token, o.httpTimeout, transport)
+		gh, err := newGHClient(cfg.APIURL, token, o.httpTimeout, transport)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
@@ -262,7 +261,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	var sweeper sync.WaitGroup
 	sweeper.Go(func() { s.sweep(ctx) })
-	err := runtime.Consume(ctx, s.deps, Name, bus.StreamInbox, func(hctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
+	err := service.Consume(ctx, s.deps, Name, bus.StreamInbox, func(hctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
 		return s.handle(hctx, ctx.Done(), ev, d)
 	})
 	sweeper.Wait()
@@ -298,7 +297,7 @@ func (s *Service) guardLedgerLogin(ctx context.Context, stop context.CancelCause
 		s.deps.Log.Info("ledger-writer: the operator config may not list the ledger's own login", "login", login)
 		return nil
 	}
-	if login := s.deps.GitHub.Login; login != "" {
+	if login := s.cfg.Login; login != "" {
 		return guard(login)
 	}
 	if s.gh == nil {
@@ -358,7 +357,7 @@ func (s *Service) renderInput() (renderInput, error) {
 	if err != nil {
 		return renderInput{}, fmt.Errorf("routing.control: %w", err)
 	}
-	in := renderInput{key: s.deps.EnvelopeKey, grammar: g, people: cfg.Routing.AuthorizedUsers, scrub: func(t string) string { return inertComments(s.opts.scrub(t)) }}
+	in := renderInput{key: s.key, grammar: g, people: cfg.Routing.AuthorizedUsers, scrub: func(t string) string { return inertComments(s.opts.scrub(t)) }}
 	in.kickoff.repo = strings.TrimSpace(cfg.Channels.Slack.Kickoff.Repo)
 	in.kickoff.labels = cfg.Channels.Slack.Kickoff.Labels
 	return in, nil
@@ -391,7 +390,7 @@ func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) error {
 }
 
 func (s *Service) logAttrs(ev *loopv1.Event, d *bus.Delivery, extra ...slog.Attr) []slog.Attr {
-	return append(runtime.EventAttrs(ev, d), extra...)
+	return append(service.EventAttrs(ev, d), extra...)
 }
 
 // inertComments breaks every HTML comment opener in relayed text with a

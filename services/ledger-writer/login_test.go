@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/services/runtime"
+	"github.com/the-loop/bus/pkg/service"
 )
 
 // watchedConfig is a real config watcher on a file authorizing octocat and,
@@ -48,7 +48,7 @@ func TestLedgerLoginInAuthorizedUsersRefused(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, testTopology())
 		cw, _ := watchedConfig(t, true)
-		w := e.startWith("writer", func(d *runtime.Deps) { d.Config, d.Checks = cw.Current, cw })
+		w := e.startWith("writer", func(d *service.Deps, _ *Config) { d.Config, d.Checks = cw.Current, cw })
 		select {
 		case <-w.done:
 		case <-time.After(60 * time.Second):
@@ -66,7 +66,7 @@ func TestLedgerLoginInAuthorizedUsersRefused(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, testTopology())
 		cw, path := watchedConfig(t, false)
-		e.startWith("writer", func(d *runtime.Deps) { d.Config, d.Checks = cw.Current, cw })
+		e.startWith("writer", func(d *service.Deps, _ *Config) { d.Config, d.Checks = cw.Current, cw })
 		waitFor(t, "the writer to learn its login", 30*time.Second, func() bool {
 			return len(e.logs.find("ledger-writer: the operator config may not list the ledger's own login")) == 1
 		})

@@ -1,7 +1,7 @@
 package ledgerwriter
 
 import (
-	"github.com/the-loop/bus/services/runtime"
+	"github.com/the-loop/bus/pkg/service"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -63,11 +63,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// register is runtime.Adopt that stops at the first error, kept in *errp.
+// register is service.Adopt that stops at the first error, kept in *errp.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
 	if *errp != nil {
 		return c
 	}
-	c, *errp = runtime.Adopt(reg, c)
+	c, *errp = service.Adopt(reg, c)
 	return c
 }

@@ -22,7 +22,7 @@ func TestTwoReplicasKeepOrder(t *testing.T) {
 	const total, items = 200, 20
 	e := newEnv(t, testTopology(), ghfake.WithTimeScale(600))
 	// Each replica gets half of the credential's budget (WithPacing doc).
-	opts := []Option{WithTimeScale(600), WithPacing(DefaultPerMinute/2, DefaultPerHour/2)}
+	opts := []Option{WithTimeScale(600), WithPacing(DefaultConfig().WritesPerMinute/2, DefaultConfig().WritesPerHour/2)}
 	a := e.start("writer-a", opts...)
 	e.start("writer-b", opts...)
 

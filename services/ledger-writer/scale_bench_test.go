@@ -13,7 +13,7 @@ import (
 	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/github/ghfake"
-	"github.com/the-loop/bus/services/runtime"
+	"github.com/the-loop/bus/pkg/service"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -103,7 +103,7 @@ func scaleRound(b *testing.B, n int) (rate, share float64) {
 	)
 	writers := make([]*writer, n)
 	for r := range n {
-		writers[r] = e.startWith(fmt.Sprintf("writer-%d", r), func(d *runtime.Deps) { d.Concurrency = scaleConcurrency },
+		writers[r] = e.startWith(fmt.Sprintf("writer-%d", r), func(d *service.Deps, _ *Config) { d.Concurrency = scaleConcurrency },
 			WithPacing(0, 0), withHook(func(s step, id string) error {
 				if s != stepPublished {
 					return nil

@@ -14,9 +14,9 @@ import (
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // Exactly one message per (channel, event id). The KV `posted` entry of key
@@ -71,7 +71,7 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 	}
 	p, skip := route(cfg, ev)
 	log := s.deps.Log.With(slog.String("component", Name))
-	attrs := runtime.EventAttrs(ev, d)
+	attrs := service.EventAttrs(ev, d)
 	if skip != "" {
 		s.m.skipped.WithLabelValues(skip).Inc()
 		log.LogAttrs(ctx, slog.LevelDebug, "event not for the Slack channel", append(attrs, slog.String("reason", skip))...)

@@ -15,9 +15,9 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // A gate message's answer buttons stay live only while the work item waits at
@@ -157,7 +157,7 @@ func (s *Service) moved(ctx context.Context, cfg config.SlackChannel, ev *loopv1
 	visit := ev.GetNotification().GetGateVisit()
 	if lg == nil || lg.Visit != visit || lg.State != gateLive {
 		s.deps.Log.LogAttrs(ctx, slog.LevelDebug, "gate.moved: no live gate message for the visit",
-			append(runtime.EventAttrs(ev, d), slog.String("gate_visit", visit))...)
+			append(service.EventAttrs(ev, d), slog.String("gate_visit", visit))...)
 		return nil
 	}
 	if err := s.retire(ctx, *lg, ev); err != nil {

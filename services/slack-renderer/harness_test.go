@@ -23,11 +23,11 @@ import (
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/httpserver"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 const (
@@ -121,15 +121,16 @@ func (e *env) start(o startOpts) *instance {
 	name := fmt.Sprintf("slack-renderer-%d", e.n.Add(1))
 	conn := e.srv.Connect(e.t, name)
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	slackEnv := config.Slack{APIURL: e.fake.URL()}
+	cfg := DefaultConfig()
+	cfg.APIURL, cfg.PostInterval = e.fake.URL(), 0
 	if !o.noToken {
-		slackEnv.BotToken = config.NewSecret(slackfake.Token)
+		cfg.BotToken = config.NewSecret(slackfake.Token)
 	}
-	deps := runtime.Deps{
+	deps := service.Deps{
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, e.recs), Registry: e.reg,
-		Ready: httpserver.NewReadiness(), Partitions: e.parts, Concurrency: o.concurrency, Config: e.cfg.Load, Slack: slackEnv,
+		Ready: httpserver.NewReadiness(), Partitions: e.parts, Concurrency: o.concurrency, Config: e.cfg.Load,
 	}
-	svc, err := New(deps, WithPostInterval(0))
+	svc, err := New(deps, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}

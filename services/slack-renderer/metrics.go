@@ -1,7 +1,7 @@
 package slackrenderer
 
 import (
-	"github.com/the-loop/bus/services/runtime"
+	"github.com/the-loop/bus/pkg/service"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// adopt is runtime.Adopt.
+// adopt is service.Adopt.
 func adopt[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
-	return runtime.Adopt(reg, c)
+	return service.Adopt(reg, c)
 }

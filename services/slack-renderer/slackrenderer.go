@@ -34,21 +34,17 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/runtime"
 )
 
 // Name is the service name used for consumers, logs and `serve`.
 const Name = bus.ServiceSlackRenderer
 
-// DefaultPostInterval paces posts to one channel: chat.postMessage allows
-// about one message per second per channel, with short bursts.
-const DefaultPostInterval = time.Second
-
 // Service is the slack-renderer.
 type Service struct {
-	deps     runtime.Deps
+	deps     service.Deps
 	api      *slack.Client // nil without a bot token
 	pace     *pacer
 	m        *metrics
@@ -70,13 +66,9 @@ type Service struct {
 // Option configures New.
 type Option func(*Service)
 
-// WithPostInterval sets the minimum interval between two posts to one
-// channel (default DefaultPostInterval; tests shorten it).
-func WithPostInterval(d time.Duration) Option { return func(s *Service) { s.interval = d } }
-
 // New returns the service. It needs no Slack token: without one it
 // acknowledges every event undelivered.
-func New(deps runtime.Deps, opts ...Option) (*Service, error) {
+func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
@@ -84,22 +76,19 @@ func New(deps runtime.Deps, opts ...Option) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: metrics: %w", Name, err)
 	}
-	s := &Service{deps: deps, m: m, interval: DefaultPostInterval, searchBack: 10 * time.Minute}
+	s := &Service{deps: deps, m: m, interval: cfg.PostInterval, searchBack: 10 * time.Minute}
 	for _, o := range opts {
 		o(s)
 	}
 	s.pace = newPacer(s.interval)
-	if deps.Slack.BotToken.IsSet() {
-		apiURL := deps.Slack.APIURL
-		if apiURL == "" {
-			apiURL = "https://slack.com/api/"
-		}
+	if cfg.BotToken.IsSet() {
+		apiURL := cfg.APIURL
 		if !strings.HasSuffix(apiURL, "/") {
 			apiURL += "/"
 		}
 		// slack-go's own retries stay off: a retry is a redelivery of the
 		// bus message, so the partition's order and the claim hold.
-		s.api = slack.New(deps.Slack.BotToken.Reveal(),
+		s.api = slack.New(cfg.BotToken.Reveal(),
 			slack.OptionAPIURL(apiURL),
 			slack.OptionHTTPClient(&http.Client{Timeout: 30 * time.Second}))
 	}
@@ -117,5 +106,5 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	s.posted, s.threads = posted, threads.New(tkv)
-	return runtime.Consume(ctx, s.deps, Name, bus.StreamEvents, s.handle)
+	return service.Consume(ctx, s.deps, Name, bus.StreamEvents, s.handle)
 }

@@ -38,7 +38,7 @@ import (
 //
 //   - latency/{system,raw}: one event at a time; ns/op is the mean, p50-ms
 //     and p99-ms the percentiles. The system's slack-renderer paces posts
-//     to a channel at one a second (DefaultPostInterval; Slack's own
+//     to a channel at one a second (LOOP_SLACK_POST_INTERVAL; Slack's own
 //     limit), so the system run waits that interval out between events,
 //     off the clock: what is measured is the pipeline, not the pacer.
 //   - throughput/{system,raw}: b.N events sent by 8 concurrent senders

@@ -28,6 +28,7 @@ import (
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slack/socketfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
@@ -39,7 +40,6 @@ import (
 	ingressgithub "github.com/the-loop/bus/services/ingress-github"
 	ingressslack "github.com/the-loop/bus/services/ingress-slack"
 	ledgerwriter "github.com/the-loop/bus/services/ledger-writer"
-	"github.com/the-loop/bus/services/runtime"
 	slackrenderer "github.com/the-loop/bus/services/slack-renderer"
 )
 
@@ -67,9 +67,11 @@ const (
 	carol         = "carol"
 	mallory       = "mallory"
 	malSlack      = "UMALLORY"
-	armLabel      = dispatcher.DefaultLabel
 	partitions    = 2
 )
+
+// armLabel is the auto-execute label's default.
+var armLabel = dispatcher.DefaultLabel
 
 // wait is the generous deadline of every wait: other engineers' tests share
 // the two cores, and nothing here depends on wall-clock timing for
@@ -289,7 +291,7 @@ func newWorldWith(t *testing.T, o worldOptions, edit ...func(*config.Config)) *w
 	// pacing of the Slack renderer is shortened.
 	for _, name := range []string{ledgerwriter.Name, slackrenderer.Name, dispatcher.Name, ingressgithub.Name, ingressslack.Name} {
 		conn := w.srv.ConnectAs(t, name, name)
-		deps := runtime.Deps{
+		deps := service.Deps{
 			Conn:       conn,
 			Log:        log.With("service", name),
 			Events:     eventlog.New(name, log.With("service", name), servicePublisher{w.logs, conn}),
@@ -298,37 +300,37 @@ func newWorldWith(t *testing.T, o worldOptions, edit ...func(*config.Config)) *w
 			Partitions: partitions,
 			Metrics:    metrics,
 			Config:     w.cfg.Load,
-			GitHub: config.GitHub{
-				Token: config.NewSecret(ghToken), APIURL: w.gh.URL() + "/", Login: ledgerLogin,
-				WebhookSecret: config.NewSecret(webhookSecret), WebhookAddr: "127.0.0.1:0", Mode: "webhook",
-				PollLabel: armLabel, PollInterval: time.Minute,
-			},
-			Slack: config.Slack{
-				BotToken: config.NewSecret(slackfake.Token), AppToken: config.NewSecret(socketfake.AppToken),
-				APIURL: w.sock.URL(), EventsAddr: "127.0.0.1:0",
-			},
 		}
+		github := config.GitHub{
+			Token: config.NewSecret(ghToken), APIURL: w.gh.URL() + "/", Login: ledgerLogin,
+			EnvelopeKey: config.NewSecret(envelopeKey),
+		}
+		slack := config.Slack{BotToken: config.NewSecret(slackfake.Token), APIURL: w.sock.URL()}
 		var r interface{ Run(context.Context) error }
 		switch name {
 		case ledgerwriter.Name:
-			deps.EnvelopeKey = []byte(envelopeKey)
-			r, err = ledgerwriter.New(deps)
+			cfg := ledgerwriter.DefaultConfig()
+			cfg.GitHub = github
+			r, err = ledgerwriter.New(deps, cfg)
 		case slackrenderer.Name:
-			r, err = slackrenderer.New(deps, slackrenderer.WithPostInterval(20*time.Millisecond))
+			cfg := slackrenderer.DefaultConfig()
+			cfg.Slack, cfg.PostInterval = slack, 20*time.Millisecond
+			r, err = slackrenderer.New(deps, cfg)
 		case dispatcher.Name:
-			r, err = dispatcher.New(deps, dispatcher.WithSettings(dispatcher.Settings{
+			r, err = dispatcher.New(deps, dispatcher.Config{}, dispatcher.WithSettings(dispatcher.Settings{
 				Harness: h, TmuxBinary: tmuxBinary, TmuxSocket: socket, Host: "inproc", Workdir: w.work,
 				Label: armLabel, SpawnOnUnmatched: dispatcher.SpawnLabeled, ResumeProbe: -1,
 			}))
 		case ingressgithub.Name:
-			deps.EnvelopeKey = []byte(envelopeKey)
-			o := ingressgithub.DefaultOptions()
-			o.Mode = ingressgithub.ModeWebhook
-			o.RequireWebhookSecret = true
-			ingress, err = ingressgithub.NewWithOptions(deps, o)
+			cfg := ingressgithub.DefaultConfig()
+			cfg.GitHub, cfg.Mode = github, string(ingressgithub.ModeWebhook)
+			cfg.WebhookSecret, cfg.WebhookAddr = config.NewSecret(webhookSecret), "127.0.0.1:0"
+			ingress, err = ingressgithub.New(deps, cfg, func(o *ingressgithub.Options) { o.RequireWebhookSecret = true })
 			r = ingress
 		case ingressslack.Name:
-			r, err = ingressslack.New(deps)
+			cfg := ingressslack.DefaultConfig()
+			cfg.Slack, cfg.AppToken, cfg.EventsAddr = slack, config.NewSecret(socketfake.AppToken), "127.0.0.1:0"
+			r, err = ingressslack.New(deps, cfg)
 		}
 		if err != nil {
 			cancel()

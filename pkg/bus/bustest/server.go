@@ -266,6 +266,21 @@ func (s *Server) wipe(t testing.TB) {
 	}
 }
 
+// ConfigNkeys is the public keys of the NKey users a nats.conf file (its
+// includes read) admits, as nats-server reads it; a file it refuses fails t.
+func ConfigNkeys(t testing.TB, confPath string) []string {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(confPath)
+	if err != nil {
+		t.Fatalf("nats-server refuses %s: %v", confPath, err)
+	}
+	keys := make([]string, len(opts.Nkeys))
+	for i, u := range opts.Nkeys {
+		keys[i] = u.Nkey
+	}
+	return keys
+}
+
 // StartFromConfig starts an in-process nats-server from a nats.conf file, as
 // a deployment runs it, with what cannot run in a test replaced: a free
 // port, no monitoring port, the JetStream store in a temporary directory, no

@@ -1,8 +1,8 @@
-// Package runtime holds what every service is given by the process that runs
+// Package service holds what every service is given by the process that runs
 // it (`the-loop serve <service>` or `the-loop up`): its bus connection, logger,
 // event log, metrics registry and readiness checks, plus the skeleton consumer
 // loop the consuming services share until their real handlers land.
-package runtime
+package service
 
 import (
 	"context"
@@ -19,7 +19,9 @@ import (
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
-// Deps is what a service needs from its host process.
+// Deps is what every service needs from its host process. What only one
+// service reads — its tokens, addresses, pacing — is in that service's own
+// Config, handed to its New beside Deps (docs/decisions/089-each-service-owns-its-settings.md).
 type Deps struct {
 	Conn       *bus.Conn
 	Log        *slog.Logger
@@ -42,16 +44,6 @@ type Deps struct {
 	// rules only it knows there (see GuardConfig). Nil: the config never
 	// reloads.
 	Checks ConfigChecks
-	// GitHub and Slack are the process settings of those sides.
-	GitHub     config.GitHub
-	Slack      config.Slack
-	Dispatcher config.Dispatcher
-	// SessionEnv is what agent sessions inherit of the host's environment
-	// (the dispatcher's allow-list).
-	SessionEnv map[string]string
-	// EnvelopeKey signs and verifies ledger envelopes; set for the services
-	// that need it (ledger-writer, ingress-github), nil otherwise.
-	EnvelopeKey []byte
 }
 
 // ConfigChecks takes rules every reloaded operator config must pass

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/statuspage"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/redact"
-	"github.com/the-loop/bus/services/statuspage"
 )
 
 const (
