@@ -27,7 +27,6 @@ import (
 	"github.com/the-loop/bus/pkg/redact"
 	"github.com/the-loop/bus/pkg/tracing"
 	"github.com/the-loop/bus/services/dispatcher"
-	"github.com/the-loop/bus/services/dispatcher/harness"
 	ingressgithub "github.com/the-loop/bus/services/ingress-github"
 	ingressslack "github.com/the-loop/bus/services/ingress-slack"
 	ledgerwriter "github.com/the-loop/bus/services/ledger-writer"
@@ -56,7 +55,7 @@ type hostKind struct{ serve bool }
 
 func newDispatcher(d runtime.Deps, _ hostKind) (runner, error) {
 	return dispatcher.New(d, dispatcher.WithSettings(dispatcher.Settings{
-		Harness:          harness.Claude().WithBinary(d.Dispatcher.HarnessBinary),
+		Harness:          dispatcher.ClaudeCode(d.Dispatcher.HarnessBinary, nil),
 		Runner:           d.Dispatcher.Runner,
 		TmuxBinary:       d.Dispatcher.TmuxBinary,
 		TmuxSocket:       d.Dispatcher.TmuxSocket,

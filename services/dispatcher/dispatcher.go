@@ -16,7 +16,7 @@
 // Order per work item comes from the partition: the bus hands this service
 // one event of a partition at a time, and the handler returns only when the
 // paste (not the agent's turn) is done. The session registry is the KV bucket
-// "sessions" (package registry), changed only by compare-and-set.
+// "sessions" (package pkg/sessions), changed only by compare-and-set.
 //
 // Hosts. A session runs in the tmux server of the dispatcher replica that
 // spawned it, recorded as its host; no other machine can see it. Each replica
@@ -62,11 +62,11 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/services/dispatcher/harness"
+	"github.com/the-loop/bus/pkg/sessions"
+	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 	"github.com/the-loop/bus/services/dispatcher/internal/proc"
 	"github.com/the-loop/bus/services/dispatcher/internal/prompt"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 	"github.com/the-loop/bus/services/runtime"
 )
 
@@ -86,8 +86,8 @@ const (
 // Settings are the dispatcher's own settings. The zero value is the default
 // deployment: Claude Code in tmux's default server, labeled policy.
 type Settings struct {
-	// Harness is the agent harness (default harness.Claude()).
-	Harness harness.Harness
+	// Harness is the agent harness (default agent.Claude()).
+	Harness agent.Harness
 	// Runner hosts the sessions: RunnerTmux (default) or RunnerProcess.
 	Runner string
 	// TmuxBinary (default "tmux") and TmuxSocket (-L; default: tmux's
@@ -136,7 +136,7 @@ type Settings struct {
 
 func (c *Settings) setDefaults() {
 	if c.Harness == nil {
-		c.Harness = harness.Claude()
+		c.Harness = agent.Claude()
 	}
 	if c.Runner == "" {
 		c.Runner = RunnerTmux
@@ -192,7 +192,7 @@ type Service struct {
 	tmux   terminal
 	tmpl   prompt.Templates
 	m      *metrics
-	store  atomic.Pointer[registry.Store]
+	store  atomic.Pointer[sessions.Store]
 	graphs graphs
 
 	// unavailable is why sessions cannot run here ("" when they can).
@@ -366,9 +366,9 @@ func (s *Service) waitAvailable(ctx context.Context) bool {
 }
 
 // openStore opens the registry, retrying while the bus is unreachable.
-func (s *Service) openStore(ctx context.Context) (*registry.Store, bool) {
+func (s *Service) openStore(ctx context.Context) (*sessions.Store, bool) {
 	for attempt := 0; ; attempt++ {
-		store, err := registry.Open(ctx, s.deps.Conn)
+		store, err := sessions.Open(ctx, s.deps.Conn)
 		if err == nil {
 			return store, true
 		}
@@ -384,7 +384,7 @@ func (s *Service) openStore(ctx context.Context) (*registry.Store, bool) {
 }
 
 // heartbeat renews this host's lease until ctx ends.
-func (s *Service) heartbeat(ctx context.Context, store *registry.Store) {
+func (s *Service) heartbeat(ctx context.Context, store *sessions.Store) {
 	every := s.set.Lease / 3
 	for {
 		if err := store.Heartbeat(ctx, s.set.Host, time.Now()); err != nil && ctx.Err() == nil {
@@ -408,7 +408,7 @@ func (s *Service) heartbeat(ctx context.Context, store *registry.Store) {
 // the redelivery types it, here or on the host that has the partition now).
 // A pane that cannot tell clears the marker: whoever gets the redelivery
 // drops it as delivery-uncertain instead of waiting for this host.
-func (s *Service) settlePending(ctx context.Context, store *registry.Store) {
+func (s *Service) settlePending(ctx context.Context, store *sessions.Store) {
 	recs, err := store.List(ctx)
 	if err != nil {
 		s.deps.Log.Warn("dispatcher: unrecorded pastes: registry unreadable", "err", err)
@@ -426,9 +426,9 @@ func (s *Service) settlePending(ctx context.Context, store *registry.Store) {
 		case known:
 			verdict = "not-typed"
 		}
-		if _, err := store.Mutate(ctx, r.Ref, func(rec *registry.Record) error {
+		if _, err := store.Mutate(ctx, r.Ref, func(rec *sessions.Record) error {
 			if rec.Session == nil || rec.Session.Pending != id {
-				return registry.ErrNoChange
+				return sessions.ErrNoChange
 			}
 			switch verdict {
 			case "received":
@@ -450,7 +450,7 @@ func (s *Service) settlePending(ctx context.Context, store *registry.Store) {
 // reconcile kills this host's loop-* tmux sessions that the registry says
 // are closed, gone or hosted elsewhere: after a takeover the old host must
 // not keep a second live session of the work item when it comes back.
-func (s *Service) reconcile(ctx context.Context, store *registry.Store) {
+func (s *Service) reconcile(ctx context.Context, store *sessions.Store) {
 	names, err := s.tmux.Sessions(ctx)
 	if err != nil || len(names) == 0 {
 		return

@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/the-loop/bus/services/dispatcher/internal/flow"
 	"log/slog"
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/graph"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
+	"github.com/the-loop/bus/pkg/graphstate"
 )
 
 // The dispatcher's request/reply endpoint (issue 8): `the-loop graph status`
@@ -164,12 +165,12 @@ func (s *Service) complete(ctx context.Context, ref, source string) ([]byte, err
 		return nil, bus.Fail(bus.CodeUnavailable, "graph state unavailable: %v", err)
 	}
 	cfg := s.deps.Config()
-	st, t, err := store.CompleteAndPublish(ctx, s.deps.Conn, cfg.Graphs.Registry(), ref, cfg.Channels.Slack.MaxChars)
+	st, t, err := flow.CompleteAndPublish(ctx, store, s.deps.Conn, cfg.Graphs.Registry(), ref, cfg.Channels.Slack.MaxChars)
 	switch {
-	case errors.Is(err, graphstate.ErrNoState):
+	case errors.Is(err, flow.ErrNoState):
 		return nil, bus.FailWith(bus.CodeNotFound, err)
-	case errors.Is(err, graphstate.ErrHumanGate), errors.Is(err, graph.ErrTerminal),
-		errors.Is(err, graphstate.ErrUnknownGraph), errors.Is(err, graphstate.ErrOtherRef):
+	case errors.Is(err, flow.ErrHumanGate), errors.Is(err, graph.ErrTerminal),
+		errors.Is(err, flow.ErrUnknownGraph), errors.Is(err, graphstate.ErrOtherRef):
 		return nil, bus.FailWith(bus.CodeConflict, err)
 	case err != nil && (st == nil || t.To == ""):
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/the-loop/bus/services/dispatcher/internal/flow"
 	"log/slog"
 	"slices"
 	"time"
@@ -12,13 +13,14 @@ import (
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
+	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // The graph wiring (issue 8): the dispatcher owns each work item's graph
-// state in KV "graph" (package graphstate).
+// state in KV "graph" (package pkg/graphstate; what
+// the dispatcher does with it is in internal/flow).
 //
 //   - A session's spawn starts its work item's graph: graphs.workItem of the
 //     operator config (work-item by default), or the ad-hoc graph when the do
@@ -33,7 +35,7 @@ import (
 //     envelope's provenance (R6.3) and writes the approval into the approved
 //     artifact's front matter in the session's workspace.
 //   - Every move publishes the entered node's notifications to the inbox
-//     (graphstate.Event): the work item's URL, the artifact's excerpt (R4.4),
+//     (flow.Event): the work item's URL, the artifact's excerpt (R4.4),
 //     the gate visit when the node is a gate, and work-item-complete on
 //     reaching complete (R6.4). Leaving a gate publishes gate.moved first.
 //   - A relayed button answer applies only to the gate visit its signed
@@ -107,7 +109,7 @@ func (e *staleGateError) Error() string {
 // the state is left as it is and a *staleGateError returned — ingress-slack
 // refuses such a press already, and this is the check that holds when the
 // gate moved between the press and its record coming back.
-func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Session) (graph.Outcome, error) {
+func (s *Service) consultGate(ctx context.Context, in *input, sess *sessions.Session) (graph.Outcome, error) {
 	if !in.gate || in.actor == "" {
 		// Only an authorized person's comment can answer a gate; one
 		// without an actor (a collaborator's) never reaches a session.
@@ -226,9 +228,9 @@ func (s *Service) gateMoved(ctx context.Context, in *input, g *graph.Graph, t gr
 	if left == "" {
 		return
 	}
-	ev := graphstate.MovedEvent(in.ref, left, g.Name, t, g.Node(t.From), in.ev.GetActor(), in.ev.GetId(),
-		graphstate.Options{Workdir: workdir, MaxChars: s.deps.Config().Channels.Slack.MaxChars})
-	if _, err := graphstate.Publish(ctx, s.deps.Conn, ev); err != nil {
+	ev := flow.MovedEvent(in.ref, left, g.Name, t, g.Node(t.From), in.ev.GetActor(), in.ev.GetId(),
+		flow.Options{Workdir: workdir, MaxChars: s.deps.Config().Channels.Slack.MaxChars})
+	if _, err := flow.Publish(ctx, s.deps.Conn, ev); err != nil {
 		s.deps.Log.Warn("dispatcher: gate.moved not published; channels retire the gate's buttons at its next gate",
 			"work_item", in.ref, "gate_visit", left, "err", err)
 		return
@@ -289,7 +291,7 @@ func (s *Service) gatePaused(ctx context.Context, in *input) error {
 			Detail: map[string]string{"graph": st.Graph, "reason": DropSessionPaused},
 		}},
 	}
-	if _, err := graphstate.Publish(ctx, s.deps.Conn, ev); err != nil {
+	if _, err := flow.Publish(ctx, s.deps.Conn, ev); err != nil {
 		return fmt.Errorf("publish %s of %s: %w", catalog.GatePaused, in.ref, err)
 	}
 	s.deps.Log.Info("dispatcher: gate answer settled while the session is paused; the conversation is told",
@@ -355,9 +357,9 @@ func applied(st *graph.State, in *input) bool {
 // recordApproval writes a into the artifact's front matter in the session's
 // workspace; an artifact that is not there is skipped, and the log says so.
 func (s *Service) recordApproval(in *input, workdir, pattern string, a graph.Approval) {
-	name, err := graphstate.WriteApproval(workdir, pattern, a)
+	name, err := flow.WriteApproval(workdir, pattern, a)
 	switch {
-	case errors.Is(err, graphstate.ErrNoArtifact):
+	case errors.Is(err, flow.ErrNoArtifact):
 		s.deps.Log.Info("dispatcher: approval not written into the artifact: it is not in the session's workspace",
 			"work_item", in.ref, "node", a.Node, "artifact", pattern, "login", a.Login)
 	case err != nil:
@@ -375,12 +377,12 @@ func (s *Service) recordApproval(in *input, workdir, pattern string, a graph.App
 func (s *Service) notify(ctx context.Context, ref string, st *graph.State, ns []graph.Notification, workdir string) error {
 	maxChars := s.deps.Config().Channels.Slack.MaxChars
 	for _, n := range ns {
-		ev, note := graphstate.Event(n, st, graphstate.Options{Workdir: workdir, MaxChars: maxChars})
+		ev, note := flow.Event(n, st, flow.Options{Workdir: workdir, MaxChars: maxChars})
 		if note != "" {
 			s.deps.Log.Info("dispatcher: notification carries no artifact excerpt", "work_item", ref,
 				"node", n.Node, "event_type", string(n.Type), "artifact", n.Artifact, "why", note)
 		}
-		if _, err := graphstate.Publish(ctx, s.deps.Conn, ev); err != nil {
+		if _, err := flow.Publish(ctx, s.deps.Conn, ev); err != nil {
 			return fmt.Errorf("publish %s of %s: %w", n.Type, ref, err)
 		}
 		s.deps.Log.Info("dispatcher: graph notification published", "work_item", ref, "node", n.Node,
@@ -415,7 +417,7 @@ func (s *Service) renotify(ctx context.Context, ref string) {
 			workdir = rec.Session.Cwd
 		}
 	}
-	if err := s.notify(ctx, ref, st, graphstate.Current(st, g), workdir); err != nil {
+	if err := s.notify(ctx, ref, st, flow.Current(st, g), workdir); err != nil {
 		s.deps.Log.Warn("dispatcher: graph notifications not published again", "work_item", ref, "err", err)
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // Drop reasons of dispatch.dropped. The first six are the original's.
@@ -113,9 +113,9 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 	}
 	if in.labeled || in.unlabeled {
 		want := in.labeled
-		if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 			if r.Labeled == want {
-				return registry.ErrNoChange
+				return sessions.ErrNoChange
 			}
 			r.Labeled = want
 			return nil
@@ -158,7 +158,7 @@ func authorizedGitHub(cfg *config.Config, login string) bool {
 
 // refusal is why no session may be spawned for in (docs/requirements.md K10),
 // "" if one may.
-func (s *Service) refusal(cfg *config.Config, in *input, rec registry.Record, cmd control.Command) string {
+func (s *Service) refusal(cfg *config.Config, in *input, rec sessions.Record, cmd control.Command) string {
 	armed := false
 	switch s.set.SpawnOnUnmatched {
 	case SpawnAlways:
@@ -179,7 +179,7 @@ func (s *Service) refusal(cfg *config.Config, in *input, rec registry.Record, cm
 // unmatched applies the unmatched policy to an event with no live session:
 // spawn, or refuse (a control.rejected for a command, a drop otherwise).
 // Refused events are never replayed later (docs/requirements.md K10).
-func (s *Service) unmatched(ctx context.Context, store *registry.Store, in *input, rec registry.Record, cmd control.Command) error {
+func (s *Service) unmatched(ctx context.Context, store *sessions.Store, in *input, rec sessions.Record, cmd control.Command) error {
 	if reason := s.refusal(s.deps.Config(), in, rec, cmd); reason != "" {
 		if cmd != "" {
 			s.reject(ctx, in, cmd, reason)
@@ -192,12 +192,12 @@ func (s *Service) unmatched(ctx context.Context, store *registry.Store, in *inpu
 }
 
 // controlRecord is what a command by in's actor records.
-func controlRecord(in *input, cmd control.Command) *registry.Control {
+func controlRecord(in *input, cmd control.Command) *sessions.Control {
 	src := "comment"
 	if in.relayed {
 		src = "relayed"
 	}
-	return &registry.Control{Command: string(cmd), Source: src, Actor: in.actor,
+	return &sessions.Control{Command: string(cmd), Source: src, Actor: in.actor,
 		RequestedAt: time.Now().UTC().Truncate(time.Second), Note: in.note, EventID: in.ev.GetId()}
 }
 
@@ -205,14 +205,14 @@ func controlRecord(in *input, cmd control.Command) *registry.Control {
 // record is written in the same compare-and-set as the command's effect on the
 // registry, after any tmux step, so a redelivery either finds it done or does
 // it again.
-func (s *Service) apply(ctx context.Context, store *registry.Store, in *input, cmd control.Command) error {
+func (s *Service) apply(ctx context.Context, store *sessions.Store, in *input, cmd control.Command) error {
 	rec, _, err := store.Get(ctx, in.ref)
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
 	sess := rec.Session
 	if rec.Control != nil && rec.Control.EventID == in.ev.GetId() {
-		if cmd.Is(control.Spawning) && sess != nil && sess.Status == registry.Spawning && sess.Pending == in.ev.GetId() {
+		if cmd.Is(control.Spawning) && sess != nil && sess.Status == sessions.Spawning && sess.Pending == in.ev.GetId() {
 			return s.spawn(ctx, store, in, cmd) // a spawn this command began before a crash
 		}
 		return nil // applied by an earlier delivery
@@ -226,15 +226,15 @@ func (s *Service) apply(ctx context.Context, store *registry.Store, in *input, c
 			// control.command (as the original).
 			return s.unmatched(ctx, store, in, rec, cmd)
 		}
-		effect, err = s.setStatus(ctx, store, in, ctl, registry.Paused, registry.Active, "resumed")
+		effect, err = s.setStatus(ctx, store, in, ctl, sessions.Paused, sessions.Active, "resumed")
 	case control.Resume:
-		if !sess.Live() || sess.Status != registry.Paused {
+		if !sess.Live() || sess.Status != sessions.Paused {
 			s.reject(ctx, in, cmd, RejectNothingResume)
 			return nil
 		}
-		effect, err = s.setStatus(ctx, store, in, ctl, registry.Paused, registry.Active, "resumed")
+		effect, err = s.setStatus(ctx, store, in, ctl, sessions.Paused, sessions.Active, "resumed")
 	case control.Pause:
-		effect, err = s.setStatus(ctx, store, in, ctl, registry.Active, registry.Paused, "paused")
+		effect, err = s.setStatus(ctx, store, in, ctl, sessions.Active, sessions.Paused, "paused")
 	case control.Stop:
 		if !sess.Live() {
 			effect, err = s.record(ctx, store, in, ctl, "noop")
@@ -256,8 +256,8 @@ func (s *Service) apply(ctx context.Context, store *registry.Store, in *input, c
 }
 
 // record writes ctl and nothing else, returning effect.
-func (s *Service) record(ctx context.Context, store *registry.Store, in *input, ctl *registry.Control, effect string) (string, error) {
-	_, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+func (s *Service) record(ctx context.Context, store *sessions.Store, in *input, ctl *sessions.Control, effect string) (string, error) {
+	_, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		r.Control = ctl
 		return nil
 	})
@@ -269,9 +269,9 @@ func (s *Service) record(ctx context.Context, store *registry.Store, in *input, 
 
 // setStatus records ctl and moves a live session from one status to
 // another: effect when it moved, noop when it was not in from.
-func (s *Service) setStatus(ctx context.Context, store *registry.Store, in *input, ctl *registry.Control, from, to registry.Status, effect string) (string, error) {
+func (s *Service) setStatus(ctx context.Context, store *sessions.Store, in *input, ctl *sessions.Control, from, to sessions.Status, effect string) (string, error) {
 	moved := false
-	rec, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+	rec, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		r.Control = ctl
 		moved = r.Session.Live() && r.Session.Status == from
 		if moved {
@@ -286,7 +286,7 @@ func (s *Service) setStatus(ctx context.Context, store *registry.Store, in *inpu
 		return "noop", nil
 	}
 	name := "session.paused"
-	if to == registry.Active {
+	if to == sessions.Active {
 		name = "session.resumed"
 	}
 	s.deps.Events.Emit(ctx, name, s.sessionAttrs(in, rec.Session)...)
@@ -295,7 +295,7 @@ func (s *Service) setStatus(ctx context.Context, store *registry.Store, in *inpu
 
 // cleanup releases the session's local resources (its tmux session) and
 // forgets it; the control record stays (docs/requirements.md K8).
-func (s *Service) cleanup(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, ctl *registry.Control) (string, error) {
+func (s *Service) cleanup(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, ctl *sessions.Control) (string, error) {
 	cleaned := func(found bool) {
 		s.deps.Events.Emit(ctx, "session.cleaned", append(s.sessionAttrs(in, sess),
 			slog.String("actor", in.actor), slog.String("source", sourceOf(in)), slog.Bool("found", found))...)
@@ -315,7 +315,7 @@ func (s *Service) cleanup(ctx context.Context, store *registry.Store, in *input,
 			return "", err
 		}
 	}
-	_, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+	_, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		r.Control, r.Session = ctl, nil
 		return nil
 	})
@@ -329,7 +329,7 @@ func (s *Service) cleanup(ctx context.Context, store *registry.Store, in *input,
 // closeWorkItem handles issues/pull_request closed (docs/requirements.md K9):
 // the work item's own close closes its session and clears its control record; a
 // linked PR's close leaves it open.
-func (s *Service) closeWorkItem(ctx context.Context, store *registry.Store, in *input, rec registry.Record) error {
+func (s *Service) closeWorkItem(ctx context.Context, store *sessions.Store, in *input, rec sessions.Record) error {
 	if in.entity == 0 || in.entity != numberOf(in.ref) || !strings.EqualFold(repoOf(in.ref), in.repository) {
 		s.drop(ctx, in, DropKeptOpen)
 		return nil
@@ -343,7 +343,7 @@ func (s *Service) closeWorkItem(ctx context.Context, store *registry.Store, in *
 	}
 	if !rec.Session.Live() {
 		if rec.Control != nil {
-			if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+			if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 				r.Control = nil
 				return nil
 			}); err != nil {
@@ -359,14 +359,14 @@ func (s *Service) closeWorkItem(ctx context.Context, store *registry.Store, in *
 // closeSession kills the session's tmux session and marks it closed,
 // writing ctl (a stop) or clearing the control record (a close of the work
 // item) in the same compare-and-set.
-func (s *Service) closeSession(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, reason string, ctl *registry.Control, clearControl bool) error {
+func (s *Service) closeSession(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, reason string, ctl *sessions.Control, clearControl bool) error {
 	if err := s.hostHere(ctx, store, in, sess); err != nil {
 		return err
 	}
 	if err := s.kill(ctx, sess.TmuxTarget); err != nil {
 		return err
 	}
-	rec, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+	rec, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		if ctl != nil {
 			r.Control = ctl
 		}
@@ -374,7 +374,7 @@ func (s *Service) closeSession(ctx context.Context, store *registry.Store, in *i
 			r.Control = nil
 		}
 		if r.Session != nil {
-			r.Session.Status, r.Session.Pending, r.Session.PendingMarker = registry.Closed, "", ""
+			r.Session.Status, r.Session.Pending, r.Session.PendingMarker = sessions.Closed, "", ""
 		}
 		return nil
 	})
@@ -399,7 +399,7 @@ func (s *Service) kill(ctx context.Context, target string) error {
 // hostHere makes sure sess runs on this host: nil when it does (or when its
 // host's lease has expired and this replica took it over), a delayed retry
 // while its host is alive elsewhere.
-func (s *Service) hostHere(ctx context.Context, store *registry.Store, in *input, sess *registry.Session) error {
+func (s *Service) hostHere(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session) error {
 	if sess.Host == s.set.Host {
 		return nil
 	}
@@ -417,9 +417,9 @@ func (s *Service) hostHere(ctx context.Context, store *registry.Store, in *input
 		s.m.elsewhere.Inc()
 	}
 	old := sess.Host
-	if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+	if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		if r.Session == nil || r.Session.Host != old {
-			return registry.ErrNoChange
+			return sessions.ErrNoChange
 		}
 		r.Session.Host = s.set.Host
 		return nil
@@ -434,12 +434,12 @@ func (s *Service) hostHere(ctx context.Context, store *registry.Store, in *input
 
 // unmarkPending clears id's pending mark from ref's session, if it is
 // there, on its own deadline: the delivery that set it stops before typing.
-func (s *Service) unmarkPending(store *registry.Store, ref, id string) {
+func (s *Service) unmarkPending(store *sessions.Store, ref, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := store.Mutate(ctx, ref, func(r *registry.Record) error {
+	if _, err := store.Mutate(ctx, ref, func(r *sessions.Record) error {
 		if r.Session == nil || r.Session.Pending != id {
-			return registry.ErrNoChange
+			return sessions.ErrNoChange
 		}
 		r.Session.Pending, r.Session.PendingMarker = "", ""
 		return nil
@@ -466,7 +466,7 @@ func (s *Service) marker(in *input) string {
 // does so when it starts again (settlePending). Waiting lasts while that
 // host's lease is fresh and the bus has deliveries left; then the event is
 // judged here, as delivery-uncertain.
-func (s *Service) awaitPasteHost(ctx context.Context, store *registry.Store, in *input, sess *registry.Session) (bool, error) {
+func (s *Service) awaitPasteHost(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session) (bool, error) {
 	if sess.Host == s.set.Host || sess.PendingMarker == "" || in.last {
 		return false, nil
 	}
@@ -480,7 +480,7 @@ func (s *Service) awaitPasteHost(ctx context.Context, store *registry.Store, in 
 
 // leaseFresh reports whether host renewed its lease within the last lease
 // period: it is running, or died less than a lease ago.
-func (s *Service) leaseFresh(ctx context.Context, store *registry.Store, host string) (bool, error) {
+func (s *Service) leaseFresh(ctx context.Context, store *sessions.Store, host string) (bool, error) {
 	at, ok, err := store.Lease(ctx, host)
 	if err != nil {
 		return false, fmt.Errorf("registry: lease of %s: %w", host, err)
@@ -491,7 +491,7 @@ func (s *Service) leaseFresh(ctx context.Context, store *registry.Store, host st
 // pasteShown reads the session's pane for the delivery line of in's prompt,
 // after a crash left in's paste unrecorded. known is false when the pane
 // cannot tell (see paneShows) or the session is hosted elsewhere.
-func (s *Service) pasteShown(ctx context.Context, in *input, sess *registry.Session) (shown, known bool) {
+func (s *Service) pasteShown(ctx context.Context, in *input, sess *sessions.Session) (shown, known bool) {
 	if sess.Host != s.set.Host {
 		return false, false
 	}
@@ -515,7 +515,7 @@ func (s *Service) paneShows(ctx context.Context, target, line string) (shown, kn
 
 // deliver renders the event prompt and types it into the live session,
 // respawning the session when its terminal is gone (docs/requirements.md K12).
-func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input) error {
+func (s *Service) deliver(ctx context.Context, store *sessions.Store, in *input) error {
 	rec, _, err := store.Get(ctx, in.ref)
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
@@ -525,7 +525,7 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 	switch {
 	case !sess.Live():
 		return s.unmatched(ctx, store, in, rec, "")
-	case sess.Status == registry.Paused:
+	case sess.Status == sessions.Paused:
 		s.drop(ctx, in, DropSessionPaused)
 		return s.gatePaused(ctx, in)
 	case slices.Contains(sess.Delivered, id):
@@ -545,9 +545,9 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 			}
 			return bus.Retry(fmt.Errorf("the paste of %s is unsettled on %s", id, sess.Host), s.set.ElsewhereRetry)
 		}
-		if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+		if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 			if r.Session == nil || r.Session.Pending != id {
-				return registry.ErrNoChange
+				return sessions.ErrNoChange
 			}
 			r.Session.Remember(id, time.Now().UTC())
 			return nil
@@ -580,10 +580,10 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 	}
 	p := s.render(in, false, s.graphs.context(ctx, s.deps.Conn, s.deps.Config().Graphs.Registry(), in.ref, verdict))
 	paused := false
-	if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
-		if !r.Session.Live() || r.Session.Status == registry.Paused {
+	if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
+		if !r.Session.Live() || r.Session.Status == sessions.Paused {
 			paused = true
-			return registry.ErrNoChange
+			return sessions.ErrNoChange
 		}
 		r.Session.Pending, r.Session.PendingMarker = id, s.marker(in)
 		return nil
@@ -610,7 +610,7 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 	if err != nil {
 		return s.failed(ctx, store, in, sess, "dispatch.failed", err)
 	}
-	if err := s.delivered(ctx, store, in, func(*registry.Session) {}); err != nil {
+	if err := s.delivered(ctx, store, in, func(*sessions.Session) {}); err != nil {
 		return err
 	}
 	s.m.deliveries.WithLabelValues("delivered").Inc()
@@ -621,14 +621,14 @@ func (s *Service) deliver(ctx context.Context, store *registry.Store, in *input)
 
 // delivered records in's event as typed into the session (edit adjusts the
 // session in the same write).
-func (s *Service) delivered(ctx context.Context, store *registry.Store, in *input, edit func(*registry.Session)) error {
-	_, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+func (s *Service) delivered(ctx context.Context, store *sessions.Store, in *input, edit func(*sessions.Session)) error {
+	_, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		if r.Session == nil {
-			return registry.ErrNoChange
+			return sessions.ErrNoChange
 		}
 		edit(r.Session)
-		if r.Session.Status == registry.Spawning {
-			r.Session.Status = registry.Active
+		if r.Session.Status == sessions.Spawning {
+			r.Session.Status = sessions.Active
 		}
 		r.Session.Remember(in.ev.GetId(), time.Now().UTC())
 		return nil
@@ -645,10 +645,10 @@ func (s *Service) delivered(ctx context.Context, store *registry.Store, in *inpu
 // records it as record (dispatch.failed: the paste failed;
 // session.spawn_failed: the respawn that was to take it failed) and asks
 // for a retry.
-func (s *Service) failed(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, record string, cause error) error {
-	_, _ = store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+func (s *Service) failed(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, record string, cause error) error {
+	_, _ = store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		if r.Session == nil || r.Session.Pending != in.ev.GetId() {
-			return registry.ErrNoChange
+			return sessions.ErrNoChange
 		}
 		r.Session.Pending, r.Session.PendingMarker = "", ""
 		return nil
@@ -699,7 +699,7 @@ func sourceOf(in *input) string {
 	return "comment"
 }
 
-func (s *Service) sessionAttrs(in *input, sess *registry.Session) []slog.Attr {
+func (s *Service) sessionAttrs(in *input, sess *sessions.Session) []slog.Attr {
 	attrs := eventAttrs(in)
 	if sess != nil {
 		attrs = append(attrs, slog.String("harness", sess.Harness), slog.String("harness_session_id", sess.HarnessSessionID),

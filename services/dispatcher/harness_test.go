@@ -22,14 +22,14 @@ import (
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
-	"github.com/the-loop/bus/services/dispatcher/harness"
+	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 	"github.com/the-loop/bus/services/runtime"
 )
 
@@ -58,18 +58,18 @@ type env struct {
 	dir    string
 	socket string
 	svc    *Service
-	store  *registry.Store
+	store  *sessions.Store
 	ready  *httpserver.Readiness
 }
 
 // standIn is the stand-in harness: this test binary, run as Claude Code
 // would be, writing what it receives under dir.
-func standIn(t testing.TB, dir string) *harness.Command {
+func standIn(t testing.TB, dir string) *agent.Command {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := harness.Claude()
+	h := agent.Claude()
 	h.Binary = exe
 	h.Environment = map[string]string{tmuxtest.EnvDir: dir}
 	return h
@@ -126,7 +126,7 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 			t.Error("the service emitted an unregistered event-log type")
 		}
 	})
-	store, err := registry.Open(context.Background(), e.pub)
+	store, err := sessions.Open(context.Background(), e.pub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func (e *env) publish(evs ...*loopv1.Event) {
 	}
 }
 
-func (e *env) record(ref string) registry.Record {
+func (e *env) record(ref string) sessions.Record {
 	e.t.Helper()
 	r, _, err := e.store.Get(context.Background(), ref)
 	if err != nil {
@@ -331,7 +331,7 @@ func (e *env) graphState(ref string) *graph.State {
 
 // start arms ref with the label and starts it with alice's start comment,
 // returning the live session once its harness is ready for input.
-func (e *env) start(ref string, commentID int64) *registry.Session {
+func (e *env) start(ref string, commentID int64) *sessions.Session {
 	e.t.Helper()
 	e.publish(labeled(ref, fmt.Sprintf("lab-%d", commentID)), comment(ref, commentID, alice, "the-loop start"))
 	e.waitRecord("session.spawned", map[string]any{"work_item": ref})

@@ -9,7 +9,7 @@ import (
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/graph"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
+	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/services/dispatcher/internal/prompt"
 )
 
@@ -83,7 +83,7 @@ func needsEscape(r rune, block bool) bool {
 }
 
 // graphs is the dispatcher's access to the work items' graph states (KV
-// "graph", package graphstate), opened on first use.
+// "graph", package pkg/graphstate), opened on first use.
 type graphs struct {
 	mu    sync.Mutex
 	store *graphstate.Store

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/the-loop/bus/services/dispatcher/internal/flow"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,9 +16,8 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/redact"
-	"github.com/the-loop/bus/services/dispatcher/ask"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
-	"github.com/the-loop/bus/services/dispatcher/registry"
+	"github.com/the-loop/bus/pkg/sessions"
+	"github.com/the-loop/bus/services/dispatcher/internal/ask"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
@@ -70,7 +70,7 @@ func (s *Service) serveSessions(ctx context.Context, ln net.Listener) error {
 }
 
 // sessionHandler answers one session's request about its own work item.
-type sessionHandler func(ctx context.Context, r *http.Request, ref string, sess *registry.Session, token string) (int, any)
+type sessionHandler func(ctx context.Context, r *http.Request, ref string, sess *sessions.Session, token string) (int, any)
 
 // withSession authenticates the request's token against the registry: the
 // token must name a live session of this host whose stored hash it matches.
@@ -159,7 +159,7 @@ func ownRef(asked, ref string) (refusal, bool) {
 // sessionAsk publishes the session's question, scrubbed, as
 // session.awaiting_input with the session as its actor, and waits for the
 // ledger to record it.
-func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, sess *registry.Session, token string) (int, any) {
+func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, sess *sessions.Session, token string) (int, any) {
 	var req sessionapi.AskRequest
 	if status, e, ok := readBody(r, &req, `{"question": "…"}`); !ok {
 		return status, e
@@ -204,7 +204,7 @@ func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, s
 }
 
 // sessionComplete completes the session's own agent node.
-func (s *Service) sessionComplete(ctx context.Context, r *http.Request, ref string, _ *registry.Session, _ string) (int, any) {
+func (s *Service) sessionComplete(ctx context.Context, r *http.Request, ref string, _ *sessions.Session, _ string) (int, any) {
 	var req sessionapi.CompleteRequest
 	if status, e, ok := readBody(r, &req, `{}`); !ok {
 		return status, e
@@ -213,7 +213,7 @@ func (s *Service) sessionComplete(ctx context.Context, r *http.Request, ref stri
 		return http.StatusForbidden, e
 	}
 	data, err := s.complete(ctx, ref, catalog.SourceSession)
-	if errors.Is(err, graphstate.ErrHumanGate) {
+	if errors.Is(err, flow.ErrHumanGate) {
 		// A session trying to pass a human gate is the attack this
 		// endpoint exists to stop: refused, and recorded as such.
 		return http.StatusConflict, refusal{refusedHumanGate, err.Error()}
@@ -222,7 +222,7 @@ func (s *Service) sessionComplete(ctx context.Context, r *http.Request, ref stri
 }
 
 // sessionStatus is the session's own work item's graph state.
-func (s *Service) sessionStatus(ctx context.Context, _ *http.Request, ref string, _ *registry.Session, _ string) (int, any) {
+func (s *Service) sessionStatus(ctx context.Context, _ *http.Request, ref string, _ *sessions.Session, _ string) (int, any) {
 	return s.graphAnswer(s.graphStatus(ctx, mustRequest(ref)))
 }
 

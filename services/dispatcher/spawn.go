@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/control"
+	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // spawn starts a new session for in's work item with the spawn template as
@@ -18,26 +18,26 @@ import (
 // tmux is recognised: the redelivery finds its own claim, and a live tmux
 // session of that name is then its own spawn, not an occupant. Any other live
 // session of that name is never replaced.
-func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, cmd control.Command) error {
+func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, cmd control.Command) error {
 	h := s.set.Harness
 	target := tmux.Target(in.ref)
 	evID := in.ev.GetId()
-	var ctl *registry.Control
+	var ctl *sessions.Control
 	if cmd != "" {
 		ctl = controlRecord(in, cmd)
 	}
 	var id string
-	var prev *registry.Session
-	var prevControl *registry.Control
+	var prev *sessions.Session
+	var prevControl *sessions.Control
 	recovering := false
 	token, tokenHash, err := newSessionToken(in.ref)
 	if err != nil {
 		return err
 	}
-	_, err = store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+	_, err = store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		prev, prevControl, recovering = nil, r.Control, false
 		if r.Session.Live() {
-			if r.Session.Status == registry.Spawning && r.Session.Pending == evID && r.Session.Host == s.set.Host {
+			if r.Session.Status == sessions.Spawning && r.Session.Pending == evID && r.Session.Host == s.set.Host {
 				// Our own claim from before a crash. A process that claim
 				// started holds the token of that attempt; one started now
 				// gets this token, whose hash replaces the old one only once
@@ -57,9 +57,9 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 			r.Control = ctl
 		}
 		now := time.Now().UTC()
-		r.Session = &registry.Session{
+		r.Session = &sessions.Session{
 			Harness: h.Name(), HarnessSessionID: id, Cwd: s.set.Workdir, Host: s.set.Host,
-			TmuxTarget: target, Status: registry.Spawning, Interaction: string(s.tmpl.Mode),
+			TmuxTarget: target, Status: sessions.Spawning, Interaction: string(s.tmpl.Mode),
 			CreatedAt: now, LastEventAt: now, Pending: evID, TokenHash: tokenHash,
 		}
 		return nil
@@ -83,9 +83,9 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 		err = nil // our own spawn from before the crash: it booted with this event
 	}
 	if err != nil {
-		if _, rerr := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
-			if r.Session == nil || r.Session.Status != registry.Spawning || r.Session.Pending != evID {
-				return registry.ErrNoChange
+		if _, rerr := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
+			if r.Session == nil || r.Session.Status != sessions.Spawning || r.Session.Pending != evID {
+				return sessions.ErrNoChange
 			}
 			// Nothing of the attempt stays: with the command's control
 			// record left in place, its retry would read as already
@@ -107,11 +107,11 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 		s.deps.Events.Emit(ctx, "session.spawn_failed", append(attrs, slog.Bool("will_retry", !in.last))...)
 		return fmt.Errorf("spawn %s: %w", target, err)
 	}
-	rec, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+	rec, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		if r.Session == nil || r.Session.HarnessSessionID != id {
-			return registry.ErrNoChange
+			return sessions.ErrNoChange
 		}
-		r.Session.Status = registry.Active
+		r.Session.Status = sessions.Active
 		if started {
 			r.Session.TokenHash = tokenHash
 		}
@@ -134,7 +134,7 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 // conversation when the harness can and the id is safe, else a fresh
 // conversation. A live occupant found meanwhile gets the paste instead (respawn
 // averted).
-func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, p string) error {
+func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, p string) error {
 	h := s.set.Harness
 	target := sess.TmuxTarget
 	if target == "" {
@@ -148,9 +148,9 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 	if err != nil {
 		return err
 	}
-	if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+	if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		if r.Session == nil {
-			return registry.ErrNoChange
+			return sessions.ErrNoChange
 		}
 		r.Session.NextTokenHash = tokenHash
 		return nil
@@ -188,7 +188,7 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 			return s.failed(ctx, store, in, sess, "session.spawn_failed", fmt.Errorf("respawn: %w", err))
 		}
 	}
-	err = s.delivered(ctx, store, in, func(ss *registry.Session) {
+	err = s.delivered(ctx, store, in, func(ss *sessions.Session) {
 		ss.HarnessSessionID, ss.Host, ss.TmuxTarget, ss.Harness = id, s.set.Host, target, h.Name()
 		ss.TokenHash, ss.NextTokenHash = tokenHash, ""
 	})
@@ -225,13 +225,13 @@ func (s *Service) stillLive(ctx context.Context, target string) bool {
 }
 
 // averted pastes p into a live session found where a respawn would go.
-func (s *Service) averted(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, target, p string) error {
+func (s *Service) averted(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, target, p string) error {
 	if err := s.tmux.Deliver(ctx, target, p); err != nil {
 		return s.failed(ctx, store, in, sess, "dispatch.failed", err)
 	}
 	// The occupant keeps its own token; the one made for the respawn went
 	// to no process.
-	if err := s.delivered(ctx, store, in, func(ss *registry.Session) { ss.NextTokenHash = "" }); err != nil {
+	if err := s.delivered(ctx, store, in, func(ss *sessions.Session) { ss.NextTokenHash = "" }); err != nil {
 		return err
 	}
 	s.m.deliveries.WithLabelValues("delivered").Inc()
