@@ -187,13 +187,20 @@ func WithSettings(s Settings) Option { return func(c *Settings) { *c = s } }
 
 // Service is the dispatcher.
 type Service struct {
-	deps   runtime.Deps
-	set    Settings
-	tmux   terminal
-	tmpl   prompt.Templates
-	m      *metrics
-	store  atomic.Pointer[sessions.Store]
-	graphs graphs
+	deps  runtime.Deps
+	set   Settings
+	tmux  terminal
+	tmpl  prompt.Templates
+	m     *metrics
+	store atomic.Pointer[sessions.Store]
+
+	// The dispatcher's jobs besides the per-event pipeline (handle.go,
+	// control.go, deliver.go, spawn.go), each with only what it needs.
+	gates    *gates
+	endpoint *sessionEndpoint
+	leases   *leases
+	panes    *panes
+	records  recorder
 
 	// unavailable is why sessions cannot run here ("" when they can).
 	mu          sync.Mutex
@@ -236,6 +243,7 @@ func New(deps runtime.Deps, opts ...Option) (*Service, error) {
 		return nil, fmt.Errorf("%s: session runner %q: want %s or %s", Name, set.Runner, RunnerTmux, RunnerProcess)
 	}
 	s.tmux = tracedTerminal{s.tmux}
+	s.wire()
 	return s, nil
 }
 
@@ -295,7 +303,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	defer s.serveEndpoint()() // `the-loop graph` asks here, with or without sessions
+	defer s.gates.serve()() // `the-loop graph` asks here, with or without sessions
 	if !s.waitAvailable(ctx) {
 		return nil
 	}
@@ -306,19 +314,19 @@ func (s *Service) Run(ctx context.Context) error {
 	s.store.Store(store)
 	// Sessions reach the loop through the endpoint only; it is up before
 	// the first session is started.
-	ln, url, err := s.listenSessions()
+	ln, url, err := s.endpoint.listen()
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	s.sessionURL = url
 	s.deps.Log.Info("dispatcher: session endpoint listening", "url", url)
-	s.settlePending(ctx, store)
-	s.reconcile(ctx, store)
+	s.panes.settle(ctx, store)
+	s.panes.reconcile(ctx, store)
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go s.heartbeat(hctx, store)
+	go s.leases.renew(hctx, store, s.panes.reconcile)
 	served := make(chan error, 1)
-	go func() { served <- s.serveSessions(hctx, ln) }()
+	go func() { served <- s.endpoint.serve(hctx, ln) }()
 	// This replica is a member of the dispatcher's replicas under its
 	// session host's name: the partitions it owns are the work items whose
 	// sessions run here.
@@ -379,109 +387,6 @@ func (s *Service) openStore(ctx context.Context) (*sessions.Store, bool) {
 		case <-ctx.Done():
 			return nil, false
 		case <-time.After(time.Second):
-		}
-	}
-}
-
-// heartbeat renews this host's lease until ctx ends.
-func (s *Service) heartbeat(ctx context.Context, store *sessions.Store) {
-	every := s.set.Lease / 3
-	for {
-		if err := store.Heartbeat(ctx, s.set.Host, time.Now()); err != nil && ctx.Err() == nil {
-			s.deps.Log.Warn("dispatcher: lease renewal failed", "host", s.set.Host, "err", err)
-		}
-		// A session another replica took over (its partition moved there)
-		// must not stay alive here as an idle second copy.
-		s.reconcile(ctx, store)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(every):
-		}
-	}
-}
-
-// settlePending judges, before this host consumes anything, the pastes it
-// left unrecorded when it last stopped (a crash between a paste and its
-// record): the prompt's marker in the live pane means received (recorded as
-// delivered), a live pane without it means never typed (Pending cleared, so
-// the redelivery types it, here or on the host that has the partition now).
-// A pane that cannot tell clears the marker: whoever gets the redelivery
-// drops it as delivery-uncertain instead of waiting for this host.
-func (s *Service) settlePending(ctx context.Context, store *sessions.Store) {
-	recs, err := store.List(ctx)
-	if err != nil {
-		s.deps.Log.Warn("dispatcher: unrecorded pastes: registry unreadable", "err", err)
-		return
-	}
-	for _, r := range recs {
-		sess := r.Session
-		if !sess.Live() || sess.Host != s.set.Host || sess.Pending == "" {
-			continue
-		}
-		id, verdict := sess.Pending, "uncertain"
-		switch shown, known := s.paneShows(ctx, sess.TmuxTarget, sess.PendingMarker); {
-		case known && shown:
-			verdict = "received"
-		case known:
-			verdict = "not-typed"
-		}
-		if _, err := store.Mutate(ctx, r.Ref, func(rec *sessions.Record) error {
-			if rec.Session == nil || rec.Session.Pending != id {
-				return sessions.ErrNoChange
-			}
-			switch verdict {
-			case "received":
-				rec.Session.Remember(id, time.Now().UTC())
-			case "not-typed":
-				rec.Session.Pending, rec.Session.PendingMarker = "", ""
-			default:
-				rec.Session.PendingMarker = ""
-			}
-			return nil
-		}); err != nil {
-			s.deps.Log.Warn("dispatcher: unrecorded paste: registry", "work_item", r.Ref, "err", err)
-			continue
-		}
-		s.deps.Log.Info("dispatcher: settled an unrecorded paste", "work_item", r.Ref, "event_id", id, "verdict", verdict)
-	}
-}
-
-// reconcile kills this host's loop-* tmux sessions that the registry says
-// are closed, gone or hosted elsewhere: after a takeover the old host must
-// not keep a second live session of the work item when it comes back.
-func (s *Service) reconcile(ctx context.Context, store *sessions.Store) {
-	names, err := s.tmux.Sessions(ctx)
-	if err != nil || len(names) == 0 {
-		return
-	}
-	recs, err := store.List(ctx)
-	if err != nil {
-		s.deps.Log.Warn("dispatcher: reconcile: registry unreadable; leaving tmux sessions alone", "err", err)
-		return
-	}
-	ours := map[string]bool{}
-	for _, r := range recs {
-		if r.Session.Live() && r.Session.Host == s.set.Host {
-			ours[r.Session.TmuxTarget] = true
-		}
-	}
-	owned := map[string]string{}
-	for _, r := range recs {
-		if r.Session != nil {
-			owned[r.Session.TmuxTarget] = r.Ref
-		}
-	}
-	for _, n := range names {
-		ref, known := owned[n]
-		if !known || ours[n] {
-			// Not ours to judge (an operator's session that happens to share
-			// the server), or ours and live.
-			continue
-		}
-		if err := s.tmux.Kill(ctx, n); err == nil {
-			s.deps.Log.Warn("dispatcher: killed a stale local session whose work item is closed or hosted elsewhere",
-				"tmux_target", n, "work_item", ref)
 		}
 	}
 }

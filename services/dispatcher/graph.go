@@ -4,9 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/services/dispatcher/internal/flow"
 	"log/slog"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/the-loop/bus/pkg/catalog"
@@ -51,19 +57,73 @@ import (
 // is settled so is answered there (catalog.GatePaused): the person learns
 // that the gate did not move and why, instead of waiting for it.
 
-// graphStart starts in's work item on its graph when its session spawns.
-func (s *Service) graphStart(ctx context.Context, in *input, cmd control.Command) error {
-	cfg := s.deps.Config()
+// gates is the dispatcher's side of the work items' process graphs: it
+// starts a graph with its session, lets a human gate classify a comment
+// before the session sees it, publishes what each move yields, and answers
+// the graph endpoint. It needs the bus, the config in force and the session
+// registry (for a session's workspace), never a terminal.
+type gates struct {
+	conn     *bus.Conn
+	config   func() *config.Config
+	log      *slog.Logger
+	events   *eventlog.Logger
+	gateWait *prometheus.HistogramVec
+	// workdir is the sessions' default workspace, where artifacts are read
+	// when a work item's session names none.
+	workdir  string
+	sessions *atomic.Pointer[sessions.Store]
+
+	mu    sync.Mutex
+	store *graphstate.Store
+}
+
+// open returns the state store, opening it on first use.
+func (gs *gates) open(ctx context.Context) (*graphstate.Store, error) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if gs.store == nil {
+		st, err := graphstate.Open(ctx, gs.conn)
+		if err != nil {
+			return nil, err
+		}
+		gs.store = st
+	}
+	return gs.store, nil
+}
+
+// context is the graph context block of ref ($graph_context): "" when there
+// is no state, it cannot be read, or its graph is not in the config in
+// force. verdict is the gate's verdict when a human gate classified this
+// event first. Best effort: a prompt is never lost to it.
+func (gs *gates) context(ctx context.Context, ref string, verdict graph.Outcome) string {
+	store, err := gs.open(ctx)
+	if err != nil {
+		return ""
+	}
+	st, _, err := store.Get(ctx, ref)
+	if err != nil || st == nil {
+		return ""
+	}
+	gr, ok := gs.config().Graphs.Registry().Get(st.Graph)
+	if !ok {
+		return ""
+	}
+	return graph.ContextWith(st, gr, graph.ContextOptions{Verdict: verdict})
+}
+
+// start starts in's work item on its graph when its session spawns.
+func (gs *gates) start(ctx context.Context, in *input, cmd control.Command) error {
+	cfg := gs.config()
 	name := cfg.Graphs.WorkItem
 	if cmd == control.Do {
 		name = graph.AdhocGraph
 	}
 	g, ok := cfg.Graphs.Registry().Get(name)
 	if !ok {
-		s.deps.Log.Warn("dispatcher: graph not registered; the work item has no process graph", "work_item", in.ref, "graph", name)
+		gs.log.Warn("dispatcher: graph not registered; the work item has no process graph", "work_item", in.ref, "graph", name)
 		return nil
 	}
-	store, err := s.graphs.open(ctx, s.deps.Conn)
+	store, err := gs.open(ctx)
 	if err != nil {
 		return fmt.Errorf("graph state: %w", err)
 	}
@@ -79,7 +139,7 @@ func (s *Service) graphStart(ctx context.Context, in *input, cmd control.Command
 		return next, err
 	})
 	if errors.Is(err, graphstate.ErrOtherRef) {
-		s.deps.Log.Warn("dispatcher: the graph key of this work item holds another's state; no graph for it", "work_item", in.ref, "err", err)
+		gs.log.Warn("dispatcher: the graph key of this work item holds another's state; no graph for it", "work_item", in.ref, "err", err)
 		return nil
 	}
 	if err != nil {
@@ -88,9 +148,9 @@ func (s *Service) graphStart(ctx context.Context, in *input, cmd control.Command
 	if !created {
 		return nil // kept the graph it had
 	}
-	s.deps.Events.Emit(ctx, "graph.advanced", append(eventAttrs(in), slog.String("graph", g.Name),
+	gs.events.Emit(ctx, "graph.advanced", append(eventAttrs(in), slog.String("graph", g.Name),
 		slog.String("from", ""), slog.String("to", st.Current), slog.String("outcome", "start"))...)
-	return s.notify(ctx, in.ref, st, ns, s.set.Workdir)
+	return gs.notify(ctx, in.ref, st, ns, gs.workdir)
 }
 
 // staleGateError: a relayed button answer names a gate visit that is not the
@@ -109,18 +169,18 @@ func (e *staleGateError) Error() string {
 // the state is left as it is and a *staleGateError returned — ingress-slack
 // refuses such a press already, and this is the check that holds when the
 // gate moved between the press and its record coming back.
-func (s *Service) consultGate(ctx context.Context, in *input, sess *sessions.Session) (graph.Outcome, error) {
+func (gs *gates) consult(ctx context.Context, in *input, sess *sessions.Session) (graph.Outcome, error) {
 	if !in.gate || in.actor == "" {
 		// Only an authorized person's comment can answer a gate; one
 		// without an actor (a collaborator's) never reaches a session.
 		return "", nil
 	}
-	cfg := s.deps.Config()
+	cfg := gs.config()
 	grammar, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords)
 	if err != nil {
 		grammar, _ = control.New(cfg.Routing.Control.Enabled, nil)
 	}
-	store, err := s.graphs.open(ctx, s.deps.Conn)
+	store, err := gs.open(ctx)
 	if err != nil {
 		return "", fmt.Errorf("graph state: %w", err)
 	}
@@ -179,7 +239,7 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *sessions.Ses
 		return cur, nil
 	})
 	if replay {
-		s.deps.Events.Emit(ctx, "graph.replayed", slog.String("work_item", in.ref), slog.String("event_id", in.prov.EventID),
+		gs.events.Emit(ctx, "graph.replayed", slog.String("work_item", in.ref), slog.String("event_id", in.prov.EventID),
 			slog.String("record_url", in.prov.RecordURL))
 	}
 	switch {
@@ -198,25 +258,25 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *sessions.Ses
 		return "", nil
 	}
 	if !t.Moved() {
-		s.deps.Log.Info("dispatcher: gate stays open", "work_item", in.ref, "event_id", in.ev.GetId(),
+		gs.log.Info("dispatcher: gate stays open", "work_item", in.ref, "event_id", in.ev.GetId(),
 			"node", t.From, "reason", t.Reason)
 		return t.Outcome, nil
 	}
 	attrs := append(eventAttrs(in), slog.String("graph", g.Name), slog.String("from", t.From), slog.String("to", t.To),
 		slog.String("outcome", string(t.Outcome)), slog.String("actor", in.actor), slog.String("channel", in.prov.Channel))
-	s.deps.Events.Emit(ctx, "graph.advanced", attrs...)
-	s.observeGateWait(g, st, t.From)
+	gs.events.Emit(ctx, "graph.advanced", attrs...)
+	gs.observeWait(g, st, t.From)
 	if st.Terminal() {
-		s.deps.Events.Emit(ctx, "graph.completed", append(eventAttrs(in), slog.String("graph", g.Name),
+		gs.events.Emit(ctx, "graph.completed", append(eventAttrs(in), slog.String("graph", g.Name),
 			slog.String("node", st.Current), slog.String("status", string(st.Status)))...)
 	}
 	if n := g.Node(t.From); n != nil && n.Artifact != "" {
 		for _, a := range t.Approvals {
-			s.recordApproval(in, sess.Cwd, n.Artifact, a)
+			gs.recordApproval(in, sess.Cwd, n.Artifact, a)
 		}
 	}
-	s.gateMoved(ctx, in, g, t, left, sess.Cwd)
-	return t.Outcome, s.notify(ctx, in.ref, st, t.Notifications, sess.Cwd)
+	gs.moved(ctx, in, g, t, left, sess.Cwd)
+	return t.Outcome, gs.notify(ctx, in.ref, st, t.Notifications, sess.Cwd)
 }
 
 // gateMoved publishes the catalog.GateMoved signal of t, the move that ended
@@ -224,18 +284,18 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *sessions.Ses
 // channel retires that visit's answer buttons before it shows the next
 // gate. Best effort: a channel that misses it retires the buttons when the
 // work item's next gate is posted (docs/decisions/032-old-gate-messages-lose-their-buttons.md).
-func (s *Service) gateMoved(ctx context.Context, in *input, g *graph.Graph, t graph.Transition, left, workdir string) {
+func (gs *gates) moved(ctx context.Context, in *input, g *graph.Graph, t graph.Transition, left, workdir string) {
 	if left == "" {
 		return
 	}
 	ev := flow.MovedEvent(in.ref, left, g.Name, t, g.Node(t.From), in.ev.GetActor(), in.ev.GetId(),
-		flow.Options{Workdir: workdir, MaxChars: s.deps.Config().Channels.Slack.MaxChars})
-	if _, err := flow.Publish(ctx, s.deps.Conn, ev); err != nil {
-		s.deps.Log.Warn("dispatcher: gate.moved not published; channels retire the gate's buttons at its next gate",
+		flow.Options{Workdir: workdir, MaxChars: gs.config().Channels.Slack.MaxChars})
+	if _, err := flow.Publish(ctx, gs.conn, ev); err != nil {
+		gs.log.Warn("dispatcher: gate.moved not published; channels retire the gate's buttons at its next gate",
 			"work_item", in.ref, "gate_visit", left, "err", err)
 		return
 	}
-	s.deps.Log.Info("dispatcher: gate.moved published", "work_item", in.ref, "gate_visit", left,
+	gs.log.Info("dispatcher: gate.moved published", "work_item", in.ref, "gate_visit", left,
 		"outcome", string(t.Outcome), "to", t.To, "event_id", ev.GetId())
 }
 
@@ -244,12 +304,12 @@ func (s *Service) gateMoved(ctx context.Context, in *input, g *graph.Graph, t gr
 // (decision 023), with a catalog.GatePaused notice to their conversation. An
 // answer typed on GitHub names no conversation and gets none. The notice's
 // id derives from the answer's, so a redelivery publishes it once.
-func (s *Service) gatePaused(ctx context.Context, in *input) error {
+func (gs *gates) paused(ctx context.Context, in *input) error {
 	conv := in.ev.GetConversation()
 	if !in.gate || conv.GetChannel() == "" {
 		return nil
 	}
-	store, err := s.graphs.open(ctx, s.deps.Conn)
+	store, err := gs.open(ctx)
 	if err != nil {
 		return fmt.Errorf("graph state: %w", err)
 	}
@@ -258,7 +318,7 @@ func (s *Service) gatePaused(ctx context.Context, in *input) error {
 		// No readable state, no gate to speak of.
 		return nil
 	}
-	cfg := s.deps.Config()
+	cfg := gs.config()
 	g, ok := cfg.Graphs.Registry().Get(st.Graph)
 	if !ok || !st.AtHumanGate(g) {
 		return nil
@@ -291,10 +351,10 @@ func (s *Service) gatePaused(ctx context.Context, in *input) error {
 			Detail: map[string]string{"graph": st.Graph, "reason": DropSessionPaused},
 		}},
 	}
-	if _, err := flow.Publish(ctx, s.deps.Conn, ev); err != nil {
+	if _, err := flow.Publish(ctx, gs.conn, ev); err != nil {
 		return fmt.Errorf("publish %s of %s: %w", catalog.GatePaused, in.ref, err)
 	}
-	s.deps.Log.Info("dispatcher: gate answer settled while the session is paused; the conversation is told",
+	gs.log.Info("dispatcher: gate answer settled while the session is paused; the conversation is told",
 		"work_item", in.ref, "event_id", in.ev.GetId(), "node", st.Current, "notice_id", ev.GetId())
 	return nil
 }
@@ -356,17 +416,17 @@ func applied(st *graph.State, in *input) bool {
 
 // recordApproval writes a into the artifact's front matter in the session's
 // workspace; an artifact that is not there is skipped, and the log says so.
-func (s *Service) recordApproval(in *input, workdir, pattern string, a graph.Approval) {
+func (gs *gates) recordApproval(in *input, workdir, pattern string, a graph.Approval) {
 	name, err := flow.WriteApproval(workdir, pattern, a)
 	switch {
 	case errors.Is(err, flow.ErrNoArtifact):
-		s.deps.Log.Info("dispatcher: approval not written into the artifact: it is not in the session's workspace",
+		gs.log.Info("dispatcher: approval not written into the artifact: it is not in the session's workspace",
 			"work_item", in.ref, "node", a.Node, "artifact", pattern, "login", a.Login)
 	case err != nil:
-		s.deps.Log.Warn("dispatcher: approval not written into the artifact", "work_item", in.ref, "node", a.Node,
+		gs.log.Warn("dispatcher: approval not written into the artifact", "work_item", in.ref, "node", a.Node,
 			"artifact", name, "login", a.Login, "err", err)
 	default:
-		s.deps.Log.Info("dispatcher: approval written into the artifact's front matter", "work_item", in.ref,
+		gs.log.Info("dispatcher: approval written into the artifact's front matter", "work_item", in.ref,
 			"node", a.Node, "artifact", name, "login", a.Login)
 	}
 }
@@ -374,18 +434,18 @@ func (s *Service) recordApproval(in *input, workdir, pattern string, a graph.App
 // notify publishes ns, yielded by a move of ref to st, to the inbox. A
 // failure is returned (the event is retried and renotify publishes them
 // again under the same ids).
-func (s *Service) notify(ctx context.Context, ref string, st *graph.State, ns []graph.Notification, workdir string) error {
-	maxChars := s.deps.Config().Channels.Slack.MaxChars
+func (gs *gates) notify(ctx context.Context, ref string, st *graph.State, ns []graph.Notification, workdir string) error {
+	maxChars := gs.config().Channels.Slack.MaxChars
 	for _, n := range ns {
 		ev, note := flow.Event(n, st, flow.Options{Workdir: workdir, MaxChars: maxChars})
 		if note != "" {
-			s.deps.Log.Info("dispatcher: notification carries no artifact excerpt", "work_item", ref,
+			gs.log.Info("dispatcher: notification carries no artifact excerpt", "work_item", ref,
 				"node", n.Node, "event_type", string(n.Type), "artifact", n.Artifact, "why", note)
 		}
-		if _, err := flow.Publish(ctx, s.deps.Conn, ev); err != nil {
+		if _, err := flow.Publish(ctx, gs.conn, ev); err != nil {
 			return fmt.Errorf("publish %s of %s: %w", n.Type, ref, err)
 		}
-		s.deps.Log.Info("dispatcher: graph notification published", "work_item", ref, "node", n.Node,
+		gs.log.Info("dispatcher: graph notification published", "work_item", ref, "node", n.Node,
 			"event_type", string(n.Type), "event_id", ev.GetId())
 	}
 	return nil
@@ -398,8 +458,8 @@ const renotifyWithin = 30 * time.Minute
 
 // renotify publishes the current node's notifications of ref again, best
 // effort: their ids are those of the first publication, so the bus keeps one.
-func (s *Service) renotify(ctx context.Context, ref string) {
-	store, err := s.graphs.open(ctx, s.deps.Conn)
+func (gs *gates) renotify(ctx context.Context, ref string) {
+	store, err := gs.open(ctx)
 	if err != nil {
 		return
 	}
@@ -407,24 +467,24 @@ func (s *Service) renotify(ctx context.Context, ref string) {
 	if err != nil || st == nil || len(st.History) == 0 || time.Since(st.History[len(st.History)-1].EnteredAt) > renotifyWithin {
 		return
 	}
-	g, ok := s.deps.Config().Graphs.Registry().Get(st.Graph)
+	g, ok := gs.config().Graphs.Registry().Get(st.Graph)
 	if !ok {
 		return
 	}
-	workdir := s.set.Workdir
-	if reg := s.store.Load(); reg != nil {
+	workdir := gs.workdir
+	if reg := gs.sessions.Load(); reg != nil {
 		if rec, _, err := reg.Get(ctx, ref); err == nil && rec.Session != nil && rec.Session.Cwd != "" {
 			workdir = rec.Session.Cwd
 		}
 	}
-	if err := s.notify(ctx, ref, st, flow.Current(st, g), workdir); err != nil {
-		s.deps.Log.Warn("dispatcher: graph notifications not published again", "work_item", ref, "err", err)
+	if err := gs.notify(ctx, ref, st, flow.Current(st, g), workdir); err != nil {
+		gs.log.Warn("dispatcher: graph notifications not published again", "work_item", ref, "err", err)
 	}
 }
 
 // observeGateWait records how long the gate node from waited, from its
 // entry to the answer that moved the work item on (loop_gate_wait_seconds).
-func (s *Service) observeGateWait(g *graph.Graph, st *graph.State, from string) {
+func (gs *gates) observeWait(g *graph.Graph, st *graph.State, from string) {
 	n := g.Node(from)
 	if n == nil || st == nil {
 		return
@@ -432,7 +492,7 @@ func (s *Service) observeGateWait(g *graph.Graph, st *graph.State, from string) 
 	for i := len(st.History) - 1; i >= 0; i-- {
 		h := st.History[i]
 		if h.Node == from && !h.ExitedAt.IsZero() && !h.Skipped {
-			s.m.gateWait.WithLabelValues(string(n.Gate)).Observe(h.ExitedAt.Sub(h.EnteredAt).Seconds())
+			gs.gateWait.WithLabelValues(string(n.Gate)).Observe(h.ExitedAt.Sub(h.EnteredAt).Seconds())
 			return
 		}
 	}

@@ -18,37 +18,6 @@ import (
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 )
 
-// Drop reasons of dispatch.dropped. The first six are the original's.
-const (
-	DropSpawnPolicy      = "spawn-policy"
-	DropAwaitingStart    = "awaiting-start"
-	DropSessionPaused    = "session-paused"
-	DropAlreadyProcessed = "already-processed"
-	DropSessionOccupied  = "session-occupied"
-	DropUnauthorized     = "unauthorized-actor"
-	// DropDeliveryUncertain: a redelivery of an event whose paste may have
-	// happened before a crash; it is not typed again (at most once).
-	DropDeliveryUncertain = "delivery-uncertain"
-	// DropNoCommand: a relayed control record in which the grammar in force
-	// finds no command; it is never delivered as prose.
-	DropNoCommand = "no-command"
-	// DropKeptOpen: a close of a linked pull request, not of the work item
-	// its session belongs to (docs/requirements.md K6).
-	DropKeptOpen = "kept-open"
-	// DropNoSession: a close of a work item that has no live session.
-	DropNoSession = "no-session"
-	// DropStaleGate: a relayed button answer for a gate visit the work item
-	// has left; it neither moves the gate nor reaches the session
-	// (docs/decisions/031-stale-gate-presses-refused.md).
-	DropStaleGate = "stale-gate"
-)
-
-// Control rejection reasons (control.rejected).
-const (
-	RejectUnauthorized  = "unauthorized-actor"
-	RejectNothingResume = "nothing-to-resume"
-)
-
 var errLive = errors.New("a live session exists")
 
 // handle is the per-event entry point (docs/requirements.md K6 order).
@@ -62,7 +31,7 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 	if in.redelivered {
 		// A failure after a graph move may have kept its notifications
 		// from the bus: publish the current node's again (same ids).
-		s.renotify(ctx, in.ref)
+		s.gates.renotify(ctx, in.ref)
 	}
 	store := s.store.Load()
 	cfg := s.deps.Config()
@@ -90,7 +59,7 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 			// (abuse 5): an authorized GitHub login, judged by the config in
 			// force now.
 			if !authorizedGitHub(cfg, in.actor) {
-				s.reject(ctx, in, res.Command, RejectUnauthorized)
+				s.records.reject(ctx, in, res.Command, RejectUnauthorized)
 				return nil
 			}
 			if res.Command != control.Execute {
@@ -98,14 +67,14 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 			}
 			// execute answers the graph's phase-selection gate: recorded as
 			// handed to the graph, and delivered like any comment.
-			s.commanded(ctx, in, res.Command, "handed-to-graph")
+			s.records.commanded(ctx, in, res.Command, "handed-to-graph")
 		case in.relayed:
-			s.drop(ctx, in, DropNoCommand)
+			s.records.drop(ctx, in, DropNoCommand)
 			return nil
 		}
 	}
 	if !s.instructs(cfg, in) {
-		s.drop(ctx, in, DropUnauthorized, slog.String("actor", in.actor))
+		s.records.drop(ctx, in, DropUnauthorized, slog.String("actor", in.actor))
 		return nil
 	}
 	if err := s.wholePayload(ctx, in); err != nil {
@@ -182,9 +151,9 @@ func (s *Service) refusal(cfg *config.Config, in *input, rec sessions.Record, cm
 func (s *Service) unmatched(ctx context.Context, store *sessions.Store, in *input, rec sessions.Record, cmd control.Command) error {
 	if reason := s.refusal(s.deps.Config(), in, rec, cmd); reason != "" {
 		if cmd != "" {
-			s.reject(ctx, in, cmd, reason)
+			s.records.reject(ctx, in, cmd, reason)
 		} else {
-			s.drop(ctx, in, reason)
+			s.records.drop(ctx, in, reason)
 		}
 		return nil
 	}
@@ -229,7 +198,7 @@ func (s *Service) apply(ctx context.Context, store *sessions.Store, in *input, c
 		effect, err = s.setStatus(ctx, store, in, ctl, sessions.Paused, sessions.Active, "resumed")
 	case control.Resume:
 		if !sess.Live() || sess.Status != sessions.Paused {
-			s.reject(ctx, in, cmd, RejectNothingResume)
+			s.records.reject(ctx, in, cmd, RejectNothingResume)
 			return nil
 		}
 		effect, err = s.setStatus(ctx, store, in, ctl, sessions.Paused, sessions.Active, "resumed")
@@ -251,7 +220,7 @@ func (s *Service) apply(ctx context.Context, store *sessions.Store, in *input, c
 	if err != nil {
 		return err
 	}
-	s.commanded(ctx, in, cmd, effect)
+	s.records.commanded(ctx, in, cmd, effect)
 	return nil
 }
 
@@ -289,7 +258,7 @@ func (s *Service) setStatus(ctx context.Context, store *sessions.Store, in *inpu
 	if to == sessions.Active {
 		name = "session.resumed"
 	}
-	s.deps.Events.Emit(ctx, name, s.sessionAttrs(in, rec.Session)...)
+	s.deps.Events.Emit(ctx, name, sessionAttrs(in, rec.Session)...)
 	return effect, nil
 }
 
@@ -297,7 +266,7 @@ func (s *Service) setStatus(ctx context.Context, store *sessions.Store, in *inpu
 // forgets it; the control record stays (docs/requirements.md K8).
 func (s *Service) cleanup(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, ctl *sessions.Control) (string, error) {
 	cleaned := func(found bool) {
-		s.deps.Events.Emit(ctx, "session.cleaned", append(s.sessionAttrs(in, sess),
+		s.deps.Events.Emit(ctx, "session.cleaned", append(sessionAttrs(in, sess),
 			slog.String("actor", in.actor), slog.String("source", sourceOf(in)), slog.Bool("found", found))...)
 	}
 	if sess == nil {
@@ -308,10 +277,10 @@ func (s *Service) cleanup(ctx context.Context, store *sessions.Store, in *input,
 		return effect, err
 	}
 	if sess.Live() {
-		if err := s.hostHere(ctx, store, in, sess); err != nil {
+		if err := s.leases.takeOver(ctx, store, in, sess); err != nil {
 			return "", err
 		}
-		if err := s.kill(ctx, sess.TmuxTarget); err != nil {
+		if err := s.panes.kill(ctx, sess.TmuxTarget); err != nil {
 			return "", err
 		}
 	}
@@ -331,7 +300,7 @@ func (s *Service) cleanup(ctx context.Context, store *sessions.Store, in *input,
 // linked PR's close leaves it open.
 func (s *Service) closeWorkItem(ctx context.Context, store *sessions.Store, in *input, rec sessions.Record) error {
 	if in.entity == 0 || in.entity != numberOf(in.ref) || !strings.EqualFold(repoOf(in.ref), in.repository) {
-		s.drop(ctx, in, DropKeptOpen)
+		s.records.drop(ctx, in, DropKeptOpen)
 		return nil
 	}
 	reason := "issue-closed"
@@ -350,7 +319,7 @@ func (s *Service) closeWorkItem(ctx context.Context, store *sessions.Store, in *
 				return fmt.Errorf("registry: %w", err)
 			}
 		}
-		s.drop(ctx, in, DropNoSession)
+		s.records.drop(ctx, in, DropNoSession)
 		return nil
 	}
 	return s.closeSession(ctx, store, in, rec.Session, reason, nil, true)
@@ -360,10 +329,10 @@ func (s *Service) closeWorkItem(ctx context.Context, store *sessions.Store, in *
 // writing ctl (a stop) or clearing the control record (a close of the work
 // item) in the same compare-and-set.
 func (s *Service) closeSession(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, reason string, ctl *sessions.Control, clearControl bool) error {
-	if err := s.hostHere(ctx, store, in, sess); err != nil {
+	if err := s.leases.takeOver(ctx, store, in, sess); err != nil {
 		return err
 	}
-	if err := s.kill(ctx, sess.TmuxTarget); err != nil {
+	if err := s.panes.kill(ctx, sess.TmuxTarget); err != nil {
 		return err
 	}
 	rec, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
@@ -381,54 +350,7 @@ func (s *Service) closeSession(ctx context.Context, store *sessions.Store, in *i
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
-	s.deps.Events.Emit(ctx, "session.closed", append(s.sessionAttrs(in, rec.Session), slog.String("reason", reason))...)
-	return nil
-}
-
-// kill ends target's tmux session; a session that is already gone is fine.
-func (s *Service) kill(ctx context.Context, target string) error {
-	if target == "" {
-		return nil
-	}
-	if err := s.tmux.Kill(ctx, target); err != nil && s.tmux.Probe(ctx, target) != tmux.Absent {
-		return fmt.Errorf("kill %s: %w", target, err)
-	}
-	return nil
-}
-
-// hostHere makes sure sess runs on this host: nil when it does (or when its
-// host's lease has expired and this replica took it over), a delayed retry
-// while its host is alive elsewhere.
-func (s *Service) hostHere(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session) error {
-	if sess.Host == s.set.Host {
-		return nil
-	}
-	// This event reached this replica because its partition is pinned here
-	// now: the replica named in the registry will never receive the work
-	// item's events again, whether it died or merely lost the pin. Waiting
-	// for it would stall the partition until the event dead-letters, so the
-	// session follows the partition: take it over and resume it here. The
-	// old host's reconcile loop kills its idle copy within a lease period.
-	fresh, err := s.leaseFresh(ctx, store, sess.Host)
-	if err != nil {
-		return err
-	}
-	if fresh {
-		s.m.elsewhere.Inc()
-	}
-	old := sess.Host
-	if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
-		if r.Session == nil || r.Session.Host != old {
-			return sessions.ErrNoChange
-		}
-		r.Session.Host = s.set.Host
-		return nil
-	}); err != nil {
-		return fmt.Errorf("registry: %w", err)
-	}
-	sess.Host = s.set.Host
-	s.deps.Log.Warn("dispatcher: took over a session whose partition moved here", "work_item", in.ref, "from_host", old, "host", s.set.Host)
-	s.deps.Events.Emit(ctx, "session.taken_over", slog.String("work_item", in.ref), slog.String("from_host", old), slog.String("host", s.set.Host))
+	s.deps.Events.Emit(ctx, "session.closed", append(sessionAttrs(in, rec.Session), slog.String("reason", reason))...)
 	return nil
 }
 
@@ -461,33 +383,6 @@ func (s *Service) marker(in *input) string {
 	return deliveryMarker(in)
 }
 
-// awaitPasteHost says whether to wait for another host to settle in's
-// unrecorded paste: only the host that began it can read its pane, and it
-// does so when it starts again (settlePending). Waiting lasts while that
-// host's lease is fresh and the bus has deliveries left; then the event is
-// judged here, as delivery-uncertain.
-func (s *Service) awaitPasteHost(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session) (bool, error) {
-	if sess.Host == s.set.Host || sess.PendingMarker == "" || in.last {
-		return false, nil
-	}
-	if fresh, err := s.leaseFresh(ctx, store, sess.Host); err != nil || !fresh {
-		return false, err
-	}
-	s.deps.Log.Info("dispatcher: waiting for the host of an interrupted paste to settle it",
-		"work_item", in.ref, "event_id", in.ev.GetId(), "paste_host", sess.Host)
-	return true, nil
-}
-
-// leaseFresh reports whether host renewed its lease within the last lease
-// period: it is running, or died less than a lease ago.
-func (s *Service) leaseFresh(ctx context.Context, store *sessions.Store, host string) (bool, error) {
-	at, ok, err := store.Lease(ctx, host)
-	if err != nil {
-		return false, fmt.Errorf("registry: lease of %s: %w", host, err)
-	}
-	return ok && time.Since(at) < s.set.Lease, nil
-}
-
 // pasteShown reads the session's pane for the delivery line of in's prompt,
 // after a crash left in's paste unrecorded. known is false when the pane
 // cannot tell (see paneShows) or the session is hosted elsewhere.
@@ -495,22 +390,7 @@ func (s *Service) pasteShown(ctx context.Context, in *input, sess *sessions.Sess
 	if sess.Host != s.set.Host {
 		return false, false
 	}
-	return s.paneShows(ctx, sess.TmuxTarget, s.marker(in))
-}
-
-// paneShows reports whether line stands in target's live pane. known is
-// false when the pane cannot tell: no line to look for (the template prints
-// no delivery), the pane is not live here, or tmux did not answer.
-func (s *Service) paneShows(ctx context.Context, target, line string) (shown, known bool) {
-	if line == "" || s.tmux.Probe(ctx, target) != tmux.Live {
-		return false, false
-	}
-	shown, err := s.tmux.Shows(ctx, target, line)
-	if err != nil {
-		s.deps.Log.Warn("dispatcher: cannot read the session's pane", "tmux_target", target, "err", err)
-		return false, false
-	}
-	return shown, true
+	return s.panes.shows(ctx, sess.TmuxTarget, s.marker(in))
 }
 
 // deliver renders the event prompt and types it into the live session,
@@ -526,10 +406,10 @@ func (s *Service) deliver(ctx context.Context, store *sessions.Store, in *input)
 	case !sess.Live():
 		return s.unmatched(ctx, store, in, rec, "")
 	case sess.Status == sessions.Paused:
-		s.drop(ctx, in, DropSessionPaused)
-		return s.gatePaused(ctx, in)
+		s.records.drop(ctx, in, DropSessionPaused)
+		return s.gates.paused(ctx, in)
 	case slices.Contains(sess.Delivered, id):
-		s.drop(ctx, in, DropAlreadyProcessed)
+		s.records.drop(ctx, in, DropAlreadyProcessed)
 		return nil
 	case sess.Pending == id:
 		shown, known := s.pasteShown(ctx, in, sess)
@@ -539,7 +419,7 @@ func (s *Service) deliver(ctx context.Context, store *sessions.Store, in *input)
 				"work_item", in.ref, "event_id", id, "tmux_target", sess.TmuxTarget)
 			break
 		}
-		if wait, err := s.awaitPasteHost(ctx, store, in, sess); err != nil || wait {
+		if wait, err := s.leases.awaitPaste(ctx, store, in, sess); err != nil || wait {
 			if err != nil {
 				return err
 			}
@@ -555,30 +435,30 @@ func (s *Service) deliver(ctx context.Context, store *sessions.Store, in *input)
 			return fmt.Errorf("registry: %w", err)
 		}
 		if shown {
-			s.drop(ctx, in, DropAlreadyProcessed, slog.String("detail", "found in the session's pane"))
+			s.records.drop(ctx, in, DropAlreadyProcessed, slog.String("detail", "found in the session's pane"))
 			return nil
 		}
-		s.drop(ctx, in, DropDeliveryUncertain)
+		s.records.drop(ctx, in, DropDeliveryUncertain)
 		return nil
 	}
-	if err := s.hostHere(ctx, store, in, sess); err != nil {
+	if err := s.leases.takeOver(ctx, store, in, sess); err != nil {
 		return err
 	}
 	// Consult-first (docs/requirements.md K20): a human gate classifies
 	// an authorized comment before the prompt is rendered, so the session is
 	// told the gate's verdict and where the work item went.
-	verdict, err := s.consultGate(ctx, in, sess)
+	verdict, err := s.gates.consult(ctx, in, sess)
 	var stale *staleGateError
 	if errors.As(err, &stale) {
 		s.deps.Log.Info("dispatcher: a button answer for a gate visit the work item has left; the gate does not move",
 			"work_item", in.ref, "event_id", in.ev.GetId(), "answered_visit", stale.answered, "current_visit", stale.current)
-		s.drop(ctx, in, DropStaleGate, slog.String("gate_visit", stale.answered), slog.String("current_visit", stale.current))
+		s.records.drop(ctx, in, DropStaleGate, slog.String("gate_visit", stale.answered), slog.String("current_visit", stale.current))
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	p := s.render(in, false, s.graphs.context(ctx, s.deps.Conn, s.deps.Config().Graphs.Registry(), in.ref, verdict))
+	p := s.render(in, false, s.gates.context(ctx, in.ref, verdict))
 	paused := false
 	if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		if !r.Session.Live() || r.Session.Status == sessions.Paused {
@@ -596,7 +476,7 @@ func (s *Service) deliver(ctx context.Context, store *sessions.Store, in *input)
 		return fmt.Errorf("registry: %w", err)
 	}
 	if paused {
-		s.drop(ctx, in, DropSessionPaused)
+		s.records.drop(ctx, in, DropSessionPaused)
 		return nil
 	}
 	target := sess.TmuxTarget
@@ -658,52 +538,4 @@ func (s *Service) failed(ctx context.Context, store *sessions.Store, in *input, 
 		slog.String("harness", sess.Harness), slog.String("via", s.set.Runner), slog.String("tmux_target", sess.TmuxTarget),
 		slog.String("error", cause.Error()), slog.Bool("will_retry", !in.last))...)
 	return cause
-}
-
-// drop records a dispatch.dropped. A channel member's reply that reaches no
-// session is also the channel's drop, undeliverable (its record on the
-// ledger stands), so that the channel's own records say what became of it.
-func (s *Service) drop(ctx context.Context, in *input, reason string, extra ...slog.Attr) {
-	s.m.dropped.WithLabelValues(reason).Inc()
-	s.deps.Events.Emit(ctx, "dispatch.dropped", append(append([]slog.Attr{slog.String("reason", reason)}, eventAttrs(in)...), extra...)...)
-	if in.ev.GetReply() == nil || reason == DropAlreadyProcessed || reason == DropDeliveryUncertain {
-		return
-	}
-	c := in.ev.GetConversation()
-	s.deps.Events.Emit(ctx, "channel.dropped", slog.String("reason", "undeliverable"), slog.String("detail", reason),
-		slog.String("event_id", in.ev.GetId()), slog.String("event_type", in.ev.GetType()), slog.String("work_item", in.ref),
-		slog.String("origin", in.ev.GetSource()), slog.String("channel", c.GetChannel()), slog.String("thread_ts", c.GetThreadTs()),
-		slog.String("message_ts", c.GetMessageTs()), slog.String("actor", in.slack))
-}
-
-// reject records a control.rejected; nothing is recorded in the registry.
-func (s *Service) reject(ctx context.Context, in *input, cmd control.Command, reason string) {
-	s.m.control.WithLabelValues(string(cmd), "rejected").Inc()
-	s.deps.Events.Emit(ctx, "control.rejected", append(eventAttrs(in),
-		slog.String("command", string(cmd)), slog.String("reason", reason), slog.String("actor", in.actor),
-		slog.String("source", sourceOf(in)), slog.Bool("relayed", in.relayed))...)
-}
-
-// commanded records a control.command with its effect.
-func (s *Service) commanded(ctx context.Context, in *input, cmd control.Command, effect string) {
-	s.m.control.WithLabelValues(string(cmd), effect).Inc()
-	s.deps.Events.Emit(ctx, "control.command", append(eventAttrs(in),
-		slog.String("command", string(cmd)), slog.String("effect", effect), slog.String("actor", in.actor),
-		slog.String("source", sourceOf(in)), slog.Bool("relayed", in.relayed))...)
-}
-
-func sourceOf(in *input) string {
-	if in.relayed {
-		return "relayed"
-	}
-	return "comment"
-}
-
-func (s *Service) sessionAttrs(in *input, sess *sessions.Session) []slog.Attr {
-	attrs := eventAttrs(in)
-	if sess != nil {
-		attrs = append(attrs, slog.String("harness", sess.Harness), slog.String("harness_session_id", sess.HarnessSessionID),
-			slog.String("tmux_target", sess.TmuxTarget), slog.String("host", sess.Host))
-	}
-	return attrs
 }

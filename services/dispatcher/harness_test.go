@@ -312,7 +312,7 @@ func (e *env) expectedWith(ev *loopv1.Event, verdict graph.Outcome) string {
 	if !ok {
 		e.t.Fatalf("event %s is not for sessions", ev.GetId())
 	}
-	return e.svc.render(in, false, e.svc.graphs.context(context.Background(), e.pub, e.cfg.Load().Graphs.Registry(), ev.GetSubject(), verdict))
+	return e.svc.render(in, false, e.svc.gates.context(context.Background(), ev.GetSubject(), verdict))
 }
 
 // graphState is ref's graph state, nil when it has none.

@@ -37,14 +37,14 @@ func TestSettlePendingAtStart(t *testing.T) {
 		return err == nil && ok
 	})
 	set(received.GetId(), marker)
-	e.svc.settlePending(ctx, e.store)
+	e.svc.panes.settle(ctx, e.store)
 	if got := e.record(ref).Session; got.Pending != "" || got.Delivered[len(got.Delivered)-1] != received.GetId() {
 		t.Errorf("received paste: pending %q, delivered %v", got.Pending, got.Delivered)
 	}
 
 	notTyped := comment(ref, 7002, alice, "claimed only")
 	set(notTyped.GetId(), deliveryMarker(&input{deliveryID: notTyped.GetId()}))
-	e.svc.settlePending(ctx, e.store)
+	e.svc.panes.settle(ctx, e.store)
 	if got := e.record(ref).Session; got.Pending != "" || got.PendingMarker != "" {
 		t.Errorf("a paste that never happened stays pending: %+v", got)
 	}
@@ -54,7 +54,7 @@ func TestSettlePendingAtStart(t *testing.T) {
 	}
 	gone := comment(ref, 7003, alice, "the pane died")
 	set(gone.GetId(), deliveryMarker(&input{deliveryID: gone.GetId()}))
-	e.svc.settlePending(ctx, e.store)
+	e.svc.panes.settle(ctx, e.store)
 	if got := e.record(ref).Session; got.Pending != gone.GetId() || got.PendingMarker != "" {
 		t.Errorf("a paste nothing can judge: pending %q marker %q, want pending kept, marker cleared", got.Pending, got.PendingMarker)
 	}

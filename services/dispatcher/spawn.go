@@ -72,10 +72,10 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	}
 	// The graph starts with the session, before the boot prompt is
 	// rendered, so the prompt shows where the work item stands.
-	if err := s.graphStart(ctx, in, cmd); err != nil {
+	if err := s.gates.start(ctx, in, cmd); err != nil {
 		return err
 	}
-	p := s.render(in, true, s.graphs.context(ctx, s.deps.Conn, s.deps.Config().Graphs.Registry(), in.ref, ""))
+	p := s.render(in, true, s.gates.context(ctx, in.ref, ""))
 	argv := append([]string{h.Command()}, h.SpawnArgv(p, id)...)
 	err = s.tmux.Spawn(ctx, target, s.set.Workdir, s.sessionEnv(token), argv)
 	started := err == nil
@@ -100,7 +100,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 			// Never spawn over a live session (docs/requirements.md K12): an operator
 			// attaches, kills it, or runs `the-loop sessions cleanup`.
 			s.m.spawns.WithLabelValues("refused").Inc()
-			s.drop(ctx, in, DropSessionOccupied, slog.String("tmux_target", target), slog.Bool("will_retry", false))
+			s.records.drop(ctx, in, DropSessionOccupied, slog.String("tmux_target", target), slog.Bool("will_retry", false))
 			return nil
 		}
 		s.m.spawns.WithLabelValues("failed").Inc()
@@ -124,7 +124,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	}
 	s.m.spawns.WithLabelValues("spawn").Inc()
 	s.m.deliveries.WithLabelValues("spawned").Inc()
-	s.deps.Events.Emit(ctx, "session.spawned", append(s.sessionAttrs(in, rec.Session),
+	s.deps.Events.Emit(ctx, "session.spawned", append(sessionAttrs(in, rec.Session),
 		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.tmpl.Mode)))...)
 	return nil
 }
@@ -167,7 +167,7 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 		case errors.Is(err, tmux.ErrOccupied):
 			return s.averted(ctx, store, in, sess, target, p)
 		case err == nil:
-			resumed = s.stillLive(ctx, target)
+			resumed = s.panes.stillLive(ctx, target)
 			if !resumed {
 				_ = s.tmux.Kill(ctx, target)
 			}
@@ -202,26 +202,10 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	s.m.spawns.WithLabelValues(kind).Inc()
 	s.m.deliveries.WithLabelValues("respawned").Inc()
 	rec, _, _ := store.Get(ctx, in.ref)
-	s.deps.Events.Emit(ctx, "session.respawned", append(s.sessionAttrs(in, rec.Session),
+	s.deps.Events.Emit(ctx, "session.respawned", append(sessionAttrs(in, rec.Session),
 		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.tmpl.Mode)),
 		slog.Bool("resumed", resumed))...)
 	return nil
-}
-
-// stillLive waits ResumeProbe and reports whether target's harness is still
-// running: an unknown conversation id makes a resuming harness exit at once.
-// The wait is a heuristic about the harness, not about our own correctness:
-// a false "live" only means the next event respawns it.
-func (s *Service) stillLive(ctx context.Context, target string) bool {
-	if s.set.ResumeProbe > 0 {
-		t := time.NewTimer(s.set.ResumeProbe)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-	}
-	return s.tmux.Probe(ctx, target) == tmux.Live
 }
 
 // averted pastes p into a live session found where a respawn would go.
