@@ -176,10 +176,7 @@ func (gs *gates) consult(ctx context.Context, in *input, sess *sessions.Session)
 		return "", nil
 	}
 	cfg := gs.config()
-	grammar, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords)
-	if err != nil {
-		grammar, _ = control.New(cfg.Routing.Control.Enabled, nil)
-	}
+	grammar, _ := grammarOf(cfg)
 	store, err := gs.open(ctx)
 	if err != nil {
 		return "", fmt.Errorf("graph state: %w", err)
@@ -329,7 +326,7 @@ func (gs *gates) paused(ctx context.Context, in *input) error {
 		return nil
 	}
 	resume := "Once the session is resumed, answer again."
-	if grammar, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords); err == nil && grammar.Enabled() {
+	if grammar, err := grammarOf(cfg); err == nil && grammar.Enabled() {
 		if kw := grammar.Keyword(control.Resume); kw != "" {
 			resume = "Once the session is resumed (`" + kw + "`), answer again."
 		}

@@ -64,6 +64,18 @@ func (r recorder) drop(ctx context.Context, in *input, reason string, extra ...s
 		slog.String("message_ts", c.GetMessageTs()), slog.String("actor", in.slack))
 }
 
+// ambiguous records a control.ambiguous: in's body names several commands,
+// so none is carried out.
+func (r recorder) ambiguous(ctx context.Context, in *input, matched []control.Command) {
+	cmds := make([]string, len(matched))
+	for i, c := range matched {
+		cmds[i] = string(c)
+	}
+	r.m.control.WithLabelValues("ambiguous", "ambiguous").Inc()
+	r.events.Emit(ctx, "control.ambiguous", append(eventAttrs(in),
+		slog.String("actor", in.actor), slog.Any("commands", cmds), slog.Bool("relayed", in.relayed))...)
+}
+
 // reject records a control.rejected; nothing is recorded in the registry.
 func (r recorder) reject(ctx context.Context, in *input, cmd control.Command, reason string) {
 	r.m.control.WithLabelValues(string(cmd), "rejected").Inc()
