@@ -72,35 +72,53 @@ func (s *Service) deliver(ctx context.Context, store *sessions.Store, in *input)
 		s.records.drop(ctx, in, DropAlreadyProcessed)
 		return nil
 	case sess.Pending == id:
-		shown, known := s.pasteShown(ctx, in, sess)
-		if known && !shown {
-			// The paste never reached the harness: type it now, below.
-			s.deps.Log.Info("dispatcher: an interrupted paste is not in the session's pane; typing it",
-				"work_item", in.ref, "event_id", id, "tmux_target", sess.TmuxTarget)
-			break
+		if retype, err := s.judgePending(ctx, store, in, sess); !retype {
+			return err
 		}
-		if wait, err := s.leases.awaitPaste(ctx, store, in, sess); err != nil || wait {
-			if err != nil {
-				return err
-			}
-			return bus.Retry(fmt.Errorf("the paste of %s is unsettled on %s", id, sess.Host), s.set.ElsewhereRetry)
-		}
-		if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
-			if r.Session == nil || r.Session.Pending != id {
-				return sessions.ErrNoChange
-			}
-			r.Session.Remember(id, time.Now().UTC())
-			return nil
-		}); err != nil {
-			return fmt.Errorf("registry: %w", err)
-		}
-		if shown {
-			s.records.drop(ctx, in, DropAlreadyProcessed, slog.String("detail", "found in the session's pane"))
-			return nil
-		}
-		s.records.drop(ctx, in, DropDeliveryUncertain)
-		return nil
 	}
+	return s.paste(ctx, store, in, sess)
+}
+
+// judgePending settles the redelivery of an event whose paste began before
+// a crash: retype is true when the pane shows the paste never reached the
+// harness; otherwise the event waits for the host that began it, or is
+// recorded and dropped as received or delivery-uncertain.
+func (s *Service) judgePending(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session) (retype bool, err error) {
+	id := in.ev.GetId()
+	shown, known := s.pasteShown(ctx, in, sess)
+	if known && !shown {
+		// The paste never reached the harness: type it now.
+		s.deps.Log.Info("dispatcher: an interrupted paste is not in the session's pane; typing it",
+			"work_item", in.ref, "event_id", id, "tmux_target", sess.TmuxTarget)
+		return true, nil
+	}
+	if wait, err := s.leases.awaitPaste(ctx, store, in, sess); err != nil || wait {
+		if err != nil {
+			return false, err
+		}
+		return false, bus.Retry(fmt.Errorf("the paste of %s is unsettled on %s", id, sess.Host), s.set.ElsewhereRetry)
+	}
+	if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
+		if r.Session == nil || r.Session.Pending != id {
+			return sessions.ErrNoChange
+		}
+		r.Session.Remember(id, time.Now().UTC())
+		return nil
+	}); err != nil {
+		return false, fmt.Errorf("registry: %w", err)
+	}
+	if shown {
+		s.records.drop(ctx, in, DropAlreadyProcessed, slog.String("detail", "found in the session's pane"))
+		return false, nil
+	}
+	s.records.drop(ctx, in, DropDeliveryUncertain)
+	return false, nil
+}
+
+// paste types in's prompt into sess, here: the session is taken over if its
+// host is gone, a human gate sees the comment first, and the paste is marked
+// pending in the registry before it is typed.
+func (s *Service) paste(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session) error {
 	if err := s.leases.takeOver(ctx, store, in, sess); err != nil {
 		return err
 	}
@@ -119,7 +137,16 @@ func (s *Service) deliver(ctx context.Context, store *sessions.Store, in *input)
 		return err
 	}
 	p := s.render(in, false, s.gates.context(ctx, in.ref, verdict))
-	paused := false
+	if paused, err := s.markPending(ctx, store, in); err != nil || paused {
+		return err
+	}
+	return s.typeInto(ctx, store, in, sess, p)
+}
+
+// markPending records in's event as being typed into its session, unless
+// the session was paused or closed meanwhile (paused, and dropped).
+func (s *Service) markPending(ctx context.Context, store *sessions.Store, in *input) (paused bool, err error) {
+	id := in.ev.GetId()
 	if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		if !r.Session.Live() || r.Session.Status == sessions.Paused {
 			paused = true
@@ -133,17 +160,22 @@ func (s *Service) deliver(ctx context.Context, store *sessions.Store, in *input)
 		// paste that never began (and, the pane not live here yet after a
 		// takeover, drop the event as delivery-uncertain).
 		s.unmarkPending(store, in.ref, id)
-		return fmt.Errorf("registry: %w", err)
+		return false, fmt.Errorf("registry: %w", err)
 	}
 	if paused {
 		s.records.drop(ctx, in, DropSessionPaused)
-		return nil
 	}
+	return paused, nil
+}
+
+// typeInto types p into sess's terminal, respawning the session with p as
+// its boot prompt when the terminal is gone, and records the outcome.
+func (s *Service) typeInto(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, p string) error {
 	target := sess.TmuxTarget
 	if !s.tmux.Probe(ctx, target).LiveOrUnknown() {
 		return s.respawn(ctx, store, in, sess, p)
 	}
-	err = s.tmux.Deliver(ctx, target, p)
+	err := s.tmux.Deliver(ctx, target, p)
 	if errors.Is(err, tmux.ErrMissing) {
 		return s.respawn(ctx, store, in, sess, p)
 	}
