@@ -21,49 +21,11 @@ import (
 func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, cmd control.Command) error {
 	h := s.set.Harness
 	target := tmux.Target(in.ref)
-	evID := in.ev.GetId()
-	var ctl *sessions.Control
-	if cmd != "" {
-		ctl = controlRecord(in, cmd)
-	}
-	var id string
-	var prev *sessions.Session
-	var prevControl *sessions.Control
-	recovering := false
 	token, tokenHash, err := newSessionToken(in.ref)
 	if err != nil {
 		return err
 	}
-	_, err = store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
-		prev, prevControl, recovering = nil, r.Control, false
-		if r.Session.Live() {
-			if r.Session.Status == sessions.Spawning && r.Session.Pending == evID && r.Session.Host == s.set.Host {
-				// Our own claim from before a crash. A process that claim
-				// started holds the token of that attempt; one started now
-				// gets this token, whose hash replaces the old one only once
-				// it runs.
-				recovering, id = true, r.Session.HarnessSessionID
-				r.Session.NextTokenHash = tokenHash
-				return nil
-			}
-			return errLive
-		}
-		if r.Session != nil {
-			c := *r.Session
-			prev = &c
-		}
-		id = s.set.NewSessionID()
-		if ctl != nil {
-			r.Control = ctl
-		}
-		now := time.Now().UTC()
-		r.Session = &sessions.Session{
-			Harness: h.Name(), HarnessSessionID: id, Cwd: s.set.Workdir, Host: s.set.Host,
-			TmuxTarget: target, Status: sessions.Spawning, Interaction: string(s.tmpl.Mode),
-			CreatedAt: now, LastEventAt: now, Pending: evID, TokenHash: tokenHash,
-		}
-		return nil
-	})
+	c, err := s.claimSpawn(ctx, store, in, cmd, target, tokenHash)
 	if errors.Is(err, errLive) {
 		return s.deliver(ctx, store, in)
 	}
@@ -76,39 +38,17 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 		return err
 	}
 	p := s.render(in, true, s.gates.context(ctx, in.ref, ""))
-	argv := append([]string{h.Command()}, h.SpawnArgv(p, id)...)
+	argv := append([]string{h.Command()}, h.SpawnArgv(p, c.id)...)
 	err = s.tmux.Spawn(ctx, target, s.set.Workdir, s.sessionEnv(token), argv)
 	started := err == nil
-	if err != nil && recovering && errors.Is(err, tmux.ErrOccupied) {
+	if err != nil && c.recovering && errors.Is(err, tmux.ErrOccupied) {
 		err = nil // our own spawn from before the crash: it booted with this event
 	}
 	if err != nil {
-		if _, rerr := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
-			if r.Session == nil || r.Session.Status != sessions.Spawning || r.Session.Pending != evID {
-				return sessions.ErrNoChange
-			}
-			// Nothing of the attempt stays: with the command's control
-			// record left in place, its retry would read as already
-			// applied and the start would be lost.
-			r.Session, r.Control = prev, prevControl
-			return nil
-		}); rerr != nil {
-			return fmt.Errorf("registry: undo spawn claim: %w", rerr)
-		}
-		attrs := append(eventAttrs(in), slog.String("harness", h.Name()), slog.String("tmux_target", target), slog.String("error", err.Error()))
-		if errors.Is(err, tmux.ErrOccupied) {
-			// Never spawn over a live session (docs/requirements.md K12): an operator
-			// attaches, kills it, or runs `the-loop sessions cleanup`.
-			s.m.spawns.WithLabelValues("refused").Inc()
-			s.records.drop(ctx, in, DropSessionOccupied, slog.String("tmux_target", target), slog.Bool("will_retry", false))
-			return nil
-		}
-		s.m.spawns.WithLabelValues("failed").Inc()
-		s.deps.Events.Emit(ctx, "session.spawn_failed", append(attrs, slog.Bool("will_retry", !in.last))...)
-		return fmt.Errorf("spawn %s: %w", target, err)
+		return s.spawnFailed(ctx, store, in, c, target, err)
 	}
 	rec, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
-		if r.Session == nil || r.Session.HarnessSessionID != id {
+		if r.Session == nil || r.Session.HarnessSessionID != c.id {
 			return sessions.ErrNoChange
 		}
 		r.Session.Status = sessions.Active
@@ -116,7 +56,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 			r.Session.TokenHash = tokenHash
 		}
 		r.Session.NextTokenHash = ""
-		r.Session.Remember(evID, time.Now().UTC())
+		r.Session.Remember(in.ev.GetId(), time.Now().UTC())
 		return nil
 	})
 	if err != nil {
@@ -127,6 +67,89 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	s.deps.Events.Emit(ctx, "session.spawned", append(sessionAttrs(in, rec.Session),
 		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.tmpl.Mode)))...)
 	return nil
+}
+
+// spawnClaim is what claimSpawn wrote: the new harness session id, and what
+// the record held before (to undo the claim when the spawn fails).
+type spawnClaim struct {
+	id          string
+	prev        *sessions.Session
+	prevControl *sessions.Control
+	// recovering: the claim is this host's own, from before a crash.
+	recovering bool
+}
+
+// claimSpawn writes the spawning claim for in's work item (with cmd's
+// control record), or finds this host's own claim of the same event from
+// before a crash. errLive: another live session holds the work item.
+func (s *Service) claimSpawn(ctx context.Context, store *sessions.Store, in *input, cmd control.Command, target, tokenHash string) (spawnClaim, error) {
+	evID := in.ev.GetId()
+	var ctl *sessions.Control
+	if cmd != "" {
+		ctl = controlRecord(in, cmd)
+	}
+	var c spawnClaim
+	_, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
+		c = spawnClaim{prevControl: r.Control}
+		if r.Session.Live() {
+			if r.Session.Status == sessions.Spawning && r.Session.Pending == evID && r.Session.Host == s.set.Host {
+				// Our own claim from before a crash. A process that claim
+				// started holds the token of that attempt; one started now
+				// gets this token, whose hash replaces the old one only once
+				// it runs.
+				c.recovering, c.id = true, r.Session.HarnessSessionID
+				r.Session.NextTokenHash = tokenHash
+				return nil
+			}
+			return errLive
+		}
+		if r.Session != nil {
+			prev := *r.Session
+			c.prev = &prev
+		}
+		c.id = s.set.NewSessionID()
+		if ctl != nil {
+			r.Control = ctl
+		}
+		now := time.Now().UTC()
+		r.Session = &sessions.Session{
+			Harness: s.set.Harness.Name(), HarnessSessionID: c.id, Cwd: s.set.Workdir, Host: s.set.Host,
+			TmuxTarget: target, Status: sessions.Spawning, Interaction: string(s.tmpl.Mode),
+			CreatedAt: now, LastEventAt: now, Pending: evID, TokenHash: tokenHash,
+		}
+		return nil
+	})
+	return c, err
+}
+
+// spawnFailed undoes claim c after the terminal refused the spawn: an
+// occupied target is a drop (never spawn over a live session), anything
+// else a session.spawn_failed and a retry.
+func (s *Service) spawnFailed(ctx context.Context, store *sessions.Store, in *input, c spawnClaim, target string, cause error) error {
+	evID := in.ev.GetId()
+	if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
+		if r.Session == nil || r.Session.Status != sessions.Spawning || r.Session.Pending != evID {
+			return sessions.ErrNoChange
+		}
+		// Nothing of the attempt stays: with the command's control
+		// record left in place, its retry would read as already
+		// applied and the start would be lost.
+		r.Session, r.Control = c.prev, c.prevControl
+		return nil
+	}); err != nil {
+		return fmt.Errorf("registry: undo spawn claim: %w", err)
+	}
+	if errors.Is(cause, tmux.ErrOccupied) {
+		// Never spawn over a live session (docs/requirements.md K12): an operator
+		// attaches, kills it, or runs `the-loop sessions cleanup`.
+		s.m.spawns.WithLabelValues("refused").Inc()
+		s.records.drop(ctx, in, DropSessionOccupied, slog.String("tmux_target", target), slog.Bool("will_retry", false))
+		return nil
+	}
+	s.m.spawns.WithLabelValues("failed").Inc()
+	s.deps.Events.Emit(ctx, "session.spawn_failed", append(eventAttrs(in), slog.String("harness", s.set.Harness.Name()),
+		slog.String("tmux_target", target), slog.String("error", cause.Error()), slog.Bool("will_retry", !in.last))...)
+	return fmt.Errorf("spawn %s: %w", target, cause)
 }
 
 // respawn restarts a session whose terminal is gone, booting it with the
