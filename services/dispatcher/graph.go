@@ -163,7 +163,7 @@ func (e *staleGateError) Error() string {
 	return fmt.Sprintf("answer for gate visit %s, the work item is at %q", e.answered, e.current)
 }
 
-// consultGate offers in's comment to the human gate the work item is parked
+// consult offers in's comment to the human gate the work item is parked
 // at and returns the verdict ("" when no gate classified it). A button
 // answer applies only to the gate visit its envelope names: for any other,
 // the state is left as it is and a *staleGateError returned — ingress-slack
@@ -181,72 +181,25 @@ func (gs *gates) consult(ctx context.Context, in *input, sess *sessions.Session)
 	if err != nil {
 		return "", fmt.Errorf("graph state: %w", err)
 	}
-	comment := graph.Comment{Author: in.actor, Body: in.gateBody, Provenance: in.prov}
-	var t graph.Transition
-	var g *graph.Graph
-	var stale *staleGateError
-	var left string // the visit the move ends
-	var replay bool // an event id that passed a gate, on another record
-	st, err := store.Mutate(ctx, in.ref, func(cur *graph.State) (*graph.State, error) {
-		t, g, stale, left, replay = graph.Transition{}, nil, nil, "", false
-		if cur == nil {
-			if in.visit != "" {
-				stale = &staleGateError{answered: in.visit}
-			}
-			return nil, graphstate.ErrNoChange
-		}
-		var ok bool
-		g, ok = cfg.Graphs.Registry().Get(cur.Graph)
-		if !ok {
-			g = nil
-		}
-		left = cur.GateVisit(g)
-		if in.visit != "" && in.visit != left {
-			if !applied(cur, in) {
-				// Not the redelivery of the answer that moved it on.
-				stale = &staleGateError{answered: in.visit, current: left}
-			} else {
-				replay = replayed(cur, in)
-			}
-			return nil, graphstate.ErrNoChange
-		}
-		if g == nil || !cur.AtHumanGate(g) {
-			return nil, graphstate.ErrNoChange
-		}
-		if applied(cur, in) {
-			// A redelivery of an event the gate already decided on, or
-			// its envelope copied onto another record.
-			replay = replayed(cur, in)
-			return nil, graphstate.ErrNoChange
-		}
-		before := cur.Version
-		var err error
-		t, err = cur.Apply(g, graph.GateInput{
-			Comments:       []graph.Comment{comment},
-			Authorized:     func(login string) bool { return authorizedGitHub(cfg, login) },
-			ExecuteKeyword: grammar.Keyword(control.Execute),
-			At:             time.Now().UTC(),
-		})
-		if err != nil {
-			return nil, err
-		}
-		if cur.Version == before {
-			return nil, graphstate.ErrNoChange
-		}
-		return cur, nil
-	})
-	if replay {
+	ans := &gateAnswer{in: in, reg: cfg.Graphs.Registry(), input: graph.GateInput{
+		Comments:       []graph.Comment{{Author: in.actor, Body: in.gateBody, Provenance: in.prov}},
+		Authorized:     func(login string) bool { return authorizedGitHub(cfg, login) },
+		ExecuteKeyword: grammar.Keyword(control.Execute),
+	}}
+	st, err := store.Mutate(ctx, in.ref, ans.decide)
+	if ans.replay {
 		gs.events.Emit(ctx, "graph.replayed", slog.String("work_item", in.ref), slog.String("event_id", in.prov.EventID),
 			slog.String("record_url", in.prov.RecordURL))
 	}
+	t := ans.t
 	switch {
 	case errors.Is(err, graphstate.ErrOtherRef), errors.Is(err, graph.ErrNotAtGate):
 		return "", nil
 	case err != nil:
 		return "", fmt.Errorf("graph state: gate of %s: %w", in.ref, err)
-	case stale != nil:
-		return "", stale
-	case g == nil || t.From == "":
+	case ans.stale != nil:
+		return "", ans.stale
+	case ans.g == nil || t.From == "":
 		return "", nil
 	}
 	if len(t.Comments) == 0 {
@@ -259,6 +212,77 @@ func (gs *gates) consult(ctx context.Context, in *input, sess *sessions.Session)
 			"node", t.From, "reason", t.Reason)
 		return t.Outcome, nil
 	}
+	return t.Outcome, gs.advanced(ctx, in, sess.Cwd, st, ans)
+}
+
+// gateAnswer is one comment offered to the human gate its work item waits
+// at. decide runs on every read of the state (a compare-and-set retries it)
+// and leaves what it found in the fields below input.
+type gateAnswer struct {
+	in    *input
+	reg   *graph.Registry
+	input graph.GateInput
+
+	t      graph.Transition
+	g      *graph.Graph
+	stale  *staleGateError
+	left   string // the visit the move ends
+	replay bool   // an event id that passed a gate, on another record
+}
+
+// decide applies the answer to cur: the moved state, or ErrNoChange when
+// there is no gate to answer, the answer is for another visit (stale) or
+// was applied already (a redelivery, or a replay on another record).
+func (a *gateAnswer) decide(cur *graph.State) (*graph.State, error) {
+	in := a.in
+	a.t, a.g, a.stale, a.left, a.replay = graph.Transition{}, nil, nil, "", false
+	if cur == nil {
+		if in.visit != "" {
+			a.stale = &staleGateError{answered: in.visit}
+		}
+		return nil, graphstate.ErrNoChange
+	}
+	if g, ok := a.reg.Get(cur.Graph); ok {
+		a.g = g
+	}
+	a.left = cur.GateVisit(a.g)
+	if in.visit != "" && in.visit != a.left {
+		if !applied(cur, in) {
+			// Not the redelivery of the answer that moved it on.
+			a.stale = &staleGateError{answered: in.visit, current: a.left}
+		} else {
+			a.replay = replayed(cur, in)
+		}
+		return nil, graphstate.ErrNoChange
+	}
+	if a.g == nil || !cur.AtHumanGate(a.g) {
+		return nil, graphstate.ErrNoChange
+	}
+	if applied(cur, in) {
+		// A redelivery of an event the gate already decided on, or
+		// its envelope copied onto another record.
+		a.replay = replayed(cur, in)
+		return nil, graphstate.ErrNoChange
+	}
+	before := cur.Version
+	gi := a.input
+	gi.At = time.Now().UTC()
+	t, err := cur.Apply(a.g, gi)
+	a.t = t
+	if err != nil {
+		return nil, err
+	}
+	if cur.Version == before {
+		return nil, graphstate.ErrNoChange
+	}
+	return cur, nil
+}
+
+// advanced records and publishes the gate move ans made to st: the event
+// log, the gate's wait, the approvals in the artifact, gate.moved and the
+// entered node's notifications (the artifact read from workdir).
+func (gs *gates) advanced(ctx context.Context, in *input, workdir string, st *graph.State, ans *gateAnswer) error {
+	g, t := ans.g, ans.t
 	attrs := append(eventAttrs(in), slog.String("graph", g.Name), slog.String("from", t.From), slog.String("to", t.To),
 		slog.String("outcome", string(t.Outcome)), slog.String("actor", in.actor), slog.String("channel", in.prov.Channel))
 	gs.events.Emit(ctx, "graph.advanced", attrs...)
@@ -269,14 +293,14 @@ func (gs *gates) consult(ctx context.Context, in *input, sess *sessions.Session)
 	}
 	if n := g.Node(t.From); n != nil && n.Artifact != "" {
 		for _, a := range t.Approvals {
-			gs.recordApproval(in, sess.Cwd, n.Artifact, a)
+			gs.recordApproval(in, workdir, n.Artifact, a)
 		}
 	}
-	gs.moved(ctx, in, g, t, left, sess.Cwd)
-	return t.Outcome, gs.notify(ctx, in.ref, st, t.Notifications, sess.Cwd)
+	gs.moved(ctx, in, g, t, ans.left, workdir)
+	return gs.notify(ctx, in.ref, st, t.Notifications, workdir)
 }
 
-// gateMoved publishes the catalog.GateMoved signal of t, the move that ended
+// moved publishes the catalog.GateMoved signal of t, the move that ended
 // gate visit left, before the entered node's notifications, so that a
 // channel retires that visit's answer buttons before it shows the next
 // gate. Best effort: a channel that misses it retires the buttons when the
@@ -296,7 +320,7 @@ func (gs *gates) moved(ctx context.Context, in *input, g *graph.Graph, t graph.T
 		"outcome", string(t.Outcome), "to", t.To, "event_id", ev.GetId())
 }
 
-// gatePaused tells the person whose relayed answer reached a work item at a
+// paused tells the person whose relayed answer reached a work item at a
 // human gate while its session is paused that the gate did not move
 // (decision 023), with a catalog.GatePaused notice to their conversation. An
 // answer typed on GitHub names no conversation and gets none. The notice's
