@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/eventlog"
 	"log/slog"
 	"strings"
 	"time"
@@ -11,6 +12,23 @@ import (
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/sessions"
 )
+
+// controller carries out control commands (docs/requirements.md K8) and
+// closes a session when its work item closes. It changes a session's
+// status in the registry and ends its terminal; a command that starts a
+// session hands it back to the pipeline (unmatched, spawn).
+type controller struct {
+	records recorder
+	leases  *leases
+	panes   *panes
+	events  *eventlog.Logger
+	log     *slog.Logger
+	// unmatched applies the spawn policy to a command for a work item
+	// without a live session; spawn resumes a spawn the same command
+	// began before a crash.
+	unmatched func(ctx context.Context, store *sessions.Store, in *input, rec sessions.Record, cmd control.Command) error
+	spawn     func(ctx context.Context, store *sessions.Store, in *input, cmd control.Command) error
+}
 
 // grammarOf is the control grammar in force. Keywords the config loader
 // should have refused fall back to the defaults, and err says why.
@@ -26,33 +44,33 @@ func grammarOf(cfg *config.Config) (control.Grammar, error) {
 // settled is true when the event ends there (a command executed or
 // rejected, an ambiguous one, a relayed record that holds none); execute is
 // recorded and the event goes on to be delivered like any comment.
-func (s *Service) command(ctx context.Context, store *sessions.Store, cfg *config.Config, in *input) (settled bool, err error) {
+func (c *controller) command(ctx context.Context, store *sessions.Store, cfg *config.Config, in *input) (settled bool, err error) {
 	g, err := grammarOf(cfg)
 	if err != nil {
 		// The config loader validates keywords; this is a last guard.
-		s.deps.Log.Warn("dispatcher: control keywords invalid; using the defaults", "err", err)
+		c.log.Warn("dispatcher: control keywords invalid; using the defaults", "err", err)
 	}
 	res := g.Parse(in.body)
 	switch {
 	case res.Ambiguous:
-		s.records.ambiguous(ctx, in, res.Matched)
+		c.records.ambiguous(ctx, in, res.Matched)
 		return true, nil
 	case res.Command != "":
 		// The named-actor check, for typed and relayed commands alike
 		// (abuse 5): an authorized GitHub login, judged by the config in
 		// force now.
 		if !authorizedGitHub(cfg, in.actor) {
-			s.records.reject(ctx, in, res.Command, RejectUnauthorized)
+			c.records.reject(ctx, in, res.Command, RejectUnauthorized)
 			return true, nil
 		}
 		if res.Command != control.Execute {
-			return true, s.apply(ctx, store, in, res.Command)
+			return true, c.apply(ctx, store, in, res.Command)
 		}
 		// execute answers the graph's phase-selection gate: recorded as
 		// handed to the graph, and delivered like any comment.
-		s.records.commanded(ctx, in, res.Command, "handed-to-graph")
+		c.records.commanded(ctx, in, res.Command, "handed-to-graph")
 	case in.relayed:
-		s.records.drop(ctx, in, DropNoCommand)
+		c.records.drop(ctx, in, DropNoCommand)
 		return true, nil
 	}
 	return false, nil
@@ -72,7 +90,7 @@ func controlRecord(in *input, cmd control.Command) *sessions.Control {
 // record is written in the same compare-and-set as the command's effect on the
 // registry, after any tmux step, so a redelivery either finds it done or does
 // it again.
-func (s *Service) apply(ctx context.Context, store *sessions.Store, in *input, cmd control.Command) error {
+func (c *controller) apply(ctx context.Context, store *sessions.Store, in *input, cmd control.Command) error {
 	rec, _, err := store.Get(ctx, in.ref)
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
@@ -80,7 +98,7 @@ func (s *Service) apply(ctx context.Context, store *sessions.Store, in *input, c
 	sess := rec.Session
 	if rec.Control != nil && rec.Control.EventID == in.ev.GetId() {
 		if cmd.Is(control.Spawning) && sess != nil && sess.Status == sessions.Spawning && sess.Pending == in.ev.GetId() {
-			return s.spawn(ctx, store, in, cmd) // a spawn this command began before a crash
+			return c.spawn(ctx, store, in, cmd) // a spawn this command began before a crash
 		}
 		return nil // applied by an earlier delivery
 	}
@@ -91,39 +109,39 @@ func (s *Service) apply(ctx context.Context, store *sessions.Store, in *input, c
 		if !sess.Live() {
 			// The spawn emits session.spawned; a spawning start emits no
 			// control.command (as the original).
-			return s.unmatched(ctx, store, in, rec, cmd)
+			return c.unmatched(ctx, store, in, rec, cmd)
 		}
-		effect, err = s.setStatus(ctx, store, in, ctl, sessions.Paused, sessions.Active, "resumed")
+		effect, err = c.setStatus(ctx, store, in, ctl, sessions.Paused, sessions.Active, "resumed")
 	case control.Resume:
 		if !sess.Live() || sess.Status != sessions.Paused {
-			s.records.reject(ctx, in, cmd, RejectNothingResume)
+			c.records.reject(ctx, in, cmd, RejectNothingResume)
 			return nil
 		}
-		effect, err = s.setStatus(ctx, store, in, ctl, sessions.Paused, sessions.Active, "resumed")
+		effect, err = c.setStatus(ctx, store, in, ctl, sessions.Paused, sessions.Active, "resumed")
 	case control.Pause:
-		effect, err = s.setStatus(ctx, store, in, ctl, sessions.Active, sessions.Paused, "paused")
+		effect, err = c.setStatus(ctx, store, in, ctl, sessions.Active, sessions.Paused, "paused")
 	case control.Stop:
 		if !sess.Live() {
-			effect, err = s.record(ctx, store, in, ctl, "noop")
+			effect, err = c.record(ctx, store, in, ctl, "noop")
 			break
 		}
-		if err = s.closeSession(ctx, store, in, sess, "stopped", ctl, false); err == nil {
+		if err = c.closeSession(ctx, store, in, sess, "stopped", ctl, false); err == nil {
 			effect = "stopped"
 		}
 	case control.Cleanup:
-		effect, err = s.cleanup(ctx, store, in, sess, ctl)
+		effect, err = c.cleanup(ctx, store, in, sess, ctl)
 	default:
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	s.records.commanded(ctx, in, cmd, effect)
+	c.records.commanded(ctx, in, cmd, effect)
 	return nil
 }
 
 // record writes ctl and nothing else, returning effect.
-func (s *Service) record(ctx context.Context, store *sessions.Store, in *input, ctl *sessions.Control, effect string) (string, error) {
+func (c *controller) record(ctx context.Context, store *sessions.Store, in *input, ctl *sessions.Control, effect string) (string, error) {
 	_, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		r.Control = ctl
 		return nil
@@ -136,7 +154,7 @@ func (s *Service) record(ctx context.Context, store *sessions.Store, in *input, 
 
 // setStatus records ctl and moves a live session from one status to
 // another: effect when it moved, noop when it was not in from.
-func (s *Service) setStatus(ctx context.Context, store *sessions.Store, in *input, ctl *sessions.Control, from, to sessions.Status, effect string) (string, error) {
+func (c *controller) setStatus(ctx context.Context, store *sessions.Store, in *input, ctl *sessions.Control, from, to sessions.Status, effect string) (string, error) {
 	moved := false
 	rec, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		r.Control = ctl
@@ -156,29 +174,29 @@ func (s *Service) setStatus(ctx context.Context, store *sessions.Store, in *inpu
 	if to == sessions.Active {
 		name = "session.resumed"
 	}
-	s.deps.Events.Emit(ctx, name, sessionAttrs(in, rec.Session)...)
+	c.events.Emit(ctx, name, sessionAttrs(in, rec.Session)...)
 	return effect, nil
 }
 
 // cleanup releases the session's local resources (its tmux session) and
 // forgets it; the control record stays (docs/requirements.md K8).
-func (s *Service) cleanup(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, ctl *sessions.Control) (string, error) {
+func (c *controller) cleanup(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, ctl *sessions.Control) (string, error) {
 	cleaned := func(found bool) {
-		s.deps.Events.Emit(ctx, "session.cleaned", append(sessionAttrs(in, sess),
+		c.events.Emit(ctx, "session.cleaned", append(sessionAttrs(in, sess),
 			slog.String("actor", in.actor), slog.String("source", sourceOf(in)), slog.Bool("found", found))...)
 	}
 	if sess == nil {
-		effect, err := s.record(ctx, store, in, ctl, "nothing-to-clean")
+		effect, err := c.record(ctx, store, in, ctl, "nothing-to-clean")
 		if err == nil {
 			cleaned(false)
 		}
 		return effect, err
 	}
 	if sess.Live() {
-		if err := s.leases.takeOver(ctx, store, in, sess); err != nil {
+		if err := c.leases.takeOver(ctx, store, in, sess); err != nil {
 			return "", err
 		}
-		if err := s.panes.kill(ctx, sess.TmuxTarget); err != nil {
+		if err := c.panes.kill(ctx, sess.TmuxTarget); err != nil {
 			return "", err
 		}
 	}
@@ -196,9 +214,9 @@ func (s *Service) cleanup(ctx context.Context, store *sessions.Store, in *input,
 // closeWorkItem handles issues/pull_request closed (docs/requirements.md K9):
 // the work item's own close closes its session and clears its control record; a
 // linked PR's close leaves it open.
-func (s *Service) closeWorkItem(ctx context.Context, store *sessions.Store, in *input, rec sessions.Record) error {
+func (c *controller) closeWorkItem(ctx context.Context, store *sessions.Store, in *input, rec sessions.Record) error {
 	if in.entity == 0 || in.entity != numberOf(in.ref) || !strings.EqualFold(repoOf(in.ref), in.repository) {
-		s.records.drop(ctx, in, DropKeptOpen)
+		c.records.drop(ctx, in, DropKeptOpen)
 		return nil
 	}
 	reason := "issue-closed"
@@ -217,20 +235,20 @@ func (s *Service) closeWorkItem(ctx context.Context, store *sessions.Store, in *
 				return fmt.Errorf("registry: %w", err)
 			}
 		}
-		s.records.drop(ctx, in, DropNoSession)
+		c.records.drop(ctx, in, DropNoSession)
 		return nil
 	}
-	return s.closeSession(ctx, store, in, rec.Session, reason, nil, true)
+	return c.closeSession(ctx, store, in, rec.Session, reason, nil, true)
 }
 
 // closeSession kills the session's tmux session and marks it closed,
 // writing ctl (a stop) or clearing the control record (a close of the work
 // item) in the same compare-and-set.
-func (s *Service) closeSession(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, reason string, ctl *sessions.Control, clearControl bool) error {
-	if err := s.leases.takeOver(ctx, store, in, sess); err != nil {
+func (c *controller) closeSession(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, reason string, ctl *sessions.Control, clearControl bool) error {
+	if err := c.leases.takeOver(ctx, store, in, sess); err != nil {
 		return err
 	}
-	if err := s.panes.kill(ctx, sess.TmuxTarget); err != nil {
+	if err := c.panes.kill(ctx, sess.TmuxTarget); err != nil {
 		return err
 	}
 	rec, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
@@ -248,6 +266,6 @@ func (s *Service) closeSession(ctx context.Context, store *sessions.Store, in *i
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
-	s.deps.Events.Emit(ctx, "session.closed", append(sessionAttrs(in, rec.Session), slog.String("reason", reason))...)
+	c.events.Emit(ctx, "session.closed", append(sessionAttrs(in, rec.Session), slog.String("reason", reason))...)
 	return nil
 }

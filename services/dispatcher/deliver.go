@@ -45,7 +45,7 @@ func (s *Service) marker(in *input) string {
 
 // pasteShown reads the session's pane for the delivery line of in's prompt,
 // after a crash left in's paste unrecorded. known is false when the pane
-// cannot tell (see paneShows) or the session is hosted elsewhere.
+// cannot tell (see panes.shows) or the session is hosted elsewhere.
 func (s *Service) pasteShown(ctx context.Context, in *input, sess *sessions.Session) (shown, known bool) {
 	if sess.Host != s.set.Host {
 		return false, false

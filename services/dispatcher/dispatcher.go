@@ -37,7 +37,7 @@
 // marker. The pane settles it: the line there means the harness got it
 // (recorded as delivered), a live pane without it means it never did (typed).
 // The host that began the paste reads its pane, on the redelivery or at its
-// next start (settlePending); another replica that gets the redelivery waits
+// next start (panes.settle); another replica that gets the redelivery waits
 // for that host while its lease is fresh. Only when nothing can tell — the
 // pane is gone, the host does not come back, a custom template has no
 // $delivery_id — is the event dropped as delivery-uncertain rather than typed
@@ -195,11 +195,12 @@ type Service struct {
 	store atomic.Pointer[sessions.Store]
 
 	// The dispatcher's jobs besides the per-event pipeline (handle.go,
-	// control.go, deliver.go, spawn.go), each with only what it needs.
+	// deliver.go, spawn.go), each with only what it needs (wire.go).
 	gates    *gates
 	endpoint *sessionEndpoint
 	leases   *leases
 	panes    *panes
+	control  *controller
 	records  recorder
 
 	// unavailable is why sessions cannot run here ("" when they can).

@@ -74,7 +74,7 @@ type GraphCompleted struct {
 	State *graph.State `json:"state"`
 }
 
-// serveEndpoint starts answering the endpoint and returns what stops it,
+// serve starts answering the endpoint and returns what stops it,
 // which waits for a request in hand. A failure to start is logged, not
 // fatal: sessions and gates work without it, and `the-loop graph` then says
 // that no dispatcher answered.
@@ -114,7 +114,7 @@ func readGraphRequest(data []byte) (string, error) {
 	return req.Ref, nil
 }
 
-// graphStatus answers graph.status: the work item's state and how the
+// status answers graph.status: the work item's state and how the
 // dispatcher reads it.
 func (gs *gates) status(ctx context.Context, data []byte) ([]byte, error) {
 	ref, err := readGraphRequest(data)
@@ -145,7 +145,7 @@ func (gs *gates) status(ctx context.Context, data []byte) ([]byte, error) {
 	return json.Marshal(ans)
 }
 
-// graphComplete answers graph.complete: the work item's agent node is done,
+// completeRequest answers graph.complete: the work item's agent node is done,
 // so it moves on by done and the entered node's notifications are published
 // (the artifact read from the session's workspace). A human gate is refused:
 // only an authorized person's comment decides one.

@@ -503,7 +503,7 @@ func (gs *gates) renotify(ctx context.Context, ref string) {
 	}
 }
 
-// observeGateWait records how long the gate node from waited, from its
+// observeWait records how long the gate node from waited, from its
 // entry to the answer that moved the work item on (loop_gate_wait_seconds).
 func (gs *gates) observeWait(g *graph.Graph, st *graph.State, from string) {
 	n := g.Node(from)

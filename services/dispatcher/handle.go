@@ -33,7 +33,7 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 	cfg := s.deps.Config()
 
 	if in.parse {
-		if settled, err := s.command(ctx, store, cfg, in); settled {
+		if settled, err := s.control.command(ctx, store, cfg, in); settled {
 			return err
 		}
 	}
@@ -52,7 +52,7 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 		return fmt.Errorf("registry: %w", err)
 	}
 	if in.closing {
-		return s.closeWorkItem(ctx, store, in, rec)
+		return s.control.closeWorkItem(ctx, store, in, rec)
 	}
 	if !rec.Session.Live() {
 		return s.unmatched(ctx, store, in, rec, "")

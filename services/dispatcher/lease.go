@@ -25,7 +25,8 @@ type leases struct {
 	elsewhere prometheus.Counter
 }
 
-// heartbeat renews this host's lease until ctx ends.
+// renew renews this host's lease until ctx ends, running after (the
+// reconcile of local sessions) after each renewal.
 func (l *leases) renew(ctx context.Context, store *sessions.Store, after func(context.Context, *sessions.Store)) {
 	every := l.period / 3
 	for {
@@ -43,7 +44,7 @@ func (l *leases) renew(ctx context.Context, store *sessions.Store, after func(co
 	}
 }
 
-// hostHere makes sure sess runs on this host: nil when it does (or when its
+// takeOver makes sure sess runs on this host: nil when it does (or when its
 // host's lease has expired and this replica took it over), a delayed retry
 // while its host is alive elsewhere.
 func (l *leases) takeOver(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session) error {
@@ -79,9 +80,9 @@ func (l *leases) takeOver(ctx context.Context, store *sessions.Store, in *input,
 	return nil
 }
 
-// awaitPasteHost says whether to wait for another host to settle in's
+// awaitPaste says whether to wait for another host to settle in's
 // unrecorded paste: only the host that began it can read its pane, and it
-// does so when it starts again (settlePending). Waiting lasts while that
+// does so when it starts again (panes.settle). Waiting lasts while that
 // host's lease is fresh and the bus has deliveries left; then the event is
 // judged here, as delivery-uncertain.
 func (l *leases) awaitPaste(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session) (bool, error) {
@@ -96,7 +97,7 @@ func (l *leases) awaitPaste(ctx context.Context, store *sessions.Store, in *inpu
 	return true, nil
 }
 
-// leaseFresh reports whether host renewed its lease within the last lease
+// fresh reports whether host renewed its lease within the last lease
 // period: it is running, or died less than a lease ago.
 func (l *leases) fresh(ctx context.Context, store *sessions.Store, host string) (bool, error) {
 	at, ok, err := store.Lease(ctx, host)

@@ -22,7 +22,7 @@ type panes struct {
 	log   *slog.Logger
 }
 
-// settlePending judges, before this host consumes anything, the pastes it
+// settle judges, before this host consumes anything, the pastes it
 // left unrecorded when it last stopped (a crash between a paste and its
 // record): the prompt's marker in the live pane means received (recorded as
 // delivered), a live pane without it means never typed (Pending cleared, so
@@ -118,7 +118,7 @@ func (pn *panes) kill(ctx context.Context, target string) error {
 	return nil
 }
 
-// paneShows reports whether line stands in target's live pane. known is
+// shows reports whether line stands in target's live pane. known is
 // false when the pane cannot tell: no line to look for (the template prints
 // no delivery), the pane is not live here, or tmux did not answer.
 func (pn *panes) shows(ctx context.Context, target, line string) (shown, known bool) {

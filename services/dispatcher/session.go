@@ -80,7 +80,7 @@ func (ep *sessionEndpoint) listen() (net.Listener, string, error) {
 	return ln, "http://" + net.JoinHostPort(host, port), nil
 }
 
-// serveSessions answers the session endpoint on ln until ctx ends.
+// serve answers the session endpoint on ln until ctx ends.
 func (ep *sessionEndpoint) serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+sessionapi.PathAsk, ep.withSession(ep.ask))
@@ -176,7 +176,7 @@ func ownRef(asked, ref string) (refusal, bool) {
 	return refusal{}, true
 }
 
-// sessionAsk publishes the session's question, scrubbed, as
+// ask publishes the session's question, scrubbed, as
 // session.awaiting_input with the session as its actor, and waits for the
 // ledger to record it.
 func (ep *sessionEndpoint) ask(ctx context.Context, r *http.Request, ref string, sess *sessions.Session, token string) (int, any) {
@@ -223,7 +223,7 @@ func (ep *sessionEndpoint) ask(ctx context.Context, r *http.Request, ref string,
 	return http.StatusOK, sessionapi.AskAnswer{ID: ev.GetId(), URL: url}
 }
 
-// sessionComplete completes the session's own agent node.
+// complete completes the session's own agent node.
 func (ep *sessionEndpoint) complete(ctx context.Context, r *http.Request, ref string, _ *sessions.Session, _ string) (int, any) {
 	var req sessionapi.CompleteRequest
 	if status, e, ok := readBody(r, &req, `{}`); !ok {
@@ -241,7 +241,7 @@ func (ep *sessionEndpoint) complete(ctx context.Context, r *http.Request, ref st
 	return ep.graphAnswer(data, err)
 }
 
-// sessionStatus is the session's own work item's graph state.
+// status is the session's own work item's graph state.
 func (ep *sessionEndpoint) status(ctx context.Context, _ *http.Request, ref string, _ *sessions.Session, _ string) (int, any) {
 	return ep.graphAnswer(ep.gates.status(ctx, mustRequest(ref)))
 }

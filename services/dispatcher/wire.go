@@ -11,4 +11,6 @@ func (s *Service) wire() {
 		conn: d.Conn, log: d.Log, events: d.Events, refused: s.m.sessionRefused, scrubber: set.Scrub}
 	s.leases = &leases{host: set.Host, period: set.Lease, log: d.Log, events: d.Events, elsewhere: s.m.elsewhere}
 	s.panes = &panes{term: s.tmux, host: set.Host, probe: set.ResumeProbe, log: d.Log}
+	s.control = &controller{records: s.records, leases: s.leases, panes: s.panes, events: d.Events, log: d.Log,
+		unmatched: s.unmatched, spawn: s.spawn}
 }
