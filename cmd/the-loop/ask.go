@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
+	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/services/dispatcher"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
 )
 
 // cmdGraph shows or moves a work item's process graph by asking the

@@ -13,8 +13,8 @@ import (
 	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/services/dispatcher"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
 )
 
 // TestGraphVerbWithoutDispatcher: with NATS up but no dispatcher, the verb

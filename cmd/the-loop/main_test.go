@@ -27,8 +27,8 @@ import (
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // syncBuffer is a buffer a verb writes while the test reads it.
@@ -595,12 +595,12 @@ func TestSessionsVerbs(t *testing.T) {
 	srv.Provision(t, bustest.FastTopology(2))
 	conn := srv.Connect(t, "sessions-test")
 	ctx := context.Background()
-	store, err := registry.Open(ctx, conn)
+	store, err := sessions.Open(ctx, conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Mutate(ctx, "github:octo/repo#15", func(r *registry.Record) error {
-		r.Session = &registry.Session{Harness: "claude", HarnessSessionID: "s-1", Host: "box-1", TmuxTarget: "loop-github-octo-repo-15", Status: registry.Active}
+	if _, err := store.Mutate(ctx, "github:octo/repo#15", func(r *sessions.Record) error {
+		r.Session = &sessions.Session{Harness: "claude", HarnessSessionID: "s-1", Host: "box-1", TmuxTarget: "loop-github-octo-repo-15", Status: sessions.Active}
 		return nil
 	}); err != nil {
 		t.Fatal(err)

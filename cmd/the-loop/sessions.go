@@ -14,8 +14,8 @@ import (
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/identity"
+	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // cmdSessions lists agent sessions, or asks for one to be paused, resumed,
@@ -39,7 +39,7 @@ func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, std
 			return err
 		}
 		defer conn.Close()
-		store, err := registry.Open(ctx, conn)
+		store, err := sessions.Open(ctx, conn)
 		if err != nil {
 			return fmt.Errorf("session registry: %w", err)
 		}
@@ -63,7 +63,7 @@ func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, std
 	return fmt.Errorf("%w: sessions list|pause|resume|stop|cleanup", errUsage)
 }
 
-func writeSessions(w io.Writer, recs []registry.Record) error {
+func writeSessions(w io.Writer, recs []sessions.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORK ITEM\tSTATUS\tHOST\tTMUX\tHARNESS SESSION\tLAST CONTROL\tDELIVERED\tUNCERTAIN")
 	for _, r := range recs {

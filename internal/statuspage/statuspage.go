@@ -35,10 +35,10 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/pkg/threads"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 //go:embed page.html
@@ -463,7 +463,7 @@ func waitingFor(cfg *config.Config) []string {
 }
 
 func (s *server) sessions(ctx context.Context) ([]Session, error) {
-	store, err := registry.Open(ctx, s.o.Conn)
+	store, err := sessions.Open(ctx, s.o.Conn)
 	if err != nil {
 		return nil, err
 	}

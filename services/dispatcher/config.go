@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/services/dispatcher/harness"
+	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 )
 
 // Config is the dispatcher's settings, read from the environment by its
@@ -75,7 +75,7 @@ func (c Config) settings() Settings {
 		Label: c.Label, SpawnOnUnmatched: c.Spawn, SessionAddr: c.SessionAddr,
 	}
 	if c.HarnessBinary != "" {
-		s.Harness = harness.Claude().WithBinary(c.HarnessBinary)
+		s.Harness = agent.Claude().WithBinary(c.HarnessBinary)
 	}
 	return s
 }

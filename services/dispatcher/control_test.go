@@ -11,9 +11,9 @@ import (
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // TestControlEffects drives every command through the consumer and checks
@@ -67,14 +67,14 @@ func TestControlEffects(t *testing.T) {
 		e.waitRecord("session.paused", map[string]any{"work_item": ref})
 		e.publish(comment(ref, 1033, alice, "the-loop start"))
 		e.waitRecord("control.command", map[string]any{"work_item": ref, "command": "start", "effect": "resumed"})
-		if st := e.record(ref).Session.Status; st != registry.Active {
+		if st := e.record(ref).Session.Status; st != sessions.Active {
 			t.Errorf("status %q, want active", st)
 		}
 	})
 	step("ambiguous executes nothing", func() {
 		e.publish(comment(ref, 1034, alice, "the-loop pause or the-loop stop?"))
 		e.waitRecord("control.ambiguous", map[string]any{"work_item": ref})
-		if st := e.record(ref).Session.Status; st != registry.Active {
+		if st := e.record(ref).Session.Status; st != sessions.Active {
 			t.Errorf("status %q after an ambiguous comment, want active", st)
 		}
 	})
@@ -87,7 +87,7 @@ func TestControlEffects(t *testing.T) {
 		e.waitRecord("control.rejected", map[string]any{"event_id": "gh:issue-comment:1036", "reason": RejectUnauthorized, "relayed": true})
 		e.publish(relayed(ref, 1037, nil, "the-loop stop"))
 		e.waitRecord("control.rejected", map[string]any{"event_id": "gh:issue-comment:1037", "reason": RejectUnauthorized})
-		if st := e.record(ref).Session.Status; st != registry.Active {
+		if st := e.record(ref).Session.Status; st != sessions.Active {
 			t.Errorf("status %q after unauthorized relayed stops, want active", st)
 		}
 		if st := e.tmuxState(ref); st != tmux.Live {
@@ -119,7 +119,7 @@ func TestControlEffects(t *testing.T) {
 			t.Errorf("tmux %v after stop", st)
 		}
 		r := e.record(ref)
-		if r.Session.Status != registry.Closed || r.Control.Command != "stop" {
+		if r.Session.Status != sessions.Closed || r.Control.Command != "stop" {
 			t.Errorf("after stop: session %q, control %+v", r.Session.Status, r.Control)
 		}
 		late := comment(ref, 1042, alice, "after stop")
@@ -161,7 +161,7 @@ func TestCloseClosesSession(t *testing.T) {
 	if st := e.tmuxState(ref); st != tmux.Absent {
 		t.Errorf("tmux %v after close", st)
 	}
-	if r := e.record(ref); r.Session.Status != registry.Closed || r.Control != nil {
+	if r := e.record(ref); r.Session.Status != sessions.Closed || r.Control != nil {
 		t.Errorf("after close: status %q, control %+v", r.Session.Status, r.Control)
 	}
 }
@@ -203,7 +203,7 @@ func TestRespawnWithResume(t *testing.T) {
 	if boots[1].Mode != "resume" || boots[1].Prompt != e.expected(ev, false) {
 		t.Errorf("respawn boot = %+v, want resume with the event prompt", boots[1])
 	}
-	if got := e.record(ref).Session; got.HarnessSessionID != sess.HarnessSessionID || got.Status != registry.Active {
+	if got := e.record(ref).Session; got.HarnessSessionID != sess.HarnessSessionID || got.Status != sessions.Active {
 		t.Errorf("after respawn: %+v", got)
 	}
 }
@@ -227,7 +227,7 @@ func TestRedeliveryTypesOnce(t *testing.T) {
 	e.waitRecord("dispatch.dropped", map[string]any{"event_id": ev.GetId(), "reason": DropAlreadyProcessed})
 	pending := func(id string) {
 		t.Helper()
-		if _, err := e.store.Mutate(ctx, ref, func(r *registry.Record) error {
+		if _, err := e.store.Mutate(ctx, ref, func(r *sessions.Record) error {
 			r.Session.Pending = id
 			return nil
 		}); err != nil {
@@ -283,9 +283,9 @@ func TestHostedElsewhere(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	put := func(ref, host string) {
-		if _, err := e.store.Mutate(ctx, ref, func(r *registry.Record) error {
-			r.Session = &registry.Session{Harness: "claude", HarnessSessionID: "11111111-2222-4333-8444-555555555555",
-				Host: host, TmuxTarget: tmux.Target(ref), Status: registry.Active, Cwd: t.TempDir()}
+		if _, err := e.store.Mutate(ctx, ref, func(r *sessions.Record) error {
+			r.Session = &sessions.Session{Harness: "claude", HarnessSessionID: "11111111-2222-4333-8444-555555555555",
+				Host: host, TmuxTarget: tmux.Target(ref), Status: sessions.Active, Cwd: t.TempDir()}
 			return nil
 		}); err != nil {
 			t.Fatal(err)

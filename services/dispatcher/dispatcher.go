@@ -16,7 +16,7 @@
 // Order per work item comes from the partition: the bus hands this service
 // one event of a partition at a time, and the handler returns only when the
 // paste (not the agent's turn) is done. The session registry is the KV bucket
-// "sessions" (package registry), changed only by compare-and-set.
+// "sessions" (package pkg/sessions), changed only by compare-and-set.
 //
 // Hosts. A session runs in the tmux server of the dispatcher replica that
 // spawned it, recorded as its host; no other machine can see it. Each replica
@@ -37,7 +37,7 @@
 // marker. The pane settles it: the line there means the harness got it
 // (recorded as delivered), a live pane without it means it never did (typed).
 // The host that began the paste reads its pane, on the redelivery or at its
-// next start (settlePending); another replica that gets the redelivery waits
+// next start (panes.settle); another replica that gets the redelivery waits
 // for that host while its lease is fresh. Only when nothing can tell — the
 // pane is gone, the host does not come back, a custom template has no
 // $delivery_id — is the event dropped as delivery-uncertain rather than typed
@@ -63,11 +63,11 @@ import (
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/service"
-	"github.com/the-loop/bus/services/dispatcher/harness"
+	"github.com/the-loop/bus/pkg/sessions"
+	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 	"github.com/the-loop/bus/services/dispatcher/internal/proc"
 	"github.com/the-loop/bus/services/dispatcher/internal/prompt"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // Name is the service name used for consumers, logs and `serve`.
@@ -87,8 +87,8 @@ const (
 // Settings are the dispatcher's own settings. The zero value is the default
 // deployment: Claude Code in tmux's default server, labeled policy.
 type Settings struct {
-	// Harness is the agent harness (default harness.Claude()).
-	Harness harness.Harness
+	// Harness is the agent harness (default agent.Claude()).
+	Harness agent.Harness
 	// Runner hosts the sessions: RunnerTmux (default) or RunnerProcess.
 	Runner string
 	// TmuxBinary (default "tmux") and TmuxSocket (-L; default: tmux's
@@ -196,13 +196,21 @@ func WithSessionEnv(env map[string]string) Option { return func(c *Settings) { c
 
 // Service is the dispatcher.
 type Service struct {
-	deps   service.Deps
-	set    Settings
-	tmux   terminal
-	tmpl   prompt.Templates
-	m      *metrics
-	store  atomic.Pointer[registry.Store]
-	graphs graphs
+	deps  service.Deps
+	set   Settings
+	tmux  terminal
+	tmpl  prompt.Templates
+	m     *metrics
+	store atomic.Pointer[sessions.Store]
+
+	// The dispatcher's jobs besides the per-event pipeline (handle.go,
+	// deliver.go, spawn.go), each with only what it needs (wire.go).
+	gates    *gates
+	endpoint *sessionEndpoint
+	leases   *leases
+	panes    *panes
+	control  *controller
+	records  recorder
 
 	// unavailable is why sessions cannot run here ("" when they can).
 	mu          sync.Mutex
@@ -245,6 +253,7 @@ func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 		return nil, fmt.Errorf("%s: session runner %q: want %s or %s", Name, set.Runner, RunnerTmux, RunnerProcess)
 	}
 	s.tmux = tracedTerminal{s.tmux}
+	s.wire()
 	return s, nil
 }
 
@@ -304,7 +313,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	defer s.serveEndpoint()() // `the-loop graph` asks here, with or without sessions
+	defer s.gates.serve()() // `the-loop graph` asks here, with or without sessions
 	if !s.waitAvailable(ctx) {
 		return nil
 	}
@@ -315,19 +324,19 @@ func (s *Service) Run(ctx context.Context) error {
 	s.store.Store(store)
 	// Sessions reach the loop through the endpoint only; it is up before
 	// the first session is started.
-	ln, url, err := s.listenSessions()
+	ln, url, err := s.endpoint.listen()
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
 	s.sessionURL = url
 	s.deps.Log.Info("dispatcher: session endpoint listening", "url", url)
-	s.settlePending(ctx, store)
-	s.reconcile(ctx, store)
+	s.panes.settle(ctx, store)
+	s.panes.reconcile(ctx, store)
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go s.heartbeat(hctx, store)
+	go s.leases.renew(hctx, store, s.panes.reconcile)
 	served := make(chan error, 1)
-	go func() { served <- s.serveSessions(hctx, ln) }()
+	go func() { served <- s.endpoint.serve(hctx, ln) }()
 	// This replica is a member of the dispatcher's replicas under its
 	// session host's name: the partitions it owns are the work items whose
 	// sessions run here.
@@ -375,9 +384,9 @@ func (s *Service) waitAvailable(ctx context.Context) bool {
 }
 
 // openStore opens the registry, retrying while the bus is unreachable.
-func (s *Service) openStore(ctx context.Context) (*registry.Store, bool) {
+func (s *Service) openStore(ctx context.Context) (*sessions.Store, bool) {
 	for attempt := 0; ; attempt++ {
-		store, err := registry.Open(ctx, s.deps.Conn)
+		store, err := sessions.Open(ctx, s.deps.Conn)
 		if err == nil {
 			return store, true
 		}
@@ -388,109 +397,6 @@ func (s *Service) openStore(ctx context.Context) (*registry.Store, bool) {
 		case <-ctx.Done():
 			return nil, false
 		case <-time.After(time.Second):
-		}
-	}
-}
-
-// heartbeat renews this host's lease until ctx ends.
-func (s *Service) heartbeat(ctx context.Context, store *registry.Store) {
-	every := s.set.Lease / 3
-	for {
-		if err := store.Heartbeat(ctx, s.set.Host, time.Now()); err != nil && ctx.Err() == nil {
-			s.deps.Log.Warn("dispatcher: lease renewal failed", "host", s.set.Host, "err", err)
-		}
-		// A session another replica took over (its partition moved there)
-		// must not stay alive here as an idle second copy.
-		s.reconcile(ctx, store)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(every):
-		}
-	}
-}
-
-// settlePending judges, before this host consumes anything, the pastes it
-// left unrecorded when it last stopped (a crash between a paste and its
-// record): the prompt's marker in the live pane means received (recorded as
-// delivered), a live pane without it means never typed (Pending cleared, so
-// the redelivery types it, here or on the host that has the partition now).
-// A pane that cannot tell clears the marker: whoever gets the redelivery
-// drops it as delivery-uncertain instead of waiting for this host.
-func (s *Service) settlePending(ctx context.Context, store *registry.Store) {
-	recs, err := store.List(ctx)
-	if err != nil {
-		s.deps.Log.Warn("dispatcher: unrecorded pastes: registry unreadable", "err", err)
-		return
-	}
-	for _, r := range recs {
-		sess := r.Session
-		if !sess.Live() || sess.Host != s.set.Host || sess.Pending == "" {
-			continue
-		}
-		id, verdict := sess.Pending, "uncertain"
-		switch shown, known := s.paneShows(ctx, sess.TmuxTarget, sess.PendingMarker); {
-		case known && shown:
-			verdict = "received"
-		case known:
-			verdict = "not-typed"
-		}
-		if _, err := store.Mutate(ctx, r.Ref, func(rec *registry.Record) error {
-			if rec.Session == nil || rec.Session.Pending != id {
-				return registry.ErrNoChange
-			}
-			switch verdict {
-			case "received":
-				rec.Session.Remember(id, time.Now().UTC())
-			case "not-typed":
-				rec.Session.Pending, rec.Session.PendingMarker = "", ""
-			default:
-				rec.Session.PendingMarker = ""
-			}
-			return nil
-		}); err != nil {
-			s.deps.Log.Warn("dispatcher: unrecorded paste: registry", "work_item", r.Ref, "err", err)
-			continue
-		}
-		s.deps.Log.Info("dispatcher: settled an unrecorded paste", "work_item", r.Ref, "event_id", id, "verdict", verdict)
-	}
-}
-
-// reconcile kills this host's loop-* tmux sessions that the registry says
-// are closed, gone or hosted elsewhere: after a takeover the old host must
-// not keep a second live session of the work item when it comes back.
-func (s *Service) reconcile(ctx context.Context, store *registry.Store) {
-	names, err := s.tmux.Sessions(ctx)
-	if err != nil || len(names) == 0 {
-		return
-	}
-	recs, err := store.List(ctx)
-	if err != nil {
-		s.deps.Log.Warn("dispatcher: reconcile: registry unreadable; leaving tmux sessions alone", "err", err)
-		return
-	}
-	ours := map[string]bool{}
-	for _, r := range recs {
-		if r.Session.Live() && r.Session.Host == s.set.Host {
-			ours[r.Session.TmuxTarget] = true
-		}
-	}
-	owned := map[string]string{}
-	for _, r := range recs {
-		if r.Session != nil {
-			owned[r.Session.TmuxTarget] = r.Ref
-		}
-	}
-	for _, n := range names {
-		ref, known := owned[n]
-		if !known || ours[n] {
-			// Not ours to judge (an operator's session that happens to share
-			// the server), or ours and live.
-			continue
-		}
-		if err := s.tmux.Kill(ctx, n); err == nil {
-			s.deps.Log.Warn("dispatcher: killed a stale local session whose work item is closed or hosted elsewhere",
-				"tmux_target", n, "work_item", ref)
 		}
 	}
 }

@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/the-loop/bus/services/dispatcher/internal/flow"
 	"log/slog"
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/graph"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
+	"github.com/the-loop/bus/pkg/graphstate"
 )
 
 // The dispatcher's request/reply endpoint (issue 8): `the-loop graph status`
@@ -73,30 +74,30 @@ type GraphCompleted struct {
 	State *graph.State `json:"state"`
 }
 
-// serveEndpoint starts answering the endpoint and returns what stops it,
+// serve starts answering the endpoint and returns what stops it,
 // which waits for a request in hand. A failure to start is logged, not
 // fatal: sessions and gates work without it, and `the-loop graph` then says
 // that no dispatcher answered.
-func (s *Service) serveEndpoint() (stop func()) {
-	svc, err := s.deps.Conn.AddService(bus.ServiceSpec{
+func (gs *gates) serve() (stop func()) {
+	svc, err := gs.conn.AddService(bus.ServiceSpec{
 		Name:        EndpointService,
 		Version:     EndpointVersion,
 		Description: "the-loop dispatcher: work items' process graphs (the-loop graph status|complete)",
-		Logger:      s.deps.Log,
+		Logger:      gs.log,
 		Endpoints: []bus.Endpoint{
-			{Name: "graph-status", Subject: SubjectGraphStatus, Handler: s.graphStatus},
-			{Name: "graph-complete", Subject: SubjectGraphComplete, Handler: s.graphComplete},
+			{Name: "graph-status", Subject: SubjectGraphStatus, Handler: gs.status},
+			{Name: "graph-complete", Subject: SubjectGraphComplete, Handler: gs.completeRequest},
 		},
 	})
 	if err != nil {
-		s.deps.Log.Error("dispatcher: graph endpoint not started; `the-loop graph` will find no dispatcher here", "err", err)
+		gs.log.Error("dispatcher: graph endpoint not started; `the-loop graph` will find no dispatcher here", "err", err)
 		return func() {}
 	}
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := svc.Stop(ctx); err != nil {
-			s.deps.Log.Warn("dispatcher: graph endpoint stop", "err", err)
+			gs.log.Warn("dispatcher: graph endpoint stop", "err", err)
 		}
 	}
 }
@@ -113,14 +114,14 @@ func readGraphRequest(data []byte) (string, error) {
 	return req.Ref, nil
 }
 
-// graphStatus answers graph.status: the work item's state and how the
+// status answers graph.status: the work item's state and how the
 // dispatcher reads it.
-func (s *Service) graphStatus(ctx context.Context, data []byte) ([]byte, error) {
+func (gs *gates) status(ctx context.Context, data []byte) ([]byte, error) {
 	ref, err := readGraphRequest(data)
 	if err != nil {
 		return nil, err
 	}
-	store, err := s.graphs.open(ctx, s.deps.Conn)
+	store, err := gs.open(ctx)
 	if err != nil {
 		return nil, bus.Fail(bus.CodeUnavailable, "graph state unavailable: %v", err)
 	}
@@ -135,7 +136,7 @@ func (s *Service) graphStatus(ctx context.Context, data []byte) ([]byte, error) 
 	}
 	ans := GraphStatus{Ref: ref, URL: graphstate.WorkItemURL(ref), Revision: rev, State: st,
 		AtHumanGate: st.Status == graph.StatusWaiting}
-	if g, ok := s.deps.Config().Graphs.Registry().Get(st.Graph); ok {
+	if g, ok := gs.config().Graphs.Registry().Get(st.Graph); ok {
 		ans.Known, ans.AtHumanGate = true, st.AtHumanGate(g)
 		if n := g.Node(st.Current); n != nil {
 			ans.Phase = n.Phase
@@ -144,32 +145,32 @@ func (s *Service) graphStatus(ctx context.Context, data []byte) ([]byte, error) 
 	return json.Marshal(ans)
 }
 
-// graphComplete answers graph.complete: the work item's agent node is done,
+// completeRequest answers graph.complete: the work item's agent node is done,
 // so it moves on by done and the entered node's notifications are published
 // (the artifact read from the session's workspace). A human gate is refused:
 // only an authorized person's comment decides one.
-func (s *Service) graphComplete(ctx context.Context, data []byte) ([]byte, error) {
+func (gs *gates) completeRequest(ctx context.Context, data []byte) ([]byte, error) {
 	ref, err := readGraphRequest(data)
 	if err != nil {
 		return nil, err
 	}
-	return s.complete(ctx, ref, catalog.SourceCLI)
+	return gs.complete(ctx, ref, catalog.SourceCLI)
 }
 
 // complete moves ref's agent node on; source says who asked (an operator's
 // CLI, or the work item's own session), for the log.
-func (s *Service) complete(ctx context.Context, ref, source string) ([]byte, error) {
-	store, err := s.graphs.open(ctx, s.deps.Conn)
+func (gs *gates) complete(ctx context.Context, ref, source string) ([]byte, error) {
+	store, err := gs.open(ctx)
 	if err != nil {
 		return nil, bus.Fail(bus.CodeUnavailable, "graph state unavailable: %v", err)
 	}
-	cfg := s.deps.Config()
-	st, t, err := store.CompleteAndPublish(ctx, s.deps.Conn, cfg.Graphs.Registry(), ref, cfg.Channels.Slack.MaxChars)
+	cfg := gs.config()
+	st, t, err := flow.CompleteAndPublish(ctx, store, gs.conn, cfg.Graphs.Registry(), ref, cfg.Channels.Slack.MaxChars)
 	switch {
-	case errors.Is(err, graphstate.ErrNoState):
+	case errors.Is(err, flow.ErrNoState):
 		return nil, bus.FailWith(bus.CodeNotFound, err)
-	case errors.Is(err, graphstate.ErrHumanGate), errors.Is(err, graph.ErrTerminal),
-		errors.Is(err, graphstate.ErrUnknownGraph), errors.Is(err, graphstate.ErrOtherRef):
+	case errors.Is(err, flow.ErrHumanGate), errors.Is(err, graph.ErrTerminal),
+		errors.Is(err, flow.ErrUnknownGraph), errors.Is(err, graphstate.ErrOtherRef):
 		return nil, bus.FailWith(bus.CodeConflict, err)
 	case err != nil && (st == nil || t.To == ""):
 		return nil, err
@@ -177,9 +178,9 @@ func (s *Service) complete(ctx context.Context, ref, source string) ([]byte, err
 	// Moved (the notifications may have failed: err says so, after the log).
 	attrs := []slog.Attr{slog.String("work_item", ref), slog.String("graph", st.Graph), slog.String("from", t.From),
 		slog.String("to", t.To), slog.String("outcome", string(t.Outcome)), slog.String("source", source)}
-	s.deps.Events.Emit(ctx, "graph.advanced", attrs...)
+	gs.events.Emit(ctx, "graph.advanced", attrs...)
 	if st.Terminal() {
-		s.deps.Events.Emit(ctx, "graph.completed", slog.String("work_item", ref), slog.String("graph", st.Graph),
+		gs.events.Emit(ctx, "graph.completed", slog.String("work_item", ref), slog.String("graph", st.Graph),
 			slog.String("node", st.Current), slog.String("status", string(st.Status)))
 	}
 	if err != nil {

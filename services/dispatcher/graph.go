@@ -4,21 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/eventlog"
+	"github.com/the-loop/bus/services/dispatcher/internal/flow"
 	"log/slog"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
+	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // The graph wiring (issue 8): the dispatcher owns each work item's graph
-// state in KV "graph" (package graphstate).
+// state in KV "graph" (package pkg/graphstate; what
+// the dispatcher does with it is in internal/flow).
 //
 //   - A session's spawn starts its work item's graph: graphs.workItem of the
 //     operator config (work-item by default), or the ad-hoc graph when the do
@@ -33,7 +41,7 @@ import (
 //     envelope's provenance (R6.3) and writes the approval into the approved
 //     artifact's front matter in the session's workspace.
 //   - Every move publishes the entered node's notifications to the inbox
-//     (graphstate.Event): the work item's URL, the artifact's excerpt (R4.4),
+//     (flow.Event): the work item's URL, the artifact's excerpt (R4.4),
 //     the gate visit when the node is a gate, and work-item-complete on
 //     reaching complete (R6.4). Leaving a gate publishes gate.moved first.
 //   - A relayed button answer applies only to the gate visit its signed
@@ -49,19 +57,73 @@ import (
 // is settled so is answered there (catalog.GatePaused): the person learns
 // that the gate did not move and why, instead of waiting for it.
 
-// graphStart starts in's work item on its graph when its session spawns.
-func (s *Service) graphStart(ctx context.Context, in *input, cmd control.Command) error {
-	cfg := s.deps.Config()
+// gates is the dispatcher's side of the work items' process graphs: it
+// starts a graph with its session, lets a human gate classify a comment
+// before the session sees it, publishes what each move yields, and answers
+// the graph endpoint. It needs the bus, the config in force and the session
+// registry (for a session's workspace), never a terminal.
+type gates struct {
+	conn     *bus.Conn
+	config   func() *config.Config
+	log      *slog.Logger
+	events   *eventlog.Logger
+	gateWait *prometheus.HistogramVec
+	// workdir is the sessions' default workspace, where artifacts are read
+	// when a work item's session names none.
+	workdir  string
+	sessions *atomic.Pointer[sessions.Store]
+
+	mu    sync.Mutex
+	store *graphstate.Store
+}
+
+// open returns the state store, opening it on first use.
+func (gs *gates) open(ctx context.Context) (*graphstate.Store, error) {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if gs.store == nil {
+		st, err := graphstate.Open(ctx, gs.conn)
+		if err != nil {
+			return nil, err
+		}
+		gs.store = st
+	}
+	return gs.store, nil
+}
+
+// context is the graph context block of ref ($graph_context): "" when there
+// is no state, it cannot be read, or its graph is not in the config in
+// force. verdict is the gate's verdict when a human gate classified this
+// event first. Best effort: a prompt is never lost to it.
+func (gs *gates) context(ctx context.Context, ref string, verdict graph.Outcome) string {
+	store, err := gs.open(ctx)
+	if err != nil {
+		return ""
+	}
+	st, _, err := store.Get(ctx, ref)
+	if err != nil || st == nil {
+		return ""
+	}
+	gr, ok := gs.config().Graphs.Registry().Get(st.Graph)
+	if !ok {
+		return ""
+	}
+	return graph.ContextWith(st, gr, graph.ContextOptions{Verdict: verdict})
+}
+
+// start starts in's work item on its graph when its session spawns.
+func (gs *gates) start(ctx context.Context, in *input, cmd control.Command) error {
+	cfg := gs.config()
 	name := cfg.Graphs.WorkItem
 	if cmd == control.Do {
 		name = graph.AdhocGraph
 	}
 	g, ok := cfg.Graphs.Registry().Get(name)
 	if !ok {
-		s.deps.Log.Warn("dispatcher: graph not registered; the work item has no process graph", "work_item", in.ref, "graph", name)
+		gs.log.Warn("dispatcher: graph not registered; the work item has no process graph", "work_item", in.ref, "graph", name)
 		return nil
 	}
-	store, err := s.graphs.open(ctx, s.deps.Conn)
+	store, err := gs.open(ctx)
 	if err != nil {
 		return fmt.Errorf("graph state: %w", err)
 	}
@@ -77,7 +139,7 @@ func (s *Service) graphStart(ctx context.Context, in *input, cmd control.Command
 		return next, err
 	})
 	if errors.Is(err, graphstate.ErrOtherRef) {
-		s.deps.Log.Warn("dispatcher: the graph key of this work item holds another's state; no graph for it", "work_item", in.ref, "err", err)
+		gs.log.Warn("dispatcher: the graph key of this work item holds another's state; no graph for it", "work_item", in.ref, "err", err)
 		return nil
 	}
 	if err != nil {
@@ -86,9 +148,9 @@ func (s *Service) graphStart(ctx context.Context, in *input, cmd control.Command
 	if !created {
 		return nil // kept the graph it had
 	}
-	s.deps.Events.Emit(ctx, "graph.advanced", append(eventAttrs(in), slog.String("graph", g.Name),
+	gs.events.Emit(ctx, "graph.advanced", append(eventAttrs(in), slog.String("graph", g.Name),
 		slog.String("from", ""), slog.String("to", st.Current), slog.String("outcome", "start"))...)
-	return s.notify(ctx, in.ref, st, ns, s.set.Workdir)
+	return gs.notify(ctx, in.ref, st, ns, gs.workdir)
 }
 
 // staleGateError: a relayed button answer names a gate visit that is not the
@@ -101,93 +163,43 @@ func (e *staleGateError) Error() string {
 	return fmt.Sprintf("answer for gate visit %s, the work item is at %q", e.answered, e.current)
 }
 
-// consultGate offers in's comment to the human gate the work item is parked
+// consult offers in's comment to the human gate the work item is parked
 // at and returns the verdict ("" when no gate classified it). A button
 // answer applies only to the gate visit its envelope names: for any other,
 // the state is left as it is and a *staleGateError returned — ingress-slack
 // refuses such a press already, and this is the check that holds when the
 // gate moved between the press and its record coming back.
-func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Session) (graph.Outcome, error) {
+func (gs *gates) consult(ctx context.Context, in *input, sess *sessions.Session) (graph.Outcome, error) {
 	if !in.gate || in.actor == "" {
 		// Only an authorized person's comment can answer a gate; one
 		// without an actor (a collaborator's) never reaches a session.
 		return "", nil
 	}
-	cfg := s.deps.Config()
-	grammar, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords)
-	if err != nil {
-		grammar, _ = control.New(cfg.Routing.Control.Enabled, nil)
-	}
-	store, err := s.graphs.open(ctx, s.deps.Conn)
+	cfg := gs.config()
+	grammar, _ := grammarOf(cfg)
+	store, err := gs.open(ctx)
 	if err != nil {
 		return "", fmt.Errorf("graph state: %w", err)
 	}
-	comment := graph.Comment{Author: in.actor, Body: in.gateBody, Provenance: in.prov}
-	var t graph.Transition
-	var g *graph.Graph
-	var stale *staleGateError
-	var left string // the visit the move ends
-	var replay bool // an event id that passed a gate, on another record
-	st, err := store.Mutate(ctx, in.ref, func(cur *graph.State) (*graph.State, error) {
-		t, g, stale, left, replay = graph.Transition{}, nil, nil, "", false
-		if cur == nil {
-			if in.visit != "" {
-				stale = &staleGateError{answered: in.visit}
-			}
-			return nil, graphstate.ErrNoChange
-		}
-		var ok bool
-		g, ok = cfg.Graphs.Registry().Get(cur.Graph)
-		if !ok {
-			g = nil
-		}
-		left = cur.GateVisit(g)
-		if in.visit != "" && in.visit != left {
-			if !applied(cur, in) {
-				// Not the redelivery of the answer that moved it on.
-				stale = &staleGateError{answered: in.visit, current: left}
-			} else {
-				replay = replayed(cur, in)
-			}
-			return nil, graphstate.ErrNoChange
-		}
-		if g == nil || !cur.AtHumanGate(g) {
-			return nil, graphstate.ErrNoChange
-		}
-		if applied(cur, in) {
-			// A redelivery of an event the gate already decided on, or
-			// its envelope copied onto another record.
-			replay = replayed(cur, in)
-			return nil, graphstate.ErrNoChange
-		}
-		before := cur.Version
-		var err error
-		t, err = cur.Apply(g, graph.GateInput{
-			Comments:       []graph.Comment{comment},
-			Authorized:     func(login string) bool { return authorizedGitHub(cfg, login) },
-			ExecuteKeyword: grammar.Keyword(control.Execute),
-			At:             time.Now().UTC(),
-		})
-		if err != nil {
-			return nil, err
-		}
-		if cur.Version == before {
-			return nil, graphstate.ErrNoChange
-		}
-		return cur, nil
-	})
-	if replay {
-		s.deps.Events.Emit(ctx, "graph.replayed", slog.String("work_item", in.ref), slog.String("event_id", in.prov.EventID),
+	ans := &gateAnswer{in: in, reg: cfg.Graphs.Registry(), input: graph.GateInput{
+		Comments:       []graph.Comment{{Author: in.actor, Body: in.gateBody, Provenance: in.prov}},
+		Authorized:     func(login string) bool { return authorizedGitHub(cfg, login) },
+		ExecuteKeyword: grammar.Keyword(control.Execute),
+	}}
+	st, err := store.Mutate(ctx, in.ref, ans.decide)
+	if ans.replay {
+		gs.events.Emit(ctx, "graph.replayed", slog.String("work_item", in.ref), slog.String("event_id", in.prov.EventID),
 			slog.String("record_url", in.prov.RecordURL))
 	}
+	t := ans.t
 	switch {
 	case errors.Is(err, graphstate.ErrOtherRef), errors.Is(err, graph.ErrNotAtGate):
 		return "", nil
 	case err != nil:
 		return "", fmt.Errorf("graph state: gate of %s: %w", in.ref, err)
-	case stale != nil:
-		return "", stale
-	case g == nil || t.From == "":
+	case ans.stale != nil:
+		return "", ans.stale
+	case ans.g == nil || t.From == "":
 		return "", nil
 	}
 	if len(t.Comments) == 0 {
@@ -196,58 +208,129 @@ func (s *Service) consultGate(ctx context.Context, in *input, sess *registry.Ses
 		return "", nil
 	}
 	if !t.Moved() {
-		s.deps.Log.Info("dispatcher: gate stays open", "work_item", in.ref, "event_id", in.ev.GetId(),
+		gs.log.Info("dispatcher: gate stays open", "work_item", in.ref, "event_id", in.ev.GetId(),
 			"node", t.From, "reason", t.Reason)
 		return t.Outcome, nil
 	}
+	return t.Outcome, gs.advanced(ctx, in, sess.Cwd, st, ans)
+}
+
+// gateAnswer is one comment offered to the human gate its work item waits
+// at. decide runs on every read of the state (a compare-and-set retries it)
+// and leaves what it found in the fields below input.
+type gateAnswer struct {
+	in    *input
+	reg   *graph.Registry
+	input graph.GateInput
+
+	t      graph.Transition
+	g      *graph.Graph
+	stale  *staleGateError
+	left   string // the visit the move ends
+	replay bool   // an event id that passed a gate, on another record
+}
+
+// decide applies the answer to cur: the moved state, or ErrNoChange when
+// there is no gate to answer, the answer is for another visit (stale) or
+// was applied already (a redelivery, or a replay on another record).
+func (a *gateAnswer) decide(cur *graph.State) (*graph.State, error) {
+	in := a.in
+	a.t, a.g, a.stale, a.left, a.replay = graph.Transition{}, nil, nil, "", false
+	if cur == nil {
+		if in.visit != "" {
+			a.stale = &staleGateError{answered: in.visit}
+		}
+		return nil, graphstate.ErrNoChange
+	}
+	if g, ok := a.reg.Get(cur.Graph); ok {
+		a.g = g
+	}
+	a.left = cur.GateVisit(a.g)
+	if in.visit != "" && in.visit != a.left {
+		if !applied(cur, in) {
+			// Not the redelivery of the answer that moved it on.
+			a.stale = &staleGateError{answered: in.visit, current: a.left}
+		} else {
+			a.replay = replayed(cur, in)
+		}
+		return nil, graphstate.ErrNoChange
+	}
+	if a.g == nil || !cur.AtHumanGate(a.g) {
+		return nil, graphstate.ErrNoChange
+	}
+	if applied(cur, in) {
+		// A redelivery of an event the gate already decided on, or
+		// its envelope copied onto another record.
+		a.replay = replayed(cur, in)
+		return nil, graphstate.ErrNoChange
+	}
+	before := cur.Version
+	gi := a.input
+	gi.At = time.Now().UTC()
+	t, err := cur.Apply(a.g, gi)
+	a.t = t
+	if err != nil {
+		return nil, err
+	}
+	if cur.Version == before {
+		return nil, graphstate.ErrNoChange
+	}
+	return cur, nil
+}
+
+// advanced records and publishes the gate move ans made to st: the event
+// log, the gate's wait, the approvals in the artifact, gate.moved and the
+// entered node's notifications (the artifact read from workdir).
+func (gs *gates) advanced(ctx context.Context, in *input, workdir string, st *graph.State, ans *gateAnswer) error {
+	g, t := ans.g, ans.t
 	attrs := append(eventAttrs(in), slog.String("graph", g.Name), slog.String("from", t.From), slog.String("to", t.To),
 		slog.String("outcome", string(t.Outcome)), slog.String("actor", in.actor), slog.String("channel", in.prov.Channel))
-	s.deps.Events.Emit(ctx, "graph.advanced", attrs...)
-	s.observeGateWait(g, st, t.From)
+	gs.events.Emit(ctx, "graph.advanced", attrs...)
+	gs.observeWait(g, st, t.From)
 	if st.Terminal() {
-		s.deps.Events.Emit(ctx, "graph.completed", append(eventAttrs(in), slog.String("graph", g.Name),
+		gs.events.Emit(ctx, "graph.completed", append(eventAttrs(in), slog.String("graph", g.Name),
 			slog.String("node", st.Current), slog.String("status", string(st.Status)))...)
 	}
 	if n := g.Node(t.From); n != nil && n.Artifact != "" {
 		for _, a := range t.Approvals {
-			s.recordApproval(in, sess.Cwd, n.Artifact, a)
+			gs.recordApproval(in, workdir, n.Artifact, a)
 		}
 	}
-	s.gateMoved(ctx, in, g, t, left, sess.Cwd)
-	return t.Outcome, s.notify(ctx, in.ref, st, t.Notifications, sess.Cwd)
+	gs.moved(ctx, in, g, t, ans.left, workdir)
+	return gs.notify(ctx, in.ref, st, t.Notifications, workdir)
 }
 
-// gateMoved publishes the catalog.GateMoved signal of t, the move that ended
+// moved publishes the catalog.GateMoved signal of t, the move that ended
 // gate visit left, before the entered node's notifications, so that a
 // channel retires that visit's answer buttons before it shows the next
 // gate. Best effort: a channel that misses it retires the buttons when the
 // work item's next gate is posted (docs/decisions/032-old-gate-messages-lose-their-buttons.md).
-func (s *Service) gateMoved(ctx context.Context, in *input, g *graph.Graph, t graph.Transition, left, workdir string) {
+func (gs *gates) moved(ctx context.Context, in *input, g *graph.Graph, t graph.Transition, left, workdir string) {
 	if left == "" {
 		return
 	}
-	ev := graphstate.MovedEvent(in.ref, left, g.Name, t, g.Node(t.From), in.ev.GetActor(), in.ev.GetId(),
-		graphstate.Options{Workdir: workdir, MaxChars: s.deps.Config().Channels.Slack.MaxChars})
-	if _, err := graphstate.Publish(ctx, s.deps.Conn, ev); err != nil {
-		s.deps.Log.Warn("dispatcher: gate.moved not published; channels retire the gate's buttons at its next gate",
+	ev := flow.MovedEvent(in.ref, left, g.Name, t, g.Node(t.From), in.ev.GetActor(), in.ev.GetId(),
+		flow.Options{Workdir: workdir, MaxChars: gs.config().Channels.Slack.MaxChars})
+	if _, err := flow.Publish(ctx, gs.conn, ev); err != nil {
+		gs.log.Warn("dispatcher: gate.moved not published; channels retire the gate's buttons at its next gate",
 			"work_item", in.ref, "gate_visit", left, "err", err)
 		return
 	}
-	s.deps.Log.Info("dispatcher: gate.moved published", "work_item", in.ref, "gate_visit", left,
+	gs.log.Info("dispatcher: gate.moved published", "work_item", in.ref, "gate_visit", left,
 		"outcome", string(t.Outcome), "to", t.To, "event_id", ev.GetId())
 }
 
-// gatePaused tells the person whose relayed answer reached a work item at a
+// paused tells the person whose relayed answer reached a work item at a
 // human gate while its session is paused that the gate did not move
 // (decision 023), with a catalog.GatePaused notice to their conversation. An
 // answer typed on GitHub names no conversation and gets none. The notice's
 // id derives from the answer's, so a redelivery publishes it once.
-func (s *Service) gatePaused(ctx context.Context, in *input) error {
+func (gs *gates) paused(ctx context.Context, in *input) error {
 	conv := in.ev.GetConversation()
 	if !in.gate || conv.GetChannel() == "" {
 		return nil
 	}
-	store, err := s.graphs.open(ctx, s.deps.Conn)
+	store, err := gs.open(ctx)
 	if err != nil {
 		return fmt.Errorf("graph state: %w", err)
 	}
@@ -256,7 +339,7 @@ func (s *Service) gatePaused(ctx context.Context, in *input) error {
 		// No readable state, no gate to speak of.
 		return nil
 	}
-	cfg := s.deps.Config()
+	cfg := gs.config()
 	g, ok := cfg.Graphs.Registry().Get(st.Graph)
 	if !ok || !st.AtHumanGate(g) {
 		return nil
@@ -267,7 +350,7 @@ func (s *Service) gatePaused(ctx context.Context, in *input) error {
 		return nil
 	}
 	resume := "Once the session is resumed, answer again."
-	if grammar, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords); err == nil && grammar.Enabled() {
+	if grammar, err := grammarOf(cfg); err == nil && grammar.Enabled() {
 		if kw := grammar.Keyword(control.Resume); kw != "" {
 			resume = "Once the session is resumed (`" + kw + "`), answer again."
 		}
@@ -289,10 +372,10 @@ func (s *Service) gatePaused(ctx context.Context, in *input) error {
 			Detail: map[string]string{"graph": st.Graph, "reason": DropSessionPaused},
 		}},
 	}
-	if _, err := graphstate.Publish(ctx, s.deps.Conn, ev); err != nil {
+	if _, err := flow.Publish(ctx, gs.conn, ev); err != nil {
 		return fmt.Errorf("publish %s of %s: %w", catalog.GatePaused, in.ref, err)
 	}
-	s.deps.Log.Info("dispatcher: gate answer settled while the session is paused; the conversation is told",
+	gs.log.Info("dispatcher: gate answer settled while the session is paused; the conversation is told",
 		"work_item", in.ref, "event_id", in.ev.GetId(), "node", st.Current, "notice_id", ev.GetId())
 	return nil
 }
@@ -354,17 +437,17 @@ func applied(st *graph.State, in *input) bool {
 
 // recordApproval writes a into the artifact's front matter in the session's
 // workspace; an artifact that is not there is skipped, and the log says so.
-func (s *Service) recordApproval(in *input, workdir, pattern string, a graph.Approval) {
-	name, err := graphstate.WriteApproval(workdir, pattern, a)
+func (gs *gates) recordApproval(in *input, workdir, pattern string, a graph.Approval) {
+	name, err := flow.WriteApproval(workdir, pattern, a)
 	switch {
-	case errors.Is(err, graphstate.ErrNoArtifact):
-		s.deps.Log.Info("dispatcher: approval not written into the artifact: it is not in the session's workspace",
+	case errors.Is(err, flow.ErrNoArtifact):
+		gs.log.Info("dispatcher: approval not written into the artifact: it is not in the session's workspace",
 			"work_item", in.ref, "node", a.Node, "artifact", pattern, "login", a.Login)
 	case err != nil:
-		s.deps.Log.Warn("dispatcher: approval not written into the artifact", "work_item", in.ref, "node", a.Node,
+		gs.log.Warn("dispatcher: approval not written into the artifact", "work_item", in.ref, "node", a.Node,
 			"artifact", name, "login", a.Login, "err", err)
 	default:
-		s.deps.Log.Info("dispatcher: approval written into the artifact's front matter", "work_item", in.ref,
+		gs.log.Info("dispatcher: approval written into the artifact's front matter", "work_item", in.ref,
 			"node", a.Node, "artifact", name, "login", a.Login)
 	}
 }
@@ -372,18 +455,18 @@ func (s *Service) recordApproval(in *input, workdir, pattern string, a graph.App
 // notify publishes ns, yielded by a move of ref to st, to the inbox. A
 // failure is returned (the event is retried and renotify publishes them
 // again under the same ids).
-func (s *Service) notify(ctx context.Context, ref string, st *graph.State, ns []graph.Notification, workdir string) error {
-	maxChars := s.deps.Config().Channels.Slack.MaxChars
+func (gs *gates) notify(ctx context.Context, ref string, st *graph.State, ns []graph.Notification, workdir string) error {
+	maxChars := gs.config().Channels.Slack.MaxChars
 	for _, n := range ns {
-		ev, note := graphstate.Event(n, st, graphstate.Options{Workdir: workdir, MaxChars: maxChars})
+		ev, note := flow.Event(n, st, flow.Options{Workdir: workdir, MaxChars: maxChars})
 		if note != "" {
-			s.deps.Log.Info("dispatcher: notification carries no artifact excerpt", "work_item", ref,
+			gs.log.Info("dispatcher: notification carries no artifact excerpt", "work_item", ref,
 				"node", n.Node, "event_type", string(n.Type), "artifact", n.Artifact, "why", note)
 		}
-		if _, err := graphstate.Publish(ctx, s.deps.Conn, ev); err != nil {
+		if _, err := flow.Publish(ctx, gs.conn, ev); err != nil {
 			return fmt.Errorf("publish %s of %s: %w", n.Type, ref, err)
 		}
-		s.deps.Log.Info("dispatcher: graph notification published", "work_item", ref, "node", n.Node,
+		gs.log.Info("dispatcher: graph notification published", "work_item", ref, "node", n.Node,
 			"event_type", string(n.Type), "event_id", ev.GetId())
 	}
 	return nil
@@ -396,8 +479,8 @@ const renotifyWithin = 30 * time.Minute
 
 // renotify publishes the current node's notifications of ref again, best
 // effort: their ids are those of the first publication, so the bus keeps one.
-func (s *Service) renotify(ctx context.Context, ref string) {
-	store, err := s.graphs.open(ctx, s.deps.Conn)
+func (gs *gates) renotify(ctx context.Context, ref string) {
+	store, err := gs.open(ctx)
 	if err != nil {
 		return
 	}
@@ -405,24 +488,24 @@ func (s *Service) renotify(ctx context.Context, ref string) {
 	if err != nil || st == nil || len(st.History) == 0 || time.Since(st.History[len(st.History)-1].EnteredAt) > renotifyWithin {
 		return
 	}
-	g, ok := s.deps.Config().Graphs.Registry().Get(st.Graph)
+	g, ok := gs.config().Graphs.Registry().Get(st.Graph)
 	if !ok {
 		return
 	}
-	workdir := s.set.Workdir
-	if reg := s.store.Load(); reg != nil {
+	workdir := gs.workdir
+	if reg := gs.sessions.Load(); reg != nil {
 		if rec, _, err := reg.Get(ctx, ref); err == nil && rec.Session != nil && rec.Session.Cwd != "" {
 			workdir = rec.Session.Cwd
 		}
 	}
-	if err := s.notify(ctx, ref, st, graphstate.Current(st, g), workdir); err != nil {
-		s.deps.Log.Warn("dispatcher: graph notifications not published again", "work_item", ref, "err", err)
+	if err := gs.notify(ctx, ref, st, flow.Current(st, g), workdir); err != nil {
+		gs.log.Warn("dispatcher: graph notifications not published again", "work_item", ref, "err", err)
 	}
 }
 
-// observeGateWait records how long the gate node from waited, from its
+// observeWait records how long the gate node from waited, from its
 // entry to the answer that moved the work item on (loop_gate_wait_seconds).
-func (s *Service) observeGateWait(g *graph.Graph, st *graph.State, from string) {
+func (gs *gates) observeWait(g *graph.Graph, st *graph.State, from string) {
 	n := g.Node(from)
 	if n == nil || st == nil {
 		return
@@ -430,7 +513,7 @@ func (s *Service) observeGateWait(g *graph.Graph, st *graph.State, from string) 
 	for i := len(st.History) - 1; i >= 0; i-- {
 		h := st.History[i]
 		if h.Node == from && !h.ExitedAt.IsZero() && !h.Skipped {
-			s.m.gateWait.WithLabelValues(string(n.Gate)).Observe(h.ExitedAt.Sub(h.EnteredAt).Seconds())
+			gs.gateWait.WithLabelValues(string(n.Gate)).Observe(h.ExitedAt.Sub(h.EnteredAt).Seconds())
 			return
 		}
 	}

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"github.com/the-loop/bus/services/dispatcher/internal/flow"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,8 +14,8 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
 )
 
 // inbox collects what reaches loop.in (the graph's notifications) through
@@ -134,10 +135,10 @@ func TestGraphWiring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := store.CompleteAndPublish(ctx, e.pub, graph.NewRegistry(), ref, 100); err != nil {
+	if _, _, err := flow.CompleteAndPublish(ctx, store, e.pub, graph.NewRegistry(), ref, 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := store.CompleteAndPublish(ctx, e.pub, graph.NewRegistry(), ref, 100); err == nil {
+	if _, _, err := flow.CompleteAndPublish(ctx, store, e.pub, graph.NewRegistry(), ref, 100); err == nil {
 		t.Error("graph complete passed a human gate")
 	}
 	n = e.waitNotification(box, ref, "requirements-approval", 1, catalog.PhaseApprovalPending)
@@ -181,7 +182,7 @@ func TestGraphWiring(t *testing.T) {
 
 	// design (no artifact in the workspace: the ping says so by carrying none),
 	// then implementation and review, approved on GitHub.
-	if _, _, err := store.CompleteAndPublish(ctx, e.pub, graph.NewRegistry(), ref, 100); err != nil {
+	if _, _, err := flow.CompleteAndPublish(ctx, store, e.pub, graph.NewRegistry(), ref, 100); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.waitNotification(box, ref, "design-approval", 1, catalog.PhaseApprovalPending); n.GetArtifactExcerpt() != "" || n.GetArtifact() != "design.md" {
@@ -199,7 +200,7 @@ func TestGraphWiring(t *testing.T) {
 	}
 	e.publish(comment(ref, 7006, alice, "LGTM"))
 	e.waitNode(ref, "implementation")
-	if _, _, err := store.CompleteAndPublish(ctx, e.pub, graph.NewRegistry(), ref, 100); err != nil {
+	if _, _, err := flow.CompleteAndPublish(ctx, store, e.pub, graph.NewRegistry(), ref, 100); err != nil {
 		t.Fatal(err)
 	}
 	e.waitNotification(box, ref, "review", 1, catalog.PRReviewPending)

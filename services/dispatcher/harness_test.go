@@ -22,15 +22,15 @@ import (
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/service"
+	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
-	"github.com/the-loop/bus/services/dispatcher/harness"
+	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 func TestMain(m *testing.M) {
@@ -58,18 +58,18 @@ type env struct {
 	dir    string
 	socket string
 	svc    *Service
-	store  *registry.Store
+	store  *sessions.Store
 	ready  *httpserver.Readiness
 }
 
 // standIn is the stand-in harness: this test binary, run as Claude Code
 // would be, writing what it receives under dir.
-func standIn(t testing.TB, dir string) *harness.Command {
+func standIn(t testing.TB, dir string) *agent.Command {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := harness.Claude()
+	h := agent.Claude()
 	h.Binary = exe
 	h.Environment = map[string]string{tmuxtest.EnvDir: dir}
 	return h
@@ -126,20 +126,17 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 			t.Error("the service emitted an unregistered event-log type")
 		}
 	})
-	store, err := registry.Open(context.Background(), e.pub)
+	store, err := sessions.Open(context.Background(), e.pub)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.store = store
 	// Tests that call handle directly need the registry Run opens; handle is
 	// otherwise reached only through the consumer, which starts after it.
-	// One that cannot run sessions never opens it, and says why instead.
-	waitFor(t, "the dispatcher's registry", func() bool {
-		svc.mu.Lock()
-		why := svc.unavailable
-		svc.mu.Unlock()
-		return svc.store.Load() != nil || why != ""
-	})
+	// A service that cannot run sessions here never opens it.
+	if svc.check() == nil {
+		waitFor(t, "the dispatcher's registry", func() bool { return svc.store.Load() != nil })
+	}
 	return e
 }
 
@@ -161,7 +158,7 @@ func (e *env) publish(evs ...*loopv1.Event) {
 	}
 }
 
-func (e *env) record(ref string) registry.Record {
+func (e *env) record(ref string) sessions.Record {
 	e.t.Helper()
 	r, _, err := e.store.Get(context.Background(), ref)
 	if err != nil {
@@ -318,7 +315,7 @@ func (e *env) expectedWith(ev *loopv1.Event, verdict graph.Outcome) string {
 	if !ok {
 		e.t.Fatalf("event %s is not for sessions", ev.GetId())
 	}
-	return e.svc.render(in, false, e.svc.graphs.context(context.Background(), e.pub, e.cfg.Load().Graphs.Registry(), ev.GetSubject(), verdict))
+	return e.svc.render(in, false, e.svc.gates.context(context.Background(), ev.GetSubject(), verdict))
 }
 
 // graphState is ref's graph state, nil when it has none.
@@ -337,7 +334,7 @@ func (e *env) graphState(ref string) *graph.State {
 
 // start arms ref with the label and starts it with alice's start comment,
 // returning the live session once its harness is ready for input.
-func (e *env) start(ref string, commentID int64) *registry.Session {
+func (e *env) start(ref string, commentID int64) *sessions.Session {
 	e.t.Helper()
 	e.publish(labeled(ref, fmt.Sprintf("lab-%d", commentID)), comment(ref, commentID, alice, "the-loop start"))
 	e.waitRecord("session.spawned", map[string]any{"work_item": ref})

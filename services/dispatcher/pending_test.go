@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/services/dispatcher/registry"
+	"github.com/the-loop/bus/pkg/sessions"
 )
 
 // A host that starts again settles the pastes it left unrecorded, from its
@@ -19,7 +19,7 @@ func TestSettlePendingAtStart(t *testing.T) {
 	sess := e.start(ref, 7000)
 	set := func(id, marker string) {
 		t.Helper()
-		if _, err := e.store.Mutate(ctx, ref, func(r *registry.Record) error {
+		if _, err := e.store.Mutate(ctx, ref, func(r *sessions.Record) error {
 			r.Session.Pending, r.Session.PendingMarker = id, marker
 			return nil
 		}); err != nil {
@@ -37,14 +37,14 @@ func TestSettlePendingAtStart(t *testing.T) {
 		return err == nil && ok
 	})
 	set(received.GetId(), marker)
-	e.svc.settlePending(ctx, e.store)
+	e.svc.panes.settle(ctx, e.store)
 	if got := e.record(ref).Session; got.Pending != "" || got.Delivered[len(got.Delivered)-1] != received.GetId() {
 		t.Errorf("received paste: pending %q, delivered %v", got.Pending, got.Delivered)
 	}
 
 	notTyped := comment(ref, 7002, alice, "claimed only")
 	set(notTyped.GetId(), deliveryMarker(&input{deliveryID: notTyped.GetId()}))
-	e.svc.settlePending(ctx, e.store)
+	e.svc.panes.settle(ctx, e.store)
 	if got := e.record(ref).Session; got.Pending != "" || got.PendingMarker != "" {
 		t.Errorf("a paste that never happened stays pending: %+v", got)
 	}
@@ -54,7 +54,7 @@ func TestSettlePendingAtStart(t *testing.T) {
 	}
 	gone := comment(ref, 7003, alice, "the pane died")
 	set(gone.GetId(), deliveryMarker(&input{deliveryID: gone.GetId()}))
-	e.svc.settlePending(ctx, e.store)
+	e.svc.panes.settle(ctx, e.store)
 	if got := e.record(ref).Session; got.Pending != gone.GetId() || got.PendingMarker != "" {
 		t.Errorf("a paste nothing can judge: pending %q marker %q, want pending kept, marker cleared", got.Pending, got.PendingMarker)
 	}
@@ -74,7 +74,7 @@ func TestPendingOnAnotherHost(t *testing.T) {
 	if err := e.store.Heartbeat(ctx, other, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Mutate(ctx, ref, func(r *registry.Record) error {
+	if _, err := e.store.Mutate(ctx, ref, func(r *sessions.Record) error {
 		r.Session.Host = other
 		r.Session.Pending, r.Session.PendingMarker = ev.GetId(), deliveryMarker(&input{deliveryID: ev.GetId()})
 		return nil
@@ -86,7 +86,7 @@ func TestPendingOnAnotherHost(t *testing.T) {
 		t.Fatalf("handle = %v, want a delayed retry while the old host may settle the paste", err)
 	}
 	// The old host started again and found the paste never happened.
-	if _, err := e.store.Mutate(ctx, ref, func(r *registry.Record) error {
+	if _, err := e.store.Mutate(ctx, ref, func(r *sessions.Record) error {
 		r.Session.Pending, r.Session.PendingMarker = "", ""
 		return nil
 	}); err != nil {
@@ -112,7 +112,7 @@ func TestPendingOnAnotherHost(t *testing.T) {
 
 	// A host without a lease (gone for good) cannot settle anything.
 	ev2 := comment(ref, 8002, alice, "typed on a dead host?")
-	if _, err := e.store.Mutate(ctx, ref, func(r *registry.Record) error {
+	if _, err := e.store.Mutate(ctx, ref, func(r *sessions.Record) error {
 		r.Session.Host = "gone-host"
 		r.Session.Pending, r.Session.PendingMarker = ev2.GetId(), deliveryMarker(&input{deliveryID: ev2.GetId()})
 		return nil

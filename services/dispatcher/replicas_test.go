@@ -29,9 +29,9 @@ import (
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/service"
+	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // fleet is dispatcher replicas on one JetStream server, each its own host:
@@ -43,7 +43,7 @@ type fleet struct {
 	cfg   atomic.Pointer[config.Config]
 	dir   string // the stand-in's records, all hosts
 	parts int
-	store *registry.Store
+	store *sessions.Store
 }
 
 // replica is one running dispatcher.
@@ -70,7 +70,7 @@ func newFleet(tb testing.TB, parts int, sopts bustest.Options) *fleet {
 	}
 	cfg.Routing.AuthorizedUsers = dir
 	f.cfg.Store(cfg)
-	store, err := registry.Open(context.Background(), f.pub)
+	store, err := sessions.Open(context.Background(), f.pub)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -5,19 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/the-loop/bus/pkg/eventlog"
+	"github.com/the-loop/bus/services/dispatcher/internal/flow"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/redact"
-	"github.com/the-loop/bus/services/dispatcher/ask"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
-	"github.com/the-loop/bus/services/dispatcher/registry"
+	"github.com/the-loop/bus/pkg/sessions"
+	"github.com/the-loop/bus/services/dispatcher/internal/ask"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
@@ -46,12 +49,29 @@ const (
 	refusedHumanGate   = "human-gate"
 )
 
-// listenSessions opens the session endpoint's listener and returns the URL
+// sessionEndpoint serves the session endpoint. It authenticates a session
+// by the token hash in the registry, and answers through the bus (a
+// question) or the graph gates (status, complete); it never touches a
+// terminal.
+type sessionEndpoint struct {
+	host     string
+	addr     string
+	sessions *atomic.Pointer[sessions.Store]
+	gates    *gates
+	conn     *bus.Conn
+	log      *slog.Logger
+	events   *eventlog.Logger
+	refused  *prometheus.CounterVec
+	// scrubber masks secrets (Settings.Scrub); nil uses redact.FromOS.
+	scrubber func(string) string
+}
+
+// listen opens the session endpoint's listener and returns the URL
 // sessions are given.
-func (s *Service) listenSessions() (net.Listener, string, error) {
-	ln, err := net.Listen("tcp", s.set.SessionAddr)
+func (ep *sessionEndpoint) listen() (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", ep.addr)
 	if err != nil {
-		return nil, "", fmt.Errorf("session endpoint on %s: %w", s.set.SessionAddr, err)
+		return nil, "", fmt.Errorf("session endpoint on %s: %w", ep.addr, err)
 	}
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
@@ -60,56 +80,56 @@ func (s *Service) listenSessions() (net.Listener, string, error) {
 	return ln, "http://" + net.JoinHostPort(host, port), nil
 }
 
-// serveSessions answers the session endpoint on ln until ctx ends.
-func (s *Service) serveSessions(ctx context.Context, ln net.Listener) error {
+// serve answers the session endpoint on ln until ctx ends.
+func (ep *sessionEndpoint) serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+sessionapi.PathAsk, s.withSession(s.sessionAsk))
-	mux.HandleFunc("POST "+sessionapi.PathComplete, s.withSession(s.sessionComplete))
-	mux.HandleFunc("GET "+sessionapi.PathStatus, s.withSession(s.sessionStatus))
-	return httpserver.Serve(ctx, ln, mux, s.deps.Log)
+	mux.HandleFunc("POST "+sessionapi.PathAsk, ep.withSession(ep.ask))
+	mux.HandleFunc("POST "+sessionapi.PathComplete, ep.withSession(ep.complete))
+	mux.HandleFunc("GET "+sessionapi.PathStatus, ep.withSession(ep.status))
+	return httpserver.Serve(ctx, ln, mux, ep.log)
 }
 
 // sessionHandler answers one session's request about its own work item.
-type sessionHandler func(ctx context.Context, r *http.Request, ref string, sess *registry.Session, token string) (int, any)
+type sessionHandler func(ctx context.Context, r *http.Request, ref string, sess *sessions.Session, token string) (int, any)
 
 // withSession authenticates the request's token against the registry: the
 // token must name a live session of this host whose stored hash it matches.
-func (s *Service) withSession(h sessionHandler) http.HandlerFunc {
+func (ep *sessionEndpoint) withSession(h sessionHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, sessionapi.MaxRequestBytes)
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || token == "" {
-			s.refuseSession(w, r, "", refusedNoToken, http.StatusUnauthorized, "a session token is required (LOOP_SESSION_TOKEN)")
+			ep.refuse(w, r, "", refusedNoToken, http.StatusUnauthorized, "a session token is required (LOOP_SESSION_TOKEN)")
 			return
 		}
 		ref, ok := sessionapi.TokenRef(token)
 		if !ok {
-			s.refuseSession(w, r, "", refusedBadToken, http.StatusUnauthorized, "not a session token")
+			ep.refuse(w, r, "", refusedBadToken, http.StatusUnauthorized, "not a session token")
 			return
 		}
-		store := s.store.Load()
+		store := ep.sessions.Load()
 		if store == nil {
-			s.refuseSession(w, r, ref, refusedUnavailable, http.StatusServiceUnavailable, "the session registry is not open yet")
+			ep.refuse(w, r, ref, refusedUnavailable, http.StatusServiceUnavailable, "the session registry is not open yet")
 			return
 		}
 		rec, _, err := store.Get(r.Context(), ref)
 		switch {
 		case err != nil && !errors.Is(err, bus.ErrNotFound):
-			s.refuseSession(w, r, ref, refusedUnavailable, http.StatusServiceUnavailable, "the session registry is unavailable")
+			ep.refuse(w, r, ref, refusedUnavailable, http.StatusServiceUnavailable, "the session registry is unavailable")
 			return
 		case err != nil || !rec.Session.Live():
-			s.refuseSession(w, r, ref, refusedNoSession, http.StatusUnauthorized, "no live session holds this token")
+			ep.refuse(w, r, ref, refusedNoSession, http.StatusUnauthorized, "no live session holds this token")
 			return
 		case !sessionapi.Matches(token, rec.Session.TokenHash) && !sessionapi.Matches(token, rec.Session.NextTokenHash):
-			s.refuseSession(w, r, ref, refusedBadToken, http.StatusUnauthorized, "no live session holds this token")
+			ep.refuse(w, r, ref, refusedBadToken, http.StatusUnauthorized, "no live session holds this token")
 			return
-		case rec.Session.Host != s.set.Host:
-			s.refuseSession(w, r, ref, refusedElsewhere, http.StatusUnauthorized, "the session is hosted by another dispatcher")
+		case rec.Session.Host != ep.host:
+			ep.refuse(w, r, ref, refusedElsewhere, http.StatusUnauthorized, "the session is hosted by another dispatcher")
 			return
 		}
 		status, body := h(r.Context(), r, ref, rec.Session, token)
 		if e, ok := body.(refusal); ok {
-			s.refuseSession(w, r, ref, e.reason, status, e.message)
+			ep.refuse(w, r, ref, e.reason, status, e.message)
 			return
 		}
 		writeJSON(w, status, body)
@@ -119,9 +139,9 @@ func (s *Service) withSession(h sessionHandler) http.HandlerFunc {
 // refusal is a handler's answer that refuses the request.
 type refusal struct{ reason, message string }
 
-func (s *Service) refuseSession(w http.ResponseWriter, r *http.Request, ref, reason string, status int, message string) {
-	s.m.sessionRefused.WithLabelValues(reason).Inc()
-	s.deps.Events.Emit(r.Context(), "session.refused", slog.String("work_item", ref), slog.String("reason", reason),
+func (ep *sessionEndpoint) refuse(w http.ResponseWriter, r *http.Request, ref, reason string, status int, message string) {
+	ep.refused.WithLabelValues(reason).Inc()
+	ep.events.Emit(r.Context(), "session.refused", slog.String("work_item", ref), slog.String("reason", reason),
 		slog.String("path", r.URL.Path))
 	writeJSON(w, status, map[string]string{"error": message})
 }
@@ -156,10 +176,10 @@ func ownRef(asked, ref string) (refusal, bool) {
 	return refusal{}, true
 }
 
-// sessionAsk publishes the session's question, scrubbed, as
+// ask publishes the session's question, scrubbed, as
 // session.awaiting_input with the session as its actor, and waits for the
 // ledger to record it.
-func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, sess *registry.Session, token string) (int, any) {
+func (ep *sessionEndpoint) ask(ctx context.Context, r *http.Request, ref string, sess *sessions.Session, token string) (int, any) {
 	var req sessionapi.AskRequest
 	if status, e, ok := readBody(r, &req, `{"question": "…"}`); !ok {
 		return status, e
@@ -170,7 +190,7 @@ func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, s
 	// The session's own token is in its environment, which an agent may
 	// be talked into pasting ("$(env)"): it never leaves with the text, nor
 	// does any other session's.
-	question := s.scrub(sessionapi.Scrub(req.Question, token))
+	question := ep.scrub(sessionapi.Scrub(req.Question, token))
 	if strings.TrimSpace(question) == "" {
 		return http.StatusBadRequest, refusal{refusedEmptyAsk, "the question is empty"}
 	}
@@ -180,7 +200,7 @@ func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, s
 	}
 	wait = min(wait, askWaitMax)
 	ev := ask.Event(ref, question, sess.HarnessSessionID, sess.TmuxTarget, time.Now())
-	url, err := ask.Publish(ctx, s.deps.Conn, ev, wait)
+	url, err := ask.Publish(ctx, ep.conn, ev, wait)
 	outcome := "recorded"
 	switch {
 	case errors.Is(err, ask.ErrPending):
@@ -189,7 +209,7 @@ func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, s
 		outcome = "failed"
 	}
 	// Ids only: the question is on the work item, never in the log.
-	s.deps.Events.Emit(ctx, "session.awaiting_input", slog.String("work_item", ref), slog.String("event_id", ev.GetId()),
+	ep.events.Emit(ctx, "session.awaiting_input", slog.String("work_item", ref), slog.String("event_id", ev.GetId()),
 		slog.String("harness_session_id", sess.HarnessSessionID), slog.String("comment_url", url), slog.String("outcome", outcome))
 	switch {
 	case errors.Is(err, ask.ErrPending):
@@ -197,14 +217,14 @@ func (s *Service) sessionAsk(ctx context.Context, r *http.Request, ref string, s
 	case errors.Is(err, ask.ErrFailed):
 		return http.StatusBadGateway, map[string]string{"error": err.Error(), "id": ev.GetId()}
 	case err != nil:
-		s.deps.Log.Warn("dispatcher: session ask", "work_item", ref, "event_id", ev.GetId(), "err", err)
+		ep.log.Warn("dispatcher: session ask", "work_item", ref, "event_id", ev.GetId(), "err", err)
 		return http.StatusServiceUnavailable, map[string]string{"error": "the question could not be published, or its record could not be read; the dispatcher log says which", "id": ev.GetId()}
 	}
 	return http.StatusOK, sessionapi.AskAnswer{ID: ev.GetId(), URL: url}
 }
 
-// sessionComplete completes the session's own agent node.
-func (s *Service) sessionComplete(ctx context.Context, r *http.Request, ref string, _ *registry.Session, _ string) (int, any) {
+// complete completes the session's own agent node.
+func (ep *sessionEndpoint) complete(ctx context.Context, r *http.Request, ref string, _ *sessions.Session, _ string) (int, any) {
 	var req sessionapi.CompleteRequest
 	if status, e, ok := readBody(r, &req, `{}`); !ok {
 		return status, e
@@ -212,18 +232,18 @@ func (s *Service) sessionComplete(ctx context.Context, r *http.Request, ref stri
 	if e, ok := ownRef(req.Ref, ref); !ok {
 		return http.StatusForbidden, e
 	}
-	data, err := s.complete(ctx, ref, catalog.SourceSession)
-	if errors.Is(err, graphstate.ErrHumanGate) {
+	data, err := ep.gates.complete(ctx, ref, catalog.SourceSession)
+	if errors.Is(err, flow.ErrHumanGate) {
 		// A session trying to pass a human gate is the attack this
 		// endpoint exists to stop: refused, and recorded as such.
 		return http.StatusConflict, refusal{refusedHumanGate, err.Error()}
 	}
-	return s.graphAnswer(data, err)
+	return ep.graphAnswer(data, err)
 }
 
-// sessionStatus is the session's own work item's graph state.
-func (s *Service) sessionStatus(ctx context.Context, _ *http.Request, ref string, _ *registry.Session, _ string) (int, any) {
-	return s.graphAnswer(s.graphStatus(ctx, mustRequest(ref)))
+// status is the session's own work item's graph state.
+func (ep *sessionEndpoint) status(ctx context.Context, _ *http.Request, ref string, _ *sessions.Session, _ string) (int, any) {
+	return ep.graphAnswer(ep.gates.status(ctx, mustRequest(ref)))
 }
 
 func mustRequest(ref string) []byte {
@@ -233,7 +253,7 @@ func mustRequest(ref string) []byte {
 
 // graphAnswer turns the graph endpoint's answer into the session
 // endpoint's.
-func (s *Service) graphAnswer(data []byte, err error) (int, any) {
+func (ep *sessionEndpoint) graphAnswer(data []byte, err error) (int, any) {
 	var se *bus.ServiceError
 	switch {
 	case errors.As(err, &se):
@@ -257,9 +277,9 @@ func (s *Service) graphAnswer(data []byte, err error) (int, any) {
 
 // scrub masks secrets, paths and addresses in text a session sends toward
 // GitHub and Slack.
-func (s *Service) scrub(text string) string {
-	if s.set.Scrub != nil {
-		return s.set.Scrub(text)
+func (ep *sessionEndpoint) scrub(text string) string {
+	if ep.scrubber != nil {
+		return ep.scrubber(text)
 	}
 	return redact.FromOS().Scrub(text)
 }

@@ -21,10 +21,10 @@ import (
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/dispatcher/harness"
+	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
@@ -189,7 +189,7 @@ func TestSessionEnvironmentIsBuilt(t *testing.T) {
 	t.Setenv("LC_PAPER", "C")
 	e := newEnv(t, func(set *Settings) {
 		dirtyTmuxServer(t, set.TmuxSocket)
-		set.Harness.(*harness.Command).Environment["HARNESS_API_KEY"] = "harness-key-0042"
+		set.Harness.(*agent.Command).Environment["HARNESS_API_KEY"] = "harness-key-0042"
 	})
 	const ref = "github:octo/repo#51"
 	sess := e.start(ref, 9100)
@@ -419,7 +419,7 @@ func TestSessionEndpointRefusals(t *testing.T) {
 
 	// D's session moved to another replica: this one no longer answers for it.
 	ok("D's status before it moved", get(sessionapi.PathStatus, bearer(d.Token)))
-	if _, err := e.store.Mutate(context.Background(), refD, func(r *registry.Record) error {
+	if _, err := e.store.Mutate(context.Background(), refD, func(r *sessions.Record) error {
 		r.Session.Host = "host-b"
 		return nil
 	}); err != nil {
@@ -484,11 +484,11 @@ func TestSessionTokenOfAnInterruptedSpawn(t *testing.T) {
 	ctx := context.Background()
 	claim := func(ref string, commentID int64, staleHash string) *loopv1.Event {
 		start := comment(ref, commentID, alice, "the-loop start")
-		if _, err := e.store.Mutate(ctx, ref, func(r *registry.Record) error {
+		if _, err := e.store.Mutate(ctx, ref, func(r *sessions.Record) error {
 			r.Labeled = true
-			r.Control = &registry.Control{Command: "start", Source: "comment", Actor: alice, RequestedAt: time.Now().UTC(), EventID: start.GetId()}
-			r.Session = &registry.Session{Harness: "claude", HarnessSessionID: fmt.Sprintf("aaaaaaaa-bbbb-4ccc-8ddd-%012d", commentID),
-				Cwd: t.TempDir(), Host: hostA, TmuxTarget: tmux.Target(ref), Status: registry.Spawning,
+			r.Control = &sessions.Control{Command: "start", Source: "comment", Actor: alice, RequestedAt: time.Now().UTC(), EventID: start.GetId()}
+			r.Session = &sessions.Session{Harness: "claude", HarnessSessionID: fmt.Sprintf("aaaaaaaa-bbbb-4ccc-8ddd-%012d", commentID),
+				Cwd: t.TempDir(), Host: hostA, TmuxTarget: tmux.Target(ref), Status: sessions.Spawning,
 				CreatedAt: time.Now().UTC(), Pending: start.GetId(), TokenHash: staleHash}
 			return nil
 		}); err != nil {
@@ -509,7 +509,7 @@ func TestSessionTokenOfAnInterruptedSpawn(t *testing.T) {
 	if status, body := e.call(agent.URL, http.MethodGet, sessionapi.PathStatus, bearer(agent.Token), nil); status != http.StatusOK {
 		t.Errorf("the token of the session the redelivery started: %d %s", status, body)
 	}
-	if rec := e.record(ref).Session; rec.Status != registry.Active || rec.NextTokenHash != "" || !sessionapi.Matches(agent.Token, rec.TokenHash) {
+	if rec := e.record(ref).Session; rec.Status != sessions.Active || rec.NextTokenHash != "" || !sessionapi.Matches(agent.Token, rec.TokenHash) {
 		t.Errorf("registry after the finished spawn: status %s, token not the running process's alone", rec.Status)
 	}
 	e.wantRefused("the claim's token, which no process holds", http.StatusUnauthorized, refusedBadToken, ref, sessionapi.PathStatus,
@@ -526,7 +526,7 @@ func TestSessionTokenOfAnInterruptedSpawn(t *testing.T) {
 	tmuxNewSession(t, e.socket, tmux.Target(ref2))
 	e.publish(claim(ref2, 9510, runningHash))
 	e.waitRecord("session.spawned", map[string]any{"work_item": ref2})
-	if rec := e.record(ref2).Session; rec.Status != registry.Active || rec.TokenHash != runningHash || rec.NextTokenHash != "" {
+	if rec := e.record(ref2).Session; rec.Status != sessions.Active || rec.TokenHash != runningHash || rec.NextTokenHash != "" {
 		t.Errorf("registry after finding the claim's process: status %s, token hash replaced %v, next %q",
 			rec.Status, rec.TokenHash != runningHash, rec.NextTokenHash)
 	}

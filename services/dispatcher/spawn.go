@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/control"
+	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // spawn starts a new session for in's work item with the spawn template as
@@ -18,52 +18,14 @@ import (
 // tmux is recognised: the redelivery finds its own claim, and a live tmux
 // session of that name is then its own spawn, not an occupant. Any other live
 // session of that name is never replaced.
-func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, cmd control.Command) error {
+func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, cmd control.Command) error {
 	h := s.set.Harness
 	target := tmux.Target(in.ref)
-	evID := in.ev.GetId()
-	var ctl *registry.Control
-	if cmd != "" {
-		ctl = controlRecord(in, cmd)
-	}
-	var id string
-	var prev *registry.Session
-	var prevControl *registry.Control
-	recovering := false
 	token, tokenHash, err := newSessionToken(in.ref)
 	if err != nil {
 		return err
 	}
-	_, err = store.Mutate(ctx, in.ref, func(r *registry.Record) error {
-		prev, prevControl, recovering = nil, r.Control, false
-		if r.Session.Live() {
-			if r.Session.Status == registry.Spawning && r.Session.Pending == evID && r.Session.Host == s.set.Host {
-				// Our own claim from before a crash. A process that claim
-				// started holds the token of that attempt; one started now
-				// gets this token, whose hash replaces the old one only once
-				// it runs.
-				recovering, id = true, r.Session.HarnessSessionID
-				r.Session.NextTokenHash = tokenHash
-				return nil
-			}
-			return errLive
-		}
-		if r.Session != nil {
-			c := *r.Session
-			prev = &c
-		}
-		id = s.set.NewSessionID()
-		if ctl != nil {
-			r.Control = ctl
-		}
-		now := time.Now().UTC()
-		r.Session = &registry.Session{
-			Harness: h.Name(), HarnessSessionID: id, Cwd: s.set.Workdir, Host: s.set.Host,
-			TmuxTarget: target, Status: registry.Spawning, Interaction: string(s.tmpl.Mode),
-			CreatedAt: now, LastEventAt: now, Pending: evID, TokenHash: tokenHash,
-		}
-		return nil
-	})
+	c, err := s.claimSpawn(ctx, store, in, cmd, target, tokenHash)
 	if errors.Is(err, errLive) {
 		return s.deliver(ctx, store, in)
 	}
@@ -72,51 +34,29 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 	}
 	// The graph starts with the session, before the boot prompt is
 	// rendered, so the prompt shows where the work item stands.
-	if err := s.graphStart(ctx, in, cmd); err != nil {
+	if err := s.gates.start(ctx, in, cmd); err != nil {
 		return err
 	}
-	p := s.render(in, true, s.graphs.context(ctx, s.deps.Conn, s.deps.Config().Graphs.Registry(), in.ref, ""))
-	argv := append([]string{h.Command()}, h.SpawnArgv(p, id)...)
+	p := s.render(in, true, s.gates.context(ctx, in.ref, ""))
+	argv := append([]string{h.Command()}, h.SpawnArgv(p, c.id)...)
 	err = s.tmux.Spawn(ctx, target, s.set.Workdir, s.sessionEnv(token), argv)
 	started := err == nil
-	if err != nil && recovering && errors.Is(err, tmux.ErrOccupied) {
+	if err != nil && c.recovering && errors.Is(err, tmux.ErrOccupied) {
 		err = nil // our own spawn from before the crash: it booted with this event
 	}
 	if err != nil {
-		if _, rerr := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
-			if r.Session == nil || r.Session.Status != registry.Spawning || r.Session.Pending != evID {
-				return registry.ErrNoChange
-			}
-			// Nothing of the attempt stays: with the command's control
-			// record left in place, its retry would read as already
-			// applied and the start would be lost.
-			r.Session, r.Control = prev, prevControl
-			return nil
-		}); rerr != nil {
-			return fmt.Errorf("registry: undo spawn claim: %w", rerr)
-		}
-		attrs := append(eventAttrs(in), slog.String("harness", h.Name()), slog.String("tmux_target", target), slog.String("error", err.Error()))
-		if errors.Is(err, tmux.ErrOccupied) {
-			// Never spawn over a live session (docs/requirements.md K12): an operator
-			// attaches, kills it, or runs `the-loop sessions cleanup`.
-			s.m.spawns.WithLabelValues("refused").Inc()
-			s.drop(ctx, in, DropSessionOccupied, slog.String("tmux_target", target), slog.Bool("will_retry", false))
-			return nil
-		}
-		s.m.spawns.WithLabelValues("failed").Inc()
-		s.deps.Events.Emit(ctx, "session.spawn_failed", append(attrs, slog.Bool("will_retry", !in.last))...)
-		return fmt.Errorf("spawn %s: %w", target, err)
+		return s.spawnFailed(ctx, store, in, c, target, err)
 	}
-	rec, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
-		if r.Session == nil || r.Session.HarnessSessionID != id {
-			return registry.ErrNoChange
+	rec, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
+		if r.Session == nil || r.Session.HarnessSessionID != c.id {
+			return sessions.ErrNoChange
 		}
-		r.Session.Status = registry.Active
+		r.Session.Status = sessions.Active
 		if started {
 			r.Session.TokenHash = tokenHash
 		}
 		r.Session.NextTokenHash = ""
-		r.Session.Remember(evID, time.Now().UTC())
+		r.Session.Remember(in.ev.GetId(), time.Now().UTC())
 		return nil
 	})
 	if err != nil {
@@ -124,9 +64,92 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 	}
 	s.m.spawns.WithLabelValues("spawn").Inc()
 	s.m.deliveries.WithLabelValues("spawned").Inc()
-	s.deps.Events.Emit(ctx, "session.spawned", append(s.sessionAttrs(in, rec.Session),
+	s.deps.Events.Emit(ctx, "session.spawned", append(sessionAttrs(in, rec.Session),
 		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.tmpl.Mode)))...)
 	return nil
+}
+
+// spawnClaim is what claimSpawn wrote: the new harness session id, and what
+// the record held before (to undo the claim when the spawn fails).
+type spawnClaim struct {
+	id          string
+	prev        *sessions.Session
+	prevControl *sessions.Control
+	// recovering: the claim is this host's own, from before a crash.
+	recovering bool
+}
+
+// claimSpawn writes the spawning claim for in's work item (with cmd's
+// control record), or finds this host's own claim of the same event from
+// before a crash. errLive: another live session holds the work item.
+func (s *Service) claimSpawn(ctx context.Context, store *sessions.Store, in *input, cmd control.Command, target, tokenHash string) (spawnClaim, error) {
+	evID := in.ev.GetId()
+	var ctl *sessions.Control
+	if cmd != "" {
+		ctl = controlRecord(in, cmd)
+	}
+	var c spawnClaim
+	_, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
+		c = spawnClaim{prevControl: r.Control}
+		if r.Session.Live() {
+			if r.Session.Status == sessions.Spawning && r.Session.Pending == evID && r.Session.Host == s.set.Host {
+				// Our own claim from before a crash. A process that claim
+				// started holds the token of that attempt; one started now
+				// gets this token, whose hash replaces the old one only once
+				// it runs.
+				c.recovering, c.id = true, r.Session.HarnessSessionID
+				r.Session.NextTokenHash = tokenHash
+				return nil
+			}
+			return errLive
+		}
+		if r.Session != nil {
+			prev := *r.Session
+			c.prev = &prev
+		}
+		c.id = s.set.NewSessionID()
+		if ctl != nil {
+			r.Control = ctl
+		}
+		now := time.Now().UTC()
+		r.Session = &sessions.Session{
+			Harness: s.set.Harness.Name(), HarnessSessionID: c.id, Cwd: s.set.Workdir, Host: s.set.Host,
+			TmuxTarget: target, Status: sessions.Spawning, Interaction: string(s.tmpl.Mode),
+			CreatedAt: now, LastEventAt: now, Pending: evID, TokenHash: tokenHash,
+		}
+		return nil
+	})
+	return c, err
+}
+
+// spawnFailed undoes claim c after the terminal refused the spawn: an
+// occupied target is a drop (never spawn over a live session), anything
+// else a session.spawn_failed and a retry.
+func (s *Service) spawnFailed(ctx context.Context, store *sessions.Store, in *input, c spawnClaim, target string, cause error) error {
+	evID := in.ev.GetId()
+	if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
+		if r.Session == nil || r.Session.Status != sessions.Spawning || r.Session.Pending != evID {
+			return sessions.ErrNoChange
+		}
+		// Nothing of the attempt stays: with the command's control
+		// record left in place, its retry would read as already
+		// applied and the start would be lost.
+		r.Session, r.Control = c.prev, c.prevControl
+		return nil
+	}); err != nil {
+		return fmt.Errorf("registry: undo spawn claim: %w", err)
+	}
+	if errors.Is(cause, tmux.ErrOccupied) {
+		// Never spawn over a live session (docs/requirements.md K12): an operator
+		// attaches, kills it, or runs `the-loop sessions cleanup`.
+		s.m.spawns.WithLabelValues("refused").Inc()
+		s.records.drop(ctx, in, DropSessionOccupied, slog.String("tmux_target", target), slog.Bool("will_retry", false))
+		return nil
+	}
+	s.m.spawns.WithLabelValues("failed").Inc()
+	s.deps.Events.Emit(ctx, "session.spawn_failed", append(eventAttrs(in), slog.String("harness", s.set.Harness.Name()),
+		slog.String("tmux_target", target), slog.String("error", cause.Error()), slog.Bool("will_retry", !in.last))...)
+	return fmt.Errorf("spawn %s: %w", target, cause)
 }
 
 // respawn restarts a session whose terminal is gone, booting it with the
@@ -134,7 +157,7 @@ func (s *Service) spawn(ctx context.Context, store *registry.Store, in *input, c
 // conversation when the harness can and the id is safe, else a fresh
 // conversation. A live occupant found meanwhile gets the paste instead (respawn
 // averted).
-func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, p string) error {
+func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, p string) error {
 	h := s.set.Harness
 	target := sess.TmuxTarget
 	if target == "" {
@@ -148,9 +171,9 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 	if err != nil {
 		return err
 	}
-	if _, err := store.Mutate(ctx, in.ref, func(r *registry.Record) error {
+	if _, err := store.Mutate(ctx, in.ref, func(r *sessions.Record) error {
 		if r.Session == nil {
-			return registry.ErrNoChange
+			return sessions.ErrNoChange
 		}
 		r.Session.NextTokenHash = tokenHash
 		return nil
@@ -167,7 +190,7 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 		case errors.Is(err, tmux.ErrOccupied):
 			return s.averted(ctx, store, in, sess, target, p)
 		case err == nil:
-			resumed = s.stillLive(ctx, target)
+			resumed = s.panes.stillLive(ctx, target)
 			if !resumed {
 				_ = s.tmux.Kill(ctx, target)
 			}
@@ -188,7 +211,7 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 			return s.failed(ctx, store, in, sess, "session.spawn_failed", fmt.Errorf("respawn: %w", err))
 		}
 	}
-	err = s.delivered(ctx, store, in, func(ss *registry.Session) {
+	err = s.delivered(ctx, store, in, func(ss *sessions.Session) {
 		ss.HarnessSessionID, ss.Host, ss.TmuxTarget, ss.Harness = id, s.set.Host, target, h.Name()
 		ss.TokenHash, ss.NextTokenHash = tokenHash, ""
 	})
@@ -202,36 +225,20 @@ func (s *Service) respawn(ctx context.Context, store *registry.Store, in *input,
 	s.m.spawns.WithLabelValues(kind).Inc()
 	s.m.deliveries.WithLabelValues("respawned").Inc()
 	rec, _, _ := store.Get(ctx, in.ref)
-	s.deps.Events.Emit(ctx, "session.respawned", append(s.sessionAttrs(in, rec.Session),
+	s.deps.Events.Emit(ctx, "session.respawned", append(sessionAttrs(in, rec.Session),
 		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.tmpl.Mode)),
 		slog.Bool("resumed", resumed))...)
 	return nil
 }
 
-// stillLive waits ResumeProbe and reports whether target's harness is still
-// running: an unknown conversation id makes a resuming harness exit at once.
-// The wait is a heuristic about the harness, not about our own correctness:
-// a false "live" only means the next event respawns it.
-func (s *Service) stillLive(ctx context.Context, target string) bool {
-	if s.set.ResumeProbe > 0 {
-		t := time.NewTimer(s.set.ResumeProbe)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-	}
-	return s.tmux.Probe(ctx, target) == tmux.Live
-}
-
 // averted pastes p into a live session found where a respawn would go.
-func (s *Service) averted(ctx context.Context, store *registry.Store, in *input, sess *registry.Session, target, p string) error {
+func (s *Service) averted(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, target, p string) error {
 	if err := s.tmux.Deliver(ctx, target, p); err != nil {
 		return s.failed(ctx, store, in, sess, "dispatch.failed", err)
 	}
 	// The occupant keeps its own token; the one made for the respawn went
 	// to no process.
-	if err := s.delivered(ctx, store, in, func(ss *registry.Session) { ss.NextTokenHash = "" }); err != nil {
+	if err := s.delivered(ctx, store, in, func(ss *sessions.Session) { ss.NextTokenHash = "" }); err != nil {
 		return err
 	}
 	s.m.deliveries.WithLabelValues("delivered").Inc()

@@ -5,9 +5,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // TestTmuxDeliversThreeEventsInOrder is the acceptance test: real
@@ -48,7 +48,7 @@ func TestTmuxDeliversThreeEventsInOrder(t *testing.T) {
 	if st := e.tmuxState(ref); st != tmux.Absent {
 		t.Errorf("tmux session after stop: %v, want absent", st)
 	}
-	if got := e.record(ref).Session.Status; got != registry.Closed {
+	if got := e.record(ref).Session.Status; got != sessions.Closed {
 		t.Errorf("registry status after stop: %q", got)
 	}
 	want := []string{e.expected(events[0], false), e.expected(events[1], false), e.expected(events[2], false)}

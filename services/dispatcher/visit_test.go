@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"github.com/the-loop/bus/services/dispatcher/internal/flow"
 	"strings"
 	"testing"
 
@@ -9,8 +10,8 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
 )
 
 // buttonRecord is the read-back of a relayed button answer whose signed
@@ -44,7 +45,7 @@ func TestStaleGateAnswerRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := store.CompleteAndPublish(ctx, e.pub, graph.NewRegistry(), ref, 100); err != nil {
+	if _, _, err := flow.CompleteAndPublish(ctx, store, e.pub, graph.NewRegistry(), ref, 100); err != nil {
 		t.Fatal(err)
 	}
 	st := e.waitNode(ref, "requirements-approval")
@@ -94,7 +95,7 @@ func TestStaleGateAnswerRefused(t *testing.T) {
 
 	// At the next gate, the requirements button pressed again (a new
 	// press, a new event) moves nothing.
-	if _, _, err := store.CompleteAndPublish(ctx, e.pub, graph.NewRegistry(), ref, 100); err != nil {
+	if _, _, err := flow.CompleteAndPublish(ctx, store, e.pub, graph.NewRegistry(), ref, 100); err != nil {
 		t.Fatal(err)
 	}
 	st = e.waitNode(ref, "design-approval")

@@ -24,10 +24,10 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/pkg/harness/standin"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
 )
 
 // The compose run (`make compose-e2e`): the repository's docker-compose.yml,

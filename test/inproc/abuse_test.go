@@ -10,17 +10,17 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
 
 // The ten abuse cases of docs/requirements.md (A1–A10), each through the whole
 // system.
 
-func (w *world) session(r string) *registry.Session {
+func (w *world) session(r string) *sessions.Session {
 	w.t.Helper()
-	store, err := registry.Open(context.Background(), w.conn)
+	store, err := sessions.Open(context.Background(), w.conn)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestAbuse2ControlWithoutGrant(t *testing.T) {
 	root := w.thread(r)
 	comments := len(w.gh.Comments(repo, number))
 	w.dropped(messageID(w.say(aliceSlack, root, "the-loop stop")), "unpublishable-event")
-	if s := w.session(r); s.Status != registry.Active {
+	if s := w.session(r); s.Status != sessions.Active {
 		t.Errorf("session %s after an ungranted stop", s.Status)
 	}
 	for _, c := range w.gh.Comments(repo, number)[comments:] {
@@ -195,7 +195,7 @@ func TestAbuse4StrangerWithEnvelope(t *testing.T) {
 	if w.slackHas("slack:forged") || w.slackHas(c.HTMLURL) {
 		t.Error("Slack shows the stranger's comment")
 	}
-	if s := w.session(r); s.Status != registry.Active {
+	if s := w.session(r); s.Status != sessions.Active {
 		t.Errorf("session %s", s.Status)
 	}
 }
@@ -220,7 +220,7 @@ func TestAbuse5RelayedControlSeam(t *testing.T) {
 	if n := len(w.logs.Find("control.command", map[string]any{"work_item": r, "command": "stop"})); n != 0 {
 		t.Errorf("bob's relayed stop executed")
 	}
-	if s := w.session(r); s.Status != registry.Paused {
+	if s := w.session(r); s.Status != sessions.Paused {
 		t.Errorf("session %s, want paused (and never stopped)", s.Status)
 	}
 }
@@ -328,7 +328,7 @@ func TestAbuse9CraftedAction(t *testing.T) {
 	w.waitLog("channel.dropped", map[string]any{"actor": aliceSlack, "reason": "unpublishable-event", "message_ts": ping.TS})
 	w.press(malSlack, ping, root, "the-loop.gate.crafted", "LGTM")
 	w.waitLog("channel.dropped", map[string]any{"actor": malSlack, "reason": "unauthorized-actor", "message_ts": ping.TS})
-	if s := w.session(r); s.Status != registry.Active {
+	if s := w.session(r); s.Status != sessions.Active {
 		t.Errorf("session %s", s.Status)
 	}
 	w.press(aliceSlack, ping, root, "the-loop.gate.crafted", "LGTM")

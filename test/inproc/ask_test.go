@@ -2,11 +2,12 @@ package inproc
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
-	"github.com/the-loop/bus/services/dispatcher/ask"
 )
 
 // The ask (R3.3): a session's question becomes one comment on the work item
@@ -54,8 +55,23 @@ func TestAskRecordsOneComment(t *testing.T) {
 	if len(w.logs.Find("bus.published", map[string]any{"event_type": string(catalog.CommentAgent), "work_item": r})) != 0 {
 		t.Error("the question comment was echoed as comment.agent")
 	}
-	// The record stays where the ledger put it.
-	if got, err := ask.Await(ctx, w.conn, id, r); err != nil || got != url {
-		t.Errorf("Await again = %q, %v", got, err)
+	// The record stays where the ledger put it: its claim on the
+	// question's id says recorded, at the URL the ask printed.
+	kv, err := w.conn.KV(ctx, bus.BucketLedger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, id)
+	if err != nil {
+		t.Fatalf("the ledger's claim on %s: %v", id, err)
+	}
+	var claim struct {
+		State  string `json:"state"`
+		Record *struct {
+			URL string `json:"url"`
+		} `json:"record"`
+	}
+	if err := json.Unmarshal(e.Value, &claim); err != nil || claim.State != "recorded" || claim.Record == nil || claim.Record.URL != url {
+		t.Errorf("the ledger's claim on %s = %s (%v): want recorded at %s", id, e.Value, err, url)
 	}
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/eventlog"
+	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/pkg/threads"
 	"github.com/the-loop/bus/services/dispatcher"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
@@ -103,11 +103,11 @@ func TestEveryLogTypeIsReadBack(t *testing.T) {
 
 	// The session's host stops renewing its lease: this replica takes the
 	// session over. Then its terminal disappears: it is respawned.
-	store, err := registry.Open(ctx, w.conn)
+	store, err := sessions.Open(ctx, w.conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Mutate(ctx, r, func(rec *registry.Record) error {
+	if _, err := store.Mutate(ctx, r, func(rec *sessions.Record) error {
 		rec.Session.Host = "a-replica-that-died"
 		return nil
 	}); err != nil {

@@ -8,8 +8,8 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/pkg/slackmsg"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
 )
 
 // requirementsDoc is the agent's artifact: front matter, then a body longer

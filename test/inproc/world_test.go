@@ -25,6 +25,7 @@ import (
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
@@ -34,8 +35,6 @@ import (
 	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
 	"github.com/the-loop/bus/services/dispatcher"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
-	"github.com/the-loop/bus/services/dispatcher/harness"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 	ingressgithub "github.com/the-loop/bus/services/ingress-github"
 	ingressslack "github.com/the-loop/bus/services/ingress-slack"
@@ -266,9 +265,7 @@ func newWorldWith(t *testing.T, o worldOptions, edit ...func(*config.Config)) *w
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := harness.Claude()
-	h.Binary = exe
-	h.Environment = map[string]string{tmuxtest.EnvDir: w.agent}
+	h := dispatcher.ClaudeCode(exe, map[string]string{tmuxtest.EnvDir: w.agent})
 
 	reg := prometheus.NewRegistry()
 	metrics, err := bus.NewMetrics(reg)

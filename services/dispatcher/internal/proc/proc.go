@@ -16,8 +16,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -100,12 +101,7 @@ func (s *Server) Spawn(_ context.Context, target, cwd string, env map[string]str
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = cwd
 	cmd.Env = []string{}
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		cmd.Env = append(cmd.Env, k+"="+env[k])
 	}
 	out := s.Output
@@ -213,12 +209,7 @@ func stop(sess *session) error {
 func (s *Server) Sessions(context.Context) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	names := make([]string, 0, len(s.sessions))
-	for n := range s.sessions {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names, nil
+	return slices.Sorted(maps.Keys(s.sessions)), nil
 }
 
 // Close ends every session: child processes cannot outlive the dispatcher

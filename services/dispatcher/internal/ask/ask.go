@@ -21,8 +21,9 @@ import (
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/graphstate"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/dispatcher/graphstate"
+	"github.com/the-loop/bus/services/dispatcher/internal/flow"
 )
 
 // Poll is how often Await reads the ledger's state.
@@ -62,7 +63,7 @@ var ErrPending = errors.New("the question is on the bus but not recorded yet")
 // wait ends first. The wait bounds only the wait: however short, it never
 // cuts the publish off, so ErrPending always means the question is stored.
 func Publish(ctx context.Context, c *bus.Conn, ev *loopv1.Event, wait time.Duration) (string, error) {
-	if _, err := graphstate.Publish(ctx, c, ev); err != nil {
+	if _, err := flow.Publish(ctx, c, ev); err != nil {
 		return "", fmt.Errorf("publish the question: %w", err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)

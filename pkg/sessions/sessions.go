@@ -1,4 +1,4 @@
-// Package registry is the session registry: one JSON document per work item
+// Package sessions is the session registry: one JSON document per work item
 // in the KV bucket "sessions", holding its agent session (harness, session id,
 // tmux target, the host running it, status, the event ids recently typed into
 // it), the last control command recorded for it, and whether the
@@ -8,9 +8,11 @@
 // the CLI, never overwrite each other's step, and a decision such as "no live
 // session, spawn one" is taken on the revision that is then written.
 //
-// It is importable (not internal) so that `the-loop sessions list` and
-// `sessions cleanup` read and tidy the same documents the dispatcher writes.
-package registry
+// The documents are a bus contract like the envelopes: the dispatcher
+// writes them, and `the-loop sessions list|cleanup` and the status page read
+// the same documents without importing the dispatcher
+// (docs/decisions/087-shared-documents-in-pkg.md).
+package sessions
 
 import (
 	"context"

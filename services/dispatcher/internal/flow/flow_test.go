@@ -1,4 +1,4 @@
-package graphstate
+package flow
 
 import (
 	"context"
@@ -12,28 +12,8 @@ import (
 	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
 )
-
-func TestWorkItemURL(t *testing.T) {
-	for ref, want := range map[string]string{
-		"github:octo/repo#15":                   "https://github.com/octo/repo/issues/15",
-		"github:ghe.example.com/octo/repo#7":    "https://ghe.example.com/octo/repo/issues/7",
-		"github:octo/repo#0":                    "",
-		"github:octo/repo":                      "",
-		"github:octo#3":                         "",
-		"github:a/b/c/d#3":                      "",
-		"standing:ops":                          "",
-		"github:octo/re po#3":                   "",
-		"github:octo/repo#12abc":                "",
-		"github:ghe.example.com/octo/repo#-1":   "",
-		"slack:C0LOOP:1700000000.000100":        "",
-		"github:octo/repo#99999999999999999999": "",
-	} {
-		if got := WorkItemURL(ref); got != want {
-			t.Errorf("WorkItemURL(%q) = %q, want %q", ref, got, want)
-		}
-	}
-}
 
 func TestExcerpt(t *testing.T) {
 	for _, c := range []struct {
@@ -109,14 +89,14 @@ func TestWriteApproval(t *testing.T) {
 	}
 }
 
-// TestStore: Mutate creates and compare-and-sets, refuses another work
-// item's state under a shared key, and Complete moves agent nodes only.
-func TestStore(t *testing.T) {
+// TestComplete: Complete moves agent nodes only, and the entered node's
+// notification is published once under its id.
+func TestComplete(t *testing.T) {
 	srv := bustest.NewServer(t)
 	srv.Provision(t, bustest.FastTopology(1))
 	conn := srv.Connect(t, "graphstate-test")
 	ctx := context.Background()
-	s, err := Open(ctx, conn)
+	s, err := graphstate.Open(ctx, conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +106,7 @@ func TestStore(t *testing.T) {
 	if st, rev, err := s.Get(ctx, ref); st != nil || rev != 0 || err != nil {
 		t.Fatalf("empty Get = %v %d %v", st, rev, err)
 	}
-	if _, _, err := s.Complete(ctx, reg, ref, time.Now()); err == nil {
+	if _, _, err := Complete(ctx, s, reg, ref, time.Now()); err == nil {
 		t.Error("Complete without a state succeeded")
 	}
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -137,7 +117,7 @@ func TestStore(t *testing.T) {
 	if err != nil || st.Ref != ref || st.Current != "work" {
 		t.Fatalf("create = %+v, %v", st, err)
 	}
-	st, tr, err := s.Complete(ctx, reg, ref, at)
+	st, tr, err := Complete(ctx, s, reg, ref, at)
 	if err != nil || tr.To != "review" || st.Current != "review" {
 		t.Fatalf("complete = %+v %+v %v", st, tr, err)
 	}
@@ -147,26 +127,11 @@ func TestStore(t *testing.T) {
 	if ns := Current(st, g); len(ns) != 1 || ns[0] != tr.Notifications[0] {
 		t.Errorf("Current = %+v, want the entry's %+v", ns, tr.Notifications)
 	}
-	if _, _, err := s.Complete(ctx, reg, ref, at); err == nil || !strings.Contains(err.Error(), "human gate") {
+	if _, _, err := Complete(ctx, s, reg, ref, at); err == nil || !strings.Contains(err.Error(), "human gate") {
 		t.Errorf("Complete at a gate = %v", err)
 	}
-	// Another ref with the same subject key is never read, nor
-	// overwritten, as this one.
-	const other = "github:Octo/Repo#5"
-	if Key(other) != Key(ref) {
-		t.Fatalf("keys %q and %q differ; pick refs that collide", Key(other), Key(ref))
-	}
-	if _, _, err := s.Get(ctx, other); !errors.Is(err, ErrOtherRef) {
-		t.Errorf("Get of a colliding ref = %v", err)
-	}
-	if _, err := s.Mutate(ctx, other, func(*graph.State) (*graph.State, error) {
-		t.Error("Mutate offered another work item's state")
-		return nil, ErrNoChange
-	}); !errors.Is(err, ErrOtherRef) {
-		t.Errorf("Mutate of a colliding ref = %v", err)
-	}
 	ev, note := Event(tr.Notifications[0], st, Options{Now: at})
-	if note != "" || ev.GetId() != NotificationID(ref, "review", 1, catalog.DecisionPending) ||
+	if note != "" || ev.GetId() != graphstate.NotificationID(ref, "review", 1, catalog.DecisionPending) ||
 		ev.GetNotification().GetUrl() != "https://github.com/octo/repo/issues/5" || ev.GetSource() != "loop" {
 		t.Errorf("event = %v (note %q)", ev, note)
 	}

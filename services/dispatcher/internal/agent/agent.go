@@ -1,4 +1,5 @@
-// Package harness is the seam every agent harness comes through
+// Package agent holds the dispatcher's agent-CLI adapters, the harnesses: the
+// seam every agent harness comes through
 // (docs/requirements.md K14): how to start an interactive session with a
 // pre-assigned session id and a boot prompt, and how to resume one. The boot
 // prompt is an argv element, not a paste: a harness reads it as its first
@@ -7,7 +8,7 @@
 // The argv the-loop builds is fixed by the adapter; an operator's extra
 // arguments (Extra) are inserted before the prompt and never widened by
 // the-loop.
-package harness
+package agent
 
 import (
 	"errors"

@@ -1,24 +1,16 @@
-// Package graphstate keeps a work item's process-graph state (pkg/graph) in
-// the KV bucket "graph", under catalog.SubjectKey(ref), and turns the
-// notifications a transition yields into catalog events on the inbox
-// (docs/requirements.md R4.4, R6.3, R6.4).
-//
-// The dispatcher owns the state: it starts a graph when a session spawns,
-// moves it when an authorized comment answers a human gate, and answers
-// `the-loop graph status|complete` on its request/reply endpoint, moving an
-// agent node on with the same compare-and-set. ingress-slack reads the same
-// value to tell whether the work item is at a human gate; it requires
-// State.Ref to be the ref, so every state written here carries it.
+// Package flow is what the dispatcher does with a work item's graph state
+// (package pkg/graphstate) beyond reading and writing it: completing an
+// agent node, turning the notifications a transition yields into catalog
+// events on the inbox (docs/requirements.md R4.4, R6.3, R6.4), and reading
+// and annotating the node's artifact in the session's workspace.
 //
 // Notifications are published to the inbox (loop.in) with source "loop" and a
-// deterministic id per (work item, node, entry, type): the ledger-writer
-// passes these unrecorded types through to loop.ev in order, and publishing the
-// same entry's notification again (a redelivery) is dropped by the stream's
-// duplicate window.
-//
-// Like package registry it is importable, not internal, so tests read
-// exactly what the dispatcher writes.
-package graphstate
+// deterministic id per (work item, node, entry, type)
+// (graphstate.NotificationID): the ledger-writer passes these unrecorded
+// types through to loop.ev in order, and publishing the same entry's
+// notification again (a redelivery) is dropped by the stream's duplicate
+// window.
+package flow
 
 import (
 	"context"
@@ -37,16 +29,10 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
+	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
-	"github.com/the-loop/bus/services/dispatcher/registry"
 )
-
-// ErrNoChange returned by a Mutate function writes nothing.
-var ErrNoChange = errors.New("graphstate: no change")
-
-// ErrOtherRef: the key holds the state of another work item whose ref maps
-// to the same subject key; it is never read as, nor overwritten by, this one.
-var ErrOtherRef = errors.New("graphstate: the key holds another work item's state")
 
 // Why Complete refuses, for errors.Is.
 var (
@@ -60,83 +46,10 @@ var (
 	ErrHumanGate = errors.New("at the human gate")
 )
 
-// Store is the work items' graph states in KV "graph".
-type Store struct{ kv *bus.KV }
-
-// Open opens the provisioned bucket "graph".
-func Open(ctx context.Context, c *bus.Conn) (*Store, error) {
-	kv, err := c.KV(ctx, bus.BucketGraph)
-	if err != nil {
-		return nil, err
-	}
-	return &Store{kv: kv}, nil
-}
-
-// Key is where ref's state is kept.
-func Key(ref string) string { return catalog.SubjectKey(ref) }
-
-// Get returns ref's state and its revision; nil and 0 when there is none.
-func (s *Store) Get(ctx context.Context, ref string) (*graph.State, uint64, error) {
-	e, err := s.kv.Get(ctx, Key(ref))
-	if errors.Is(err, bus.ErrNotFound) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	st, err := graph.Decode(e.Value)
-	if err != nil {
-		return nil, e.Revision, fmt.Errorf("graph state of %s: %w", ref, err)
-	}
-	if st.Ref != "" && st.Ref != ref {
-		return nil, e.Revision, fmt.Errorf("%w: %s holds %s", ErrOtherRef, Key(ref), st.Ref)
-	}
-	return st, e.Revision, nil
-}
-
-// Mutate reads ref's state (nil when there is none), lets fn return the
-// state to write, and writes it with a compare-and-set, running fn again on a
-// fresh read after a conflict. fn returning ErrNoChange writes nothing; any
-// other error aborts. It returns the state as written, or as found.
-func (s *Store) Mutate(ctx context.Context, ref string, fn func(cur *graph.State) (*graph.State, error)) (*graph.State, error) {
-	for attempt := 0; ; attempt++ {
-		cur, rev, err := s.Get(ctx, ref)
-		if err != nil {
-			return nil, err
-		}
-		next, err := fn(cur)
-		if err != nil {
-			if errors.Is(err, ErrNoChange) {
-				return cur, nil
-			}
-			return cur, err
-		}
-		next.Ref = ref
-		data, err := next.Encode()
-		if err != nil {
-			return nil, err
-		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, Key(ref), data)
-		} else {
-			_, err = s.kv.Update(ctx, Key(ref), data, rev)
-		}
-		if err == nil {
-			return next, nil
-		}
-		if !errors.Is(err, bus.ErrKeyExists) && !errors.Is(err, bus.ErrWrongRevision) || attempt >= 20 {
-			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-	}
-}
-
 // Complete leaves ref's current agent node by done (`the-loop graph
 // complete`). A human gate is never passed this way — only an authorized
 // person's comment decides it — and a terminal node has nowhere to go.
-func (s *Store) Complete(ctx context.Context, reg *graph.Registry, ref string, at time.Time) (*graph.State, graph.Transition, error) {
+func Complete(ctx context.Context, s *graphstate.Store, reg *graph.Registry, ref string, at time.Time) (*graph.State, graph.Transition, error) {
 	var t graph.Transition
 	st, err := s.Mutate(ctx, ref, func(cur *graph.State) (*graph.State, error) {
 		if cur == nil {
@@ -166,8 +79,8 @@ func (s *Store) Complete(ctx context.Context, reg *graph.Registry, ref string, a
 // node's notifications, with the artifact read from the work item's session
 // workspace (its registry record's cwd): what the dispatcher does when
 // `the-loop graph complete` asks.
-func (s *Store) CompleteAndPublish(ctx context.Context, c *bus.Conn, reg *graph.Registry, ref string, maxChars int) (*graph.State, graph.Transition, error) {
-	st, t, err := s.Complete(ctx, reg, ref, time.Now().UTC())
+func CompleteAndPublish(ctx context.Context, s *graphstate.Store, c *bus.Conn, reg *graph.Registry, ref string, maxChars int) (*graph.State, graph.Transition, error) {
+	st, t, err := Complete(ctx, s, reg, ref, time.Now().UTC())
 	if err != nil {
 		return st, t, err
 	}
@@ -184,34 +97,15 @@ func (s *Store) CompleteAndPublish(ctx context.Context, c *bus.Conn, reg *graph.
 // SessionWorkdir is the cwd of ref's session in the session registry, ""
 // when it has none.
 func SessionWorkdir(ctx context.Context, c *bus.Conn, ref string) string {
-	sessions, err := registry.Open(ctx, c)
+	store, err := sessions.Open(ctx, c)
 	if err != nil {
 		return ""
 	}
-	rec, _, err := sessions.Get(ctx, ref)
+	rec, _, err := store.Get(ctx, ref)
 	if err != nil || rec.Session == nil {
 		return ""
 	}
 	return rec.Session.Cwd
-}
-
-// Attempt is how many times st has entered node (the entry a notification
-// belongs to).
-func Attempt(st *graph.State, node string) int {
-	n := 0
-	for _, h := range st.History {
-		if h.Node == node {
-			n++
-		}
-	}
-	return n
-}
-
-// NotificationID is the event id of the notification of type typ for the
-// attempt-th entry of node by ref. The type is part of it because a node may
-// yield two (its own notify and work-item-complete).
-func NotificationID(ref, node string, attempt int, typ catalog.Type) string {
-	return envelope.LoopID("notify", ref, node, strconv.Itoa(attempt), string(typ))
 }
 
 // Current returns the notifications the entry into st's current node
@@ -259,10 +153,10 @@ type Options struct {
 // at MaxChars. note says why an artifact was not attached ("" when it was,
 // or when the node names none).
 func Event(n graph.Notification, st *graph.State, o Options) (ev *loopv1.Event, note string) {
-	attempt := Attempt(st, n.Node)
+	attempt := graphstate.Attempt(st, n.Node)
 	body := &loopv1.Notification{
 		Text: n.Text,
-		Url:  WorkItemURL(n.Ref),
+		Url:  graphstate.WorkItemURL(n.Ref),
 		Node: n.Node,
 		Detail: map[string]string{
 			"graph":   st.Graph,
@@ -292,7 +186,7 @@ func Event(n graph.Notification, st *graph.State, o Options) (ev *loopv1.Event, 
 		now = time.Now()
 	}
 	return &loopv1.Event{
-		Id:      NotificationID(n.Ref, n.Node, attempt, n.Type),
+		Id:      graphstate.NotificationID(n.Ref, n.Node, attempt, n.Type),
 		Source:  "loop",
 		Type:    string(n.Type),
 		Subject: n.Ref,
@@ -332,7 +226,7 @@ func MovedEvent(ref, visit, g string, t graph.Transition, from *graph.Node, acto
 	}
 	body := &loopv1.Notification{
 		Text:      fmt.Sprintf("%s: %s %s; the work item moved on to %s.", ref, t.From, what, t.To),
-		Url:       WorkItemURL(ref),
+		Url:       graphstate.WorkItemURL(ref),
 		Node:      t.From,
 		GateVisit: visit,
 		Detail:    map[string]string{"graph": g, "outcome": string(t.Outcome), "to": t.To},
@@ -366,39 +260,6 @@ func Publish(ctx context.Context, c *bus.Conn, ev *loopv1.Event) (bus.PubAck, er
 		return bus.PubAck{}, err
 	}
 	return c.Publish(ctx, bus.FromEnvelope(msg))
-}
-
-// WorkItemURL is the browser URL of a github:[host/]owner/repo#N ref:
-// https://github.com/owner/repo/issues/N, on the ref's host for GitHub
-// Enterprise (GitHub redirects a pull request's number to /pull/). "" for any
-// other ref.
-func WorkItemURL(ref string) string {
-	rest, ok := strings.CutPrefix(ref, "github:")
-	if !ok {
-		return ""
-	}
-	path, num, ok := strings.Cut(rest, "#")
-	if !ok {
-		return ""
-	}
-	if n, err := strconv.ParseUint(num, 10, 63); err != nil || n == 0 {
-		return ""
-	}
-	parts := strings.Split(path, "/")
-	host := "github.com"
-	switch len(parts) {
-	case 2:
-	case 3:
-		host, parts = parts[0], parts[1:]
-	default:
-		return ""
-	}
-	for _, p := range append([]string{host}, parts...) {
-		if p == "" || strings.ContainsAny(p, " \t\n?#") {
-			return ""
-		}
-	}
-	return "https://" + host + "/" + parts[0] + "/" + parts[1] + "/issues/" + num
 }
 
 // ErrNoArtifact: none of the node's artifact alternatives is in the
