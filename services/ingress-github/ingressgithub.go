@@ -27,6 +27,7 @@ import (
 
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/githubapp"
+	"github.com/the-loop/bus/pkg/githubclient"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/services/ingress-github/internal/poll"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
@@ -176,8 +177,9 @@ type Service struct {
 	refusals  *refusals
 	insecure  bool
 	login     *ledgerLogin
-	// app authenticates as a GitHub App, when configured (else the token).
-	app *githubapp.App
+	// gh is the service's GitHub client: the token, or a GitHub App's
+	// installation tokens when one is configured.
+	gh *githubclient.Client
 	// guard is the ledger login check of the operator config (see
 	// guardLogin); refused carries a failure found after Run began.
 	guardMu  sync.Mutex
@@ -217,17 +219,16 @@ func NewWithOptions(deps runtime.Deps, opts Options) (*Service, error) {
 		slots: make(slots, opts.MaxConcurrent), bodies: newBodies(opts.BodyBudget),
 		refusals: newRefusals(deps.Events, opts.RefusalLogEvery, opts.Now)}
 	s.intake = newIntake(s)
-	if a := deps.GitHub.App; a.Set() {
-		// docs/decisions/078-github-app-authentication.md
-		app, err := githubapp.New(githubapp.Options{AppID: a.AppID, InstallationID: a.InstallationID, PrivateKeyFile: a.PrivateKeyFile,
-			APIURL: deps.GitHub.APIURL})
-		if err != nil {
-			return nil, fmt.Errorf("ingress-github: %w", err)
-		}
-		s.app = app
+	// With an app, its installation tokens instead of the token
+	// (docs/decisions/078-github-app-authentication.md).
+	a := deps.GitHub.App
+	gh, err := githubclient.New(githubclient.Options{APIURL: deps.GitHub.APIURL, Token: deps.GitHub.Token.Reveal(),
+		App: githubapp.Options{AppID: a.AppID, InstallationID: a.InstallationID, PrivateKeyFile: a.PrivateKeyFile}})
+	if err != nil {
+		return nil, fmt.Errorf("ingress-github: %w", err)
 	}
-	s.login = newLedgerLogin(deps.GitHub, opts.Now)
-	s.login.app = s.app
+	s.gh = gh
+	s.login = newLedgerLogin(deps.GitHub, gh, opts.Now)
 	s.login.onLearn = func(login string) {
 		if err := s.guardLogin(login); err != nil {
 			s.deps.Log.Error("ingress-github: stopping: the operator config in force lists the ledger's own login", "err", err)
@@ -404,33 +405,16 @@ func (s *Service) Run(ctx context.Context) error {
 	return err
 }
 
-// pollToken and pollClient: the token, or the app's installation tokens.
-func (s *Service) pollToken() string {
-	if s.app != nil {
-		return ""
-	}
-	return s.deps.GitHub.Token.Reveal()
-}
-
-func (s *Service) pollClient() *http.Client {
-	if s.app == nil {
-		return nil
-	}
-	return &http.Client{Transport: s.app, Timeout: 30 * time.Second}
-}
-
 func (s *Service) newPoller() (*poll.Poller, error) {
 	p, err := poll.New(poll.Config{
-		Conn:       s.deps.Conn,
-		Log:        s.deps.Log.With("component", "poller"),
-		APIURL:     s.deps.GitHub.APIURL,
-		Token:      s.pollToken(),
-		HTTPClient: s.pollClient(),
-		Repos:      slices.Clone(s.opts.Poll.Repos),
-		Label:      s.opts.Poll.Label,
-		Interval:   s.opts.Poll.Interval,
-		Now:        s.opts.Now,
-		Deliver:    s.deliverPolled,
+		Conn:     s.deps.Conn,
+		Log:      s.deps.Log.With("component", "poller"),
+		GitHub:   s.gh.GitHub,
+		Repos:    slices.Clone(s.opts.Poll.Repos),
+		Label:    s.opts.Poll.Label,
+		Interval: s.opts.Poll.Interval,
+		Now:      s.opts.Now,
+		Deliver:  s.deliverPolled,
 		Observe: func(result string) {
 			s.m.poll.WithLabelValues(result).Inc()
 		},
