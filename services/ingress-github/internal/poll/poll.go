@@ -13,6 +13,7 @@
 package poll
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -241,7 +242,7 @@ func (p *Poller) item(ctx context.Context, repo string, is restIssue, st *repoSt
 	case err != nil:
 		return err
 	default:
-		slices.SortFunc(comments, func(a, b restComment) int { return cmpInt(a.ID, b.ID) })
+		slices.SortFunc(comments, func(a, b restComment) int { return cmp.Compare(a.ID, b.ID) })
 		for _, c := range comments {
 			if c.ID <= it.LastComment {
 				continue
@@ -311,16 +312,6 @@ func (p *Poller) gone(ctx context.Context, repo, key string, st *repoState) erro
 // names are case-insensitive) and without '/' (event ids keep '/' for the
 // copies of one event on other work items).
 func idRepo(repo string) string { return strings.ReplaceAll(strings.ToLower(repo), "/", ":") }
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
 
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
