@@ -11,8 +11,8 @@ import (
 
 // ledgerLogin is the ledger's own GitHub login: LOOP_GITHUB_LOGIN, else
 // GET /user with the token (GET /app with a GitHub App), asked at most once a
-// minute until it answers and then remembered. onLearn, when set, hears of a login learned from GET /user
-// (LOOP_GITHUB_LOGIN is known from the start).
+// minute until it answers and then remembered. onLearn, when set, hears of a
+// login learned from GitHub (LOOP_GITHUB_LOGIN is known from the start).
 type ledgerLogin struct {
 	cfg     config.GitHub
 	now     func() time.Time
