@@ -10,7 +10,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/the-loop/bus/pkg/jsonstr"
 )
 
 // The ledger envelope is a hidden HTML comment in a GitHub comment or issue
@@ -299,21 +302,20 @@ func safeJSON(raw []byte) []byte {
 			i++
 			continue
 		}
-		switch {
-		case c == '"':
+		if c == '"' {
 			out.WriteByte(c)
 			in = false
 			i++
-		case c == '\\':
-			// An escape json.Marshal wrote: decode it and re-escape uniformly.
-			r, n := decodeEscape(raw[i:])
-			writeRune(&out, r)
-			i += n
-		default:
-			r, n := utf8.DecodeRune(raw[i:])
-			writeRune(&out, r)
-			i += n
+			continue
 		}
+		// A rune, or an escape json.Marshal wrote: decode it and re-escape
+		// uniformly.
+		r, n := jsonstr.DecodeRune(raw[i:])
+		if n == 0 { // a broken escape, which json.Marshal never writes
+			r, n = utf8.RuneError, 1
+		}
+		writeRune(&out, r)
+		i += n
 	}
 	return out.Bytes()
 }
@@ -324,7 +326,7 @@ func writeRune(out *bytes.Buffer, r rune) {
 		return
 	}
 	if r > 0xffff {
-		r1, r2 := utf16Surrogates(r)
+		r1, r2 := utf16.EncodeRune(r)
 		fmt.Fprintf(out, `\u%04x\u%04x`, r1, r2)
 		return
 	}
@@ -334,55 +336,4 @@ func writeRune(out *bytes.Buffer, r rune) {
 func safeByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
 		strings.IndexByte("_.:/@#+=,", c) >= 0
-}
-
-// decodeEscape decodes one JSON escape at the start of b (which begins with a
-// backslash) and returns the rune and the bytes consumed. Surrogate pairs
-// written by json.Marshal are never produced for valid UTF-8 input except as
-// \u2028/\u2029, so a lone \uXXXX is decoded as is.
-func decodeEscape(b []byte) (rune, int) {
-	if len(b) < 2 {
-		return utf8.RuneError, len(b)
-	}
-	switch b[1] {
-	case '"':
-		return '"', 2
-	case '\\':
-		return '\\', 2
-	case '/':
-		return '/', 2
-	case 'b':
-		return '\b', 2
-	case 'f':
-		return '\f', 2
-	case 'n':
-		return '\n', 2
-	case 'r':
-		return '\r', 2
-	case 't':
-		return '\t', 2
-	case 'u':
-		if len(b) < 6 {
-			return utf8.RuneError, len(b)
-		}
-		var r rune
-		for _, h := range b[2:6] {
-			r <<= 4
-			switch {
-			case h >= '0' && h <= '9':
-				r |= rune(h - '0')
-			case h >= 'a' && h <= 'f':
-				r |= rune(h-'a') + 10
-			case h >= 'A' && h <= 'F':
-				r |= rune(h-'A') + 10
-			}
-		}
-		return r, 6
-	}
-	return utf8.RuneError, 2
-}
-
-func utf16Surrogates(r rune) (rune, rune) {
-	r -= 0x10000
-	return 0xd800 + (r>>10)&0x3ff, 0xdc00 + r&0x3ff
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/the-loop/bus/pkg/jsonstr"
 )
 
 // encoder writes JSON the way Python's json.dumps(obj, indent=2) does with its
@@ -35,19 +37,8 @@ func (e *encoder) newline(indent int) {
 
 // nodes renders a distilled object.
 func (e *encoder) nodes(ns []node, indent, budget int) {
-	if len(ns) == 0 {
-		e.buf = append(e.buf, "{}"...)
-		return
-	}
-	e.buf = append(e.buf, '{')
-	for k, n := range ns {
-		if e.full() {
-			return
-		}
-		if k > 0 {
-			e.buf = append(e.buf, ',')
-		}
-		e.newline(indent + 2)
+	e.members(len(ns), indent, func(k int) {
+		n := ns[k]
 		e.buf = append(e.buf, '"')
 		e.buf = append(e.buf, n.key...) // table keys are plain ASCII
 		e.buf = append(e.buf, `": `...)
@@ -59,9 +50,7 @@ func (e *encoder) nodes(ns []node, indent, budget int) {
 		default:
 			e.value(n.raw, indent+2)
 		}
-	}
-	e.newline(indent)
-	e.buf = append(e.buf, '}')
+	})
 }
 
 // value renders a validated JSON value span as Python would re-serialise what
@@ -83,12 +72,23 @@ func (e *encoder) value(raw []byte, indent int) {
 
 func (e *encoder) object(raw []byte, indent int) {
 	ms := dedupe(members(raw))
-	if len(ms) == 0 {
+	e.members(len(ms), indent, func(k int) {
+		e.str(ms[k].key, -1)
+		e.buf = append(e.buf, `: `...)
+		e.value(ms[k].val, indent+2)
+	})
+}
+
+// members renders an object of n members, "{}" when n is 0, each on its own
+// line at indent+2; member writes the k-th key and value. It stops once the
+// rendering is full.
+func (e *encoder) members(n, indent int, member func(k int)) {
+	if n == 0 {
 		e.buf = append(e.buf, "{}"...)
 		return
 	}
 	e.buf = append(e.buf, '{')
-	for k, m := range ms {
+	for k := range n {
 		if e.full() {
 			return
 		}
@@ -96,9 +96,7 @@ func (e *encoder) object(raw []byte, indent int) {
 			e.buf = append(e.buf, ',')
 		}
 		e.newline(indent + 2)
-		e.str(m.key, -1)
-		e.buf = append(e.buf, `: `...)
-		e.value(m.val, indent+2)
+		member(k)
 	}
 	e.newline(indent)
 	e.buf = append(e.buf, '}')
@@ -165,7 +163,7 @@ func (e *encoder) str(content []byte, budget int) {
 			}
 			break
 		}
-		r, w := nextRune(content, i)
+		r, w := jsonstr.DecodeRune(content[i:])
 		e.char(r)
 		i += w
 		n++

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/bits"
 	"unicode/utf8"
+
+	"github.com/the-loop/bus/pkg/jsonstr"
 )
 
 // maxDepth bounds the nesting the scanner follows. GitHub payloads nest a
@@ -97,12 +99,9 @@ func (s *scanner) literal(i int, lit string) (int, error) {
 // (the last of a repeated key wins, as in Python's dict), and the members of
 // those whose values w wants too.
 func (s *scanner) object(i, depth int, w *want) (int, error) {
-	if depth >= maxDepth {
-		return i, s.fail(i, "nesting too deep")
-	}
-	i = s.ws(i + 1)
-	if i < len(s.data) && s.data[i] == '}' {
-		return i + 1, nil
+	i, empty, err := s.open(i, depth, '}')
+	if empty || err != nil {
+		return i, err
 	}
 	for {
 		if i >= len(s.data) || s.data[i] != '"' {
@@ -134,47 +133,60 @@ func (s *scanner) object(i, depth int, w *want) (int, error) {
 		if k >= 0 {
 			w.vals[k] = s.data[vStart:i]
 		}
-		i = s.ws(i)
-		if i >= len(s.data) {
-			return i, s.fail(i, "unterminated object")
-		}
-		switch s.data[i] {
-		case ',':
-			i = s.ws(i + 1)
-		case '}':
-			return i + 1, nil
-		default:
-			return i, s.fail(i, "expected ',' or '}'")
+		var done bool
+		if i, done, err = s.after(i, '}'); done || err != nil {
+			return i, err
 		}
 	}
 }
 
 func (s *scanner) array(i, depth int) (int, error) {
-	if depth >= maxDepth {
-		return i, s.fail(i, "nesting too deep")
-	}
-	i = s.ws(i + 1)
-	if i < len(s.data) && s.data[i] == ']' {
-		return i + 1, nil
+	i, empty, err := s.open(i, depth, ']')
+	if empty || err != nil {
+		return i, err
 	}
 	for {
-		var err error
 		if i, err = s.value(i, depth+1); err != nil {
 			return i, err
 		}
-		i = s.ws(i)
-		if i >= len(s.data) {
-			return i, s.fail(i, "unterminated array")
-		}
-		switch s.data[i] {
-		case ',':
-			i = s.ws(i + 1)
-		case ']':
-			return i + 1, nil
-		default:
-			return i, s.fail(i, "expected ',' or ']'")
+		var done bool
+		if i, done, err = s.after(i, ']'); done || err != nil {
+			return i, err
 		}
 	}
+}
+
+// open enters the object or array whose bracket is at i: past it and its
+// whitespace, or past the closing one when it is empty.
+func (s *scanner) open(i, depth int, closing byte) (next int, empty bool, err error) {
+	if depth >= maxDepth {
+		return i, false, s.fail(i, "nesting too deep")
+	}
+	i = s.ws(i + 1)
+	if i < len(s.data) && s.data[i] == closing {
+		return i + 1, true, nil
+	}
+	return i, false, nil
+}
+
+// after reads what follows a member or element that ends at i: a ',' (next
+// is where the following one starts) or the closing bracket (done, next is
+// past it).
+func (s *scanner) after(i int, closing byte) (next int, done bool, err error) {
+	i = s.ws(i)
+	if i >= len(s.data) {
+		if closing == '}' {
+			return i, false, s.fail(i, "unterminated object")
+		}
+		return i, false, s.fail(i, "unterminated array")
+	}
+	switch s.data[i] {
+	case ',':
+		return s.ws(i + 1), false, nil
+	case closing:
+		return i + 1, true, nil
+	}
+	return i, false, s.fail(i, "expected ',' or '"+string(closing)+"'")
 }
 
 // str validates the string whose opening quote is at i and returns the offset
@@ -220,7 +232,7 @@ func (s *scanner) str(i int) (int, error) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if _, ok := hex4(d, i+2); !ok {
+				if _, ok := jsonstr.Hex4(d[i+2:]); !ok {
 					return i, s.fail(i, "invalid \\u escape")
 				}
 				i += 6
@@ -300,28 +312,6 @@ func digits(d []byte, i int) int {
 		i++
 	}
 	return i
-}
-
-// hex4 decodes the four hex digits at d[i:i+4].
-func hex4(d []byte, i int) (rune, bool) {
-	if i+4 > len(d) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range d[i : i+4] {
-		r <<= 4
-		switch {
-		case '0' <= c && c <= '9':
-			r |= rune(c - '0')
-		case 'a' <= c && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		case 'A' <= c && c <= 'F':
-			r |= rune(c - 'A' + 10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
 }
 
 // parse validates payload as one JSON text and returns it without a
@@ -437,8 +427,8 @@ func members(obj []byte) []member {
 func decodeKey(raw []byte) string {
 	b := make([]byte, 0, len(raw))
 	for i := 0; i < len(raw); {
-		r, n := nextRune(raw, i)
-		if 0xD800 <= r && r <= 0xDFFF {
+		r, n := jsonstr.DecodeRune(raw[i:])
+		if jsonstr.IsSurrogate(r) {
 			b = append(b, byte(0xE0|r>>12), byte(0x80|(r>>6)&0x3F), byte(0x80|r&0x3F))
 		} else {
 			b = utf8.AppendRune(b, r)
@@ -446,39 +436,4 @@ func decodeKey(raw []byte) string {
 		i += n
 	}
 	return string(b)
-}
-
-// nextRune decodes the code point at content[i] of a validated string's
-// content the way json.loads does: an escaped surrogate pair becomes one code
-// point, an unpaired escaped surrogate stays a code point of its own.
-func nextRune(c []byte, i int) (rune, int) {
-	b := c[i]
-	if b != '\\' {
-		if b < utf8.RuneSelf {
-			return rune(b), 1
-		}
-		return utf8.DecodeRune(c[i:])
-	}
-	switch c[i+1] {
-	case 'b':
-		return '\b', 2
-	case 'f':
-		return '\f', 2
-	case 'n':
-		return '\n', 2
-	case 'r':
-		return '\r', 2
-	case 't':
-		return '\t', 2
-	case 'u':
-		r, _ := hex4(c, i+2)
-		if 0xD800 <= r && r <= 0xDBFF && i+12 <= len(c) && c[i+6] == '\\' && c[i+7] == 'u' {
-			if lo, ok := hex4(c, i+8); ok && 0xDC00 <= lo && lo <= 0xDFFF {
-				return 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00), 12
-			}
-		}
-		return r, 6
-	default: // '"', '\\', '/'
-		return rune(c[i+1]), 2
-	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/githubapp"
+	"github.com/the-loop/bus/pkg/githubclient"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/services/ingress-github/internal/poll"
@@ -136,8 +137,9 @@ type Service struct {
 	refusals  *refusals
 	insecure  bool
 	login     *ledgerLogin
-	// app authenticates as a GitHub App, when configured (else the token).
-	app *githubapp.App
+	// gh is the service's GitHub client: the token, or a GitHub App's
+	// installation tokens when one is configured.
+	gh *githubclient.Client
 	// guard is the ledger login check of the operator config (see
 	// guardLogin); refused carries a failure found after Run began.
 	guardMu  sync.Mutex
@@ -178,17 +180,16 @@ func New(deps service.Deps, cfg Config, with ...Option) (*Service, error) {
 		slots: make(slots, max(1, cfg.WebhookConcurrency)), bodies: newBodies(opts.BodyBudget),
 		refusals: newRefusals(deps.Events, opts.RefusalLogEvery, opts.Now)}
 	s.intake = newIntake(s)
-	if a := cfg.App; a.Set() {
-		// docs/decisions/078-github-app-authentication.md
-		app, err := githubapp.New(githubapp.Options{AppID: a.AppID, InstallationID: a.InstallationID, PrivateKeyFile: a.PrivateKeyFile,
-			APIURL: cfg.APIURL})
-		if err != nil {
-			return nil, fmt.Errorf("ingress-github: %w", err)
-		}
-		s.app = app
+	// With an app, its installation tokens instead of the token
+	// (docs/decisions/078-github-app-authentication.md).
+	a := cfg.App
+	gh, err := githubclient.New(githubclient.Options{APIURL: cfg.APIURL, Token: cfg.Token.Reveal(),
+		App: githubapp.Options{AppID: a.AppID, InstallationID: a.InstallationID, PrivateKeyFile: a.PrivateKeyFile}})
+	if err != nil {
+		return nil, fmt.Errorf("ingress-github: %w", err)
 	}
-	s.login = newLedgerLogin(cfg.GitHub, opts.Now)
-	s.login.app = s.app
+	s.gh = gh
+	s.login = newLedgerLogin(cfg.GitHub, gh, opts.Now)
 	s.login.onLearn = func(login string) {
 		if err := s.guardLogin(login); err != nil {
 			s.deps.Log.Error("ingress-github: stopping: the operator config in force lists the ledger's own login", "err", err)
@@ -365,33 +366,16 @@ func (s *Service) Run(ctx context.Context) error {
 	return err
 }
 
-// pollToken and pollClient: the token, or the app's installation tokens.
-func (s *Service) pollToken() string {
-	if s.app != nil {
-		return ""
-	}
-	return s.cfg.Token.Reveal()
-}
-
-func (s *Service) pollClient() *http.Client {
-	if s.app == nil {
-		return nil
-	}
-	return &http.Client{Transport: s.app, Timeout: 30 * time.Second}
-}
-
 func (s *Service) newPoller() (*poll.Poller, error) {
 	p, err := poll.New(poll.Config{
-		Conn:       s.deps.Conn,
-		Log:        s.deps.Log.With("component", "poller"),
-		APIURL:     s.cfg.APIURL,
-		Token:      s.pollToken(),
-		HTTPClient: s.pollClient(),
-		Repos:      s.cfg.PollRepoList(),
-		Label:      s.cfg.Label,
-		Interval:   s.cfg.PollInterval,
-		Now:        s.opts.Now,
-		Deliver:    s.deliverPolled,
+		Conn:     s.deps.Conn,
+		Log:      s.deps.Log.With("component", "poller"),
+		GitHub:   s.gh.GitHub,
+		Repos:    s.cfg.PollRepoList(),
+		Label:    s.cfg.Label,
+		Interval: s.cfg.PollInterval,
+		Now:      s.opts.Now,
+		Deliver:  s.deliverPolled,
 		Observe: func(result string) {
 			s.m.poll.WithLabelValues(result).Inc()
 		},

@@ -119,21 +119,69 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 	ctx, span := tracing.Start(ctx, "ingress-github "+d.Event, trace.SpanKindServer,
 		attribute.String("loop.via", via), attribute.String("github.delivery_id", d.DeliveryID))
 	defer func() { tracing.End(span, err) }()
-	s := in.s
-	s.m.received.WithLabelValues(eventLabel(d.Event), via).Inc()
-	base := []slog.Attr{
+	in.s.m.received.WithLabelValues(eventLabel(d.Event), via).Inc()
+	h := &handling{s: in.s, d: d, via: via, base: []slog.Attr{
 		slog.String("gh_event", d.Event), slog.String("action", p.Action()),
 		slog.String("delivery_id", d.DeliveryID), slog.String("via", via),
+	}}
+
+	dec, seen, dup, err := in.decide(ctx, d, p, checkDelivery)
+	if err != nil {
+		return outcome{}, err
 	}
-	drop := func(reason string, extra ...slog.Attr) outcome {
-		s.m.dropped.WithLabelValues(reason, via).Inc()
-		s.deps.Events.Emit(ctx, "routing.dropped", append(append([]slog.Attr{slog.String("reason", reason)}, base...), extra...)...)
-		return outcome{Reason: reason}
+	if dup {
+		return h.drop(ctx, route.DropDuplicate), nil
+	}
+	h.who = whoAttrs(dec)
+	h.notes(ctx, dec)
+	if dec.Drop != "" {
+		return h.drop(ctx, dec.Drop), nil
 	}
 
-	// The delivery's mark is read while the delivery is routed (pure, no
-	// I/O); the marks of events a redelivery could not be told by
-	// otherwise are read together once their ids are known.
+	out := outcome{Accepted: true}
+	var fresh []*loopv1.Event
+	for i, ev := range dec.Events {
+		out.IDs = append(out.IDs, ev.GetId())
+		if !seen[i] {
+			fresh = append(fresh, ev)
+		}
+	}
+	if len(fresh) == 0 {
+		o := h.drop(ctx, route.DropDuplicateEvent)
+		o.IDs = out.IDs
+		return o, nil
+	}
+	if slices.Contains(dec.Notes, route.NotePayloadTruncated) {
+		if err := h.keepPayload(ctx, dec.Events); err != nil {
+			return outcome{}, err
+		}
+	}
+	msgs, ok := h.messages(fresh)
+	if !ok {
+		return h.drop(ctx, "unencodable"), nil
+	}
+	if err := h.publish(ctx, fresh, msgs); err != nil {
+		return outcome{}, err
+	}
+	// Remembered only now, and off the request path: a delivery that
+	// failed half-way is retried whole.
+	if marks := markEntries(d, dec.Events, via, checkDelivery); in.marks.add(ctx, marks) != nil {
+		// The writer is a full queue behind and the request's time is up:
+		// its events are on the bus, and a redelivery inside the duplicate
+		// window is still dropped by Nats-Msg-Id.
+		in.s.m.marks.WithLabelValues("lost").Add(float64(len(marks)))
+		in.s.deps.Log.Warn("events published but not remembered in the seen bucket", "delivery_id", d.DeliveryID)
+	}
+	h.routed(ctx, dec, out.IDs)
+	return out, nil
+}
+
+// decide routes d and reads which of its events are already seen (seen[i]
+// for dec.Events[i]); dup says the delivery itself was (a redelivery).
+// The delivery's mark is read while the delivery is routed (pure, no I/O);
+// the marks of events a redelivery could not be told by otherwise are read
+// together once their ids are known.
+func (in *intake) decide(ctx context.Context, d route.Delivery, p route.Payload, checkDelivery bool) (dec route.Decision, seen []bool, dup bool, err error) {
 	type seenResult struct {
 		seen bool
 		err  error
@@ -146,7 +194,7 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 			delivery <- seenResult{seen, err}
 		}()
 	}
-	dec := route.Route(d, p, s.policy())
+	dec = route.Route(d, p, in.s.policy())
 	var keys []string
 	var at []int
 	if dec.Drop == "" {
@@ -161,20 +209,40 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 	if delivery != nil {
 		r := <-delivery
 		if r.err != nil {
-			return outcome{}, fmt.Errorf("seen check: %w", r.err)
+			return dec, nil, false, fmt.Errorf("seen check: %w", r.err)
 		}
 		if r.seen {
-			return drop(route.DropDuplicate), nil
+			return dec, nil, true, nil
 		}
 	}
 	if err != nil {
-		return outcome{}, fmt.Errorf("seen check: %w", err)
+		return dec, nil, false, fmt.Errorf("seen check: %w", err)
 	}
-	seen := make([]bool, len(dec.Events))
+	seen = make([]bool, len(dec.Events))
 	for j, i := range at {
 		seen[i] = got[j]
 	}
+	return dec, seen, false, nil
+}
 
+// handling is one delivery on its way to the bus: what its records share.
+type handling struct {
+	s   *Service
+	d   route.Delivery
+	via string
+	// base names the delivery in every record; who, once routed, the work
+	// items and people it concerns.
+	base, who []slog.Attr
+}
+
+// drop counts and records a delivery that publishes nothing.
+func (h *handling) drop(ctx context.Context, reason string) outcome {
+	h.s.m.dropped.WithLabelValues(reason, h.via).Inc()
+	h.s.deps.Events.Emit(ctx, "routing.dropped", append(append([]slog.Attr{slog.String("reason", reason)}, h.base...), h.who...)...)
+	return outcome{Reason: reason}
+}
+
+func whoAttrs(dec route.Decision) []slog.Attr {
 	who := []slog.Attr{slog.Any("work_items", dec.Refs)}
 	if dec.Actor != "" {
 		who = append(who, slog.String("actor", dec.Actor))
@@ -182,93 +250,86 @@ func (in *intake) handle(ctx context.Context, d route.Delivery, p route.Payload,
 	if dec.Sender != "" {
 		who = append(who, slog.String("sender", dec.Sender))
 	}
+	return who
+}
+
+// notes records what routing noticed on the way.
+func (h *handling) notes(ctx context.Context, dec route.Decision) {
 	for _, n := range dec.Notes {
 		switch n {
 		case route.NoteForgedEnvelope, route.NoteMalformedEnvelope:
 			// The envelope is not one — another key, a copy from another
 			// record, an edited text, an old version — and the comment is
 			// judged by its poster (dec says how). Ids only, never text.
-			s.deps.Events.Emit(ctx, "routing.forged_envelope", append(append([]slog.Attr{
+			h.s.deps.Events.Emit(ctx, "routing.forged_envelope", append(append([]slog.Attr{
 				slog.String("detail", n), slog.String("event_id", dec.CommentEvent),
-				slog.String("judged_as", judgedAs(dec))}, base...), who...)...)
+				slog.String("judged_as", judgedAs(dec))}, h.base...), h.who...)...)
 		default:
-			s.deps.Log.Warn("routing note", "note", n, "delivery_id", d.DeliveryID, "gh_event", d.Event, "via", via)
+			h.s.deps.Log.Warn("routing note", "note", n, "delivery_id", h.d.DeliveryID, "gh_event", h.d.Event, "via", h.via)
 		}
 	}
-	if dec.Drop != "" {
-		return drop(dec.Drop, who...), nil
-	}
+}
 
-	out := outcome{Accepted: true}
-	var fresh []*loopv1.Event
-	for i, ev := range dec.Events {
-		out.IDs = append(out.IDs, ev.GetId())
-		if !seen[i] {
-			fresh = append(fresh, ev)
+// keepPayload handles a payload that does not fit one message: it is kept
+// whole in the object store, named by its hash (a redelivery stores nothing
+// new), and the events carry the reference beside their summary.
+func (h *handling) keepPayload(ctx context.Context, events []*loopv1.Event) error {
+	ref, err := h.s.deps.Conn.PutObject(ctx, bus.ObjectPayloads, "github-"+route.PayloadDigest(h.d.Payload), h.d.Payload)
+	if err != nil {
+		return fmt.Errorf("store the oversized payload: %w", err)
+	}
+	for _, ev := range events {
+		if a := ev.GetGithubActivity(); a != nil {
+			a.PayloadRef = ref
 		}
 	}
-	if len(fresh) == 0 {
-		o := drop(route.DropDuplicateEvent, who...)
-		o.IDs = out.IDs
-		return o, nil
-	}
-	if slices.Contains(dec.Notes, route.NotePayloadTruncated) {
-		// The payload does not fit one message: keep it whole in the object
-		// store, named by its hash (a redelivery stores nothing new), and let
-		// the events carry the reference beside their summary.
-		ref, err := s.deps.Conn.PutObject(ctx, bus.ObjectPayloads, "github-"+route.PayloadDigest(d.Payload), d.Payload)
-		if err != nil {
-			return outcome{}, fmt.Errorf("store the oversized payload: %w", err)
-		}
-		for _, ev := range dec.Events {
-			if a := ev.GetGithubActivity(); a != nil {
-				a.PayloadRef = ref
-			}
-		}
-	}
-	msgs := make([]bus.Message, 0, len(fresh))
-	for _, ev := range fresh {
+	return nil
+}
+
+// messages encodes the events for the inbox; !ok is a payload no event can
+// carry (an invalid id or ref): nothing a retry could fix.
+func (h *handling) messages(events []*loopv1.Event) (_ []bus.Message, ok bool) {
+	msgs := make([]bus.Message, 0, len(events))
+	for _, ev := range events {
 		msg, err := envelope.ToMessage(ev, envelope.Inbox, "")
 		if err != nil {
-			// A payload no event can carry (an invalid id or ref): nothing
-			// a retry could fix.
-			s.deps.Log.Error("event not encodable", "event_id", ev.GetId(), "delivery_id", d.DeliveryID, "err", err)
-			return drop("unencodable", who...), nil
+			h.s.deps.Log.Error("event not encodable", "event_id", ev.GetId(), "delivery_id", h.d.DeliveryID, "err", err)
+			return nil, false
 		}
 		msgs = append(msgs, bus.FromEnvelope(msg))
 	}
+	return msgs, true
+}
+
+// publish puts the events on the inbox and records each.
+func (h *handling) publish(ctx context.Context, events []*loopv1.Event, msgs []bus.Message) error {
 	start := time.Now()
-	acks, err := s.deps.Conn.PublishAll(ctx, msgs)
+	acks, err := h.s.deps.Conn.PublishAll(ctx, msgs)
 	if err != nil {
-		return outcome{}, err
+		return err
 	}
-	s.m.latency.Observe(time.Since(start).Seconds())
-	for i, ev := range fresh {
+	h.s.m.latency.Observe(time.Since(start).Seconds())
+	for i, ev := range events {
 		if !acks[i].Duplicate {
-			s.m.published.WithLabelValues(ev.GetType(), via).Inc()
+			h.s.m.published.WithLabelValues(ev.GetType(), h.via).Inc()
 		}
-		s.deps.Events.Emit(ctx, "bus.published",
+		h.s.deps.Events.Emit(ctx, "bus.published",
 			slog.String("event_id", ev.GetId()), slog.String("event_type", ev.GetType()),
-			slog.String("work_item", ev.GetSubject()), slog.String("delivery_id", d.DeliveryID),
-			slog.Bool("duplicate", acks[i].Duplicate), slog.String("via", via))
+			slog.String("work_item", ev.GetSubject()), slog.String("delivery_id", h.d.DeliveryID),
+			slog.Bool("duplicate", acks[i].Duplicate), slog.String("via", h.via))
 	}
-	// Remembered only now, and off the request path: a delivery that
-	// failed half-way is retried whole.
-	if marks := markEntries(d, dec.Events, via, checkDelivery); in.marks.add(ctx, marks) != nil {
-		// The writer is a full queue behind and the request's time is up:
-		// its events are on the bus, and a redelivery inside the duplicate
-		// window is still dropped by Nats-Msg-Id.
-		s.m.marks.WithLabelValues("lost").Add(float64(len(marks)))
-		s.deps.Log.Warn("events published but not remembered in the seen bucket", "delivery_id", d.DeliveryID)
-	}
-	routed := append(append(base, who...),
-		slog.String("event_type", string(dec.Kind)), slog.Any("event_ids", out.IDs),
+	return nil
+}
+
+// routed records a delivery that reached the bus.
+func (h *handling) routed(ctx context.Context, dec route.Decision, ids []string) {
+	routed := append(append(slices.Clip(h.base), h.who...),
+		slog.String("event_type", string(dec.Kind)), slog.Any("event_ids", ids),
 		slog.Bool("authorized", len(dec.Events) > 0 && route.Authorized(dec.Events[0])))
 	if dec.Admitted != "" {
 		routed = append(routed, slog.String("admitted", dec.Admitted))
 	}
-	s.deps.Events.Emit(ctx, "routing.routed", routed...)
-	return out, nil
+	h.s.deps.Events.Emit(ctx, "routing.routed", routed...)
 }
 
 // markEntries are the seen marks of a published delivery: the delivery

@@ -218,3 +218,60 @@ func TestPollCursorSurvivesRestart(t *testing.T) {
 		t.Errorf("a new comment after the restart: %d events, want 1", e.stored()-n)
 	}
 }
+
+// TestPollPagesAndFailures: a comment listing longer than a page is read
+// page by page, and a refused answer (a primary rate limit on the listing,
+// a 502 on the comments) fails the cycle without moving the cursor, so the
+// next cycle delivers what was missed, each comment once.
+func TestPollPagesAndFailures(t *testing.T) {
+	gh := ghfake.New(t)
+	gh.AddRepo("octo/repo")
+	gh.AddToken(pollToken, botLogin)
+	gh.AddIssue("octo/repo", "alice", "Work", "", DefaultConfig().Label)
+	e := pollEnv(t, gh, time.Now)
+	p, err := e.svc.newPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := p.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := e.stored()
+	const comments = 130 // two pages of 100
+	for i := range comments {
+		gh.AddComment("octo/repo", 1, "alice", fmt.Sprintf("comment %d", i))
+	}
+
+	gh.Inject(ghfake.Rule{Method: http.MethodGet, Path: "/repos/*/*/issues", Status: http.StatusForbidden, Times: 1,
+		Header: http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {fmt.Sprint(time.Now().Add(-time.Second).Unix())}}})
+	if err := p.Cycle(ctx); err == nil {
+		t.Fatal("a cycle whose listing was rate limited succeeded")
+	}
+	gh.Inject(ghfake.Rule{Method: http.MethodGet, Path: "/repos/*/*/issues/*/comments", Status: http.StatusBadGateway, Times: 1})
+	if err := p.Cycle(ctx); err == nil {
+		t.Fatal("a cycle whose comment listing failed succeeded")
+	}
+	if got := e.stored() - before; got != 0 {
+		t.Fatalf("failed cycles stored %d events", got)
+	}
+
+	if err := p.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.stored() - before; got != comments {
+		t.Errorf("stored %d events, want %d: each comment once", got, comments)
+	}
+	var second bool
+	for _, r := range gh.Requests() {
+		if r.Path == "/repos/octo/repo/issues/1/comments" && r.Status == http.StatusOK && strings.Contains(r.Query, "page=2") {
+			second = true
+		}
+	}
+	if !second {
+		t.Error("the comments' second page was never read")
+	}
+}

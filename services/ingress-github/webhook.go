@@ -102,6 +102,56 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	s.m.inflight.Inc()
 	defer s.m.inflight.Dec()
 
+	payload, p, ok := s.admit(ctx, w, r, event, delivery)
+	if !ok {
+		return
+	}
+	if event == "ping" {
+		result = "" // not a delivery
+		s.m.received.WithLabelValues("ping", viaWebhook).Inc()
+		s.deps.Log.Info("webhook ping answered", "delivery_id", delivery, "gh_event", event)
+		reply(w, http.StatusOK, "pong", nil)
+		return
+	}
+	result = s.deliver(ctx, w, route.Delivery{Event: event, DeliveryID: delivery, Payload: payload, Received: s.now()}, p)
+}
+
+// admit reads and checks a request up to its JSON: signature, size, body,
+// content type, the event and delivery headers. It answers a request it
+// refuses (!ok).
+func (s *Service) admit(ctx context.Context, w http.ResponseWriter, r *http.Request, event, delivery string) (payload []byte, p route.Payload, ok bool) {
+	body, ok := s.readSigned(ctx, w, r)
+	if !ok {
+		return nil, p, false
+	}
+	payload, err := payloadOf(r, body)
+	switch {
+	case errors.Is(err, ErrContentType):
+		s.refuse(ctx, w, http.StatusUnsupportedMediaType, refusedContentType, "unsupported content type")
+		return nil, p, false
+	case err != nil:
+		s.refuse(ctx, w, http.StatusBadRequest, refusedPayload, "invalid payload")
+		return nil, p, false
+	}
+	if !validToken(event) {
+		s.refuse(ctx, w, http.StatusBadRequest, refusedEvent, "missing or malformed X-GitHub-Event")
+		return nil, p, false
+	}
+	if !validDeliveryID(delivery) {
+		s.refuse(ctx, w, http.StatusBadRequest, refusedDelivery, "missing or malformed X-GitHub-Delivery")
+		return nil, p, false
+	}
+	if p, err = route.Decode(payload); err != nil {
+		s.refuse(ctx, w, http.StatusBadRequest, refusedPayload, "invalid payload: not a JSON object")
+		return nil, p, false
+	}
+	return payload, p, true
+}
+
+// readSigned checks the signature header and the announced size before a
+// byte of the body is read, then streams the body through the HMAC into
+// held memory. It answers a request it refuses (!ok).
+func (s *Service) readSigned(ctx context.Context, w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
 	v := s.validator
 	if v == nil {
 		v = NewHMACValidator(nil) // no secret: nothing verifies (fail-closed)
@@ -109,91 +159,63 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	check, err := v.Begin(r)
 	if err != nil {
 		s.refuse(ctx, w, http.StatusUnauthorized, refusedSignature, "invalid signature")
-		return
+		return nil, false
 	}
-	body, err := s.bodies.read(w, r, s.opts.MaxBodyBytes, check)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooBig):
-			s.refuse(ctx, w, http.StatusRequestEntityTooLarge, refusedTooLarge, "payload too large")
-		case errors.Is(err, ErrSignature):
-			s.refuse(ctx, w, http.StatusUnauthorized, refusedSignature, "invalid signature")
-		case errors.Is(err, errBusy):
-			w.Header().Set("Retry-After", retryAfterOverloaded)
-			s.refuse(ctx, w, http.StatusServiceUnavailable, refusedOverCapacity, "over capacity: retry later")
-		default:
-			s.refuse(ctx, w, http.StatusBadRequest, refusedUnreadable, "unreadable body")
-		}
-		return
-	}
-	payload, err := payloadOf(r, body)
+	body, err = s.bodies.read(w, r, s.opts.MaxBodyBytes, check)
+	var tooBig *http.MaxBytesError
 	switch {
-	case errors.Is(err, ErrContentType):
-		s.refuse(ctx, w, http.StatusUnsupportedMediaType, refusedContentType, "unsupported content type")
-		return
-	case err != nil:
-		s.refuse(ctx, w, http.StatusBadRequest, refusedPayload, "invalid payload")
-		return
+	case err == nil:
+		return body, true
+	case errors.As(err, &tooBig):
+		s.refuse(ctx, w, http.StatusRequestEntityTooLarge, refusedTooLarge, "payload too large")
+	case errors.Is(err, ErrSignature):
+		s.refuse(ctx, w, http.StatusUnauthorized, refusedSignature, "invalid signature")
+	case errors.Is(err, errBusy):
+		w.Header().Set("Retry-After", retryAfterOverloaded)
+		s.refuse(ctx, w, http.StatusServiceUnavailable, refusedOverCapacity, "over capacity: retry later")
+	default:
+		s.refuse(ctx, w, http.StatusBadRequest, refusedUnreadable, "unreadable body")
 	}
-	if !validToken(event) {
-		s.refuse(ctx, w, http.StatusBadRequest, refusedEvent, "missing or malformed X-GitHub-Event")
-		return
-	}
-	if !validDeliveryID(delivery) {
-		s.refuse(ctx, w, http.StatusBadRequest, refusedDelivery, "missing or malformed X-GitHub-Delivery")
-		return
-	}
-	log := s.deps.Log.With("delivery_id", delivery, "gh_event", event)
-	p, err := route.Decode(payload)
-	if err != nil {
-		s.refuse(ctx, w, http.StatusBadRequest, refusedPayload, "invalid payload: not a JSON object")
-		return
-	}
-	if event == "ping" {
-		result = "" // not a delivery
-		s.m.received.WithLabelValues("ping", viaWebhook).Inc()
-		log.Info("webhook ping answered")
-		reply(w, http.StatusOK, "pong", nil)
-		return
-	}
+	return nil, false
+}
+
+// deliver publishes a signed, well-formed delivery and answers it: 202 once
+// every event is acknowledged by the bus, 200 naming the reason of a drop,
+// 503 when the bus cannot take it. It returns the intake result.
+func (s *Service) deliver(ctx context.Context, w http.ResponseWriter, d route.Delivery, p route.Payload) (result string) {
 	// From here the delivery is GitHub's (signed, well-formed): a refusal
 	// names it, so the operator can redeliver it once the bus is back.
-	unavailable := func(reason string) {
-		result = "unavailable"
+	unavailable := func(reason string) string {
 		s.m.rejected.WithLabelValues(reason).Inc()
 		s.deps.Events.Emit(ctx, "routing.dropped", slog.String("reason", reason), slog.Int("status", http.StatusServiceUnavailable),
-			slog.String("gh_event", event), slog.String("delivery_id", delivery), slog.String("via", viaWebhook))
+			slog.String("gh_event", d.Event), slog.String("delivery_id", d.DeliveryID), slog.String("via", viaWebhook))
 		w.Header().Set("Retry-After", retryAfterBusDown)
 		reply(w, http.StatusServiceUnavailable, "bus unavailable", nil)
+		return "unavailable"
 	}
 	if !s.deps.Conn.Connected() {
-		unavailable(refusedBusDown)
-		return
+		return unavailable(refusedBusDown)
 	}
 	pctx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 	defer cancel()
-	out, err := s.intake.handle(pctx, route.Delivery{Event: event, DeliveryID: delivery, Payload: payload, Received: s.now()}, p, viaWebhook, true)
+	out, err := s.intake.handle(pctx, d, p, viaWebhook, true)
 	if err != nil {
-		log.Warn("delivery not accepted: bus unavailable", "err", err)
+		s.deps.Log.Warn("delivery not accepted: bus unavailable", "delivery_id", d.DeliveryID, "gh_event", d.Event, "err", err)
 		if errors.Is(err, bus.ErrStreamFull) {
-			unavailable(refusedBusFull)
-		} else {
-			unavailable(refusedBusDown)
+			return unavailable(refusedBusFull)
 		}
-		return
+		return unavailable(refusedBusDown)
 	}
 	if !out.Accepted {
-		result = "dropped"
 		extra := map[string]any{"reason": out.Reason}
 		if len(out.IDs) > 0 {
 			extra["events"] = out.IDs // already on the bus
 		}
 		reply(w, http.StatusOK, "dropped", extra)
-		return
+		return "dropped"
 	}
-	result = "accepted"
 	reply(w, http.StatusAccepted, "accepted", map[string]any{"events": out.IDs})
+	return "accepted"
 }
 
 // refuse answers a request refused before it could be judged as GitHub's

@@ -131,10 +131,8 @@ func (s *Service) process(ctx context.Context, in *inbound) (res result, err err
 	}
 
 	// 1. Drop bot and own messages: the Slack half of loop prevention.
-	var r result
 	if in.botID != "" || in.subtype == "bot_message" || (in.user != "" && in.user == s.ownUser()) {
-		r.reason = reasonSelfAuthored
-		return s.drop(ctx, in, r, ""), nil
+		return s.drop(ctx, in, result{reason: reasonSelfAuthored}, ""), nil
 	}
 
 	// 2. Authorize the member by their Slack id in routing.authorizedUsers;
@@ -142,111 +140,27 @@ func (s *Service) process(ctx context.Context, in *inbound) (res result, err err
 	// Before mapping: a stranger learns nothing of which threads are bound.
 	person, ok := cfg.Routing.AuthorizedUsers.ByChannel(identity.ChannelSlack, in.user)
 	if !ok {
-		r.reason = reasonUnauthorized
-		return s.drop(ctx, in, r, in.user), nil
+		return s.drop(ctx, in, result{reason: reasonUnauthorized}, in.user), nil
 	}
 
-	// 3. Map. A reply or a press belongs to the work item its thread is
-	// bound to; a top-level message in the configured channel is a kickoff
-	// candidate; anything else is not addressed to the loop. A press never
-	// starts a work item, wherever its message is.
-	topLevel := false
-	switch {
-	case in.press != nil || !in.topLevel():
-		ref, ok, err := kv.threads.Lookup(ctx, in.channel, in.threadTS)
-		if err != nil {
-			return result{}, fmt.Errorf("map %s/%s: %w", in.channel, in.threadTS, err)
-		}
-		if !ok {
-			r.reason = reasonUnmapped
-			return s.drop(ctx, in, r, in.user), nil
-		}
-		r.ref = ref
-	case sc.Channel != "" && in.channel == sc.Channel:
-		topLevel = true
-	default:
-		r.reason = reasonUnmapped
+	// 3. Map; 3b. check a gate button's visit, and 4. classify; 5. and 6.
+	// the kickoff checks and the publish grant.
+	r, topLevel, err := s.mapTo(ctx, kv, in, sc)
+	if err != nil {
+		return result{}, err
+	}
+	if r.reason != "" {
 		return s.drop(ctx, in, r, in.user), nil
 	}
 	s.deps.Events.Emit(ctx, "channel.reply_received", s.attrs(in, r, in.user)...)
-
-	// 3b. A gate button answers only the gate visit it was drawn for: once
-	// the work item has left it, the press is refused and the presser told
-	// so, and nothing is published
-	// (docs/decisions/031-stale-gate-presses-refused.md).
-	atGate := func() (bool, error) {
-		if !sc.CanPublish(catalog.GateFeedback) {
-			return false, nil
-		}
-		return s.atHumanGate(ctx, kv.graph, r.ref)
+	cmd, err := s.typeOf(ctx, kv, cfg, in, &r, topLevel)
+	if err != nil {
+		return result{}, err
 	}
-	if in.press != nil && in.press.rendered {
-		refusal, err := s.checkVisit(ctx, kv.graph, in.press.gate, r.ref)
-		if err != nil {
-			return result{}, err
-		}
-		if refusal.reason != "" {
-			r.reason, r.detail = refusal.reason, refusal.detail
-			s.tellPresser(ctx, in, refusal.tell)
-			return s.drop(ctx, in, r, in.user), nil
-		}
-		// Just read: the work item waits at the button's visit.
-		atGate = func() (bool, error) { return sc.CanPublish(catalog.GateFeedback), nil }
+	if r.reason == "" {
+		r.reason, r.detail = s.refusal(ctx, in, r, topLevel, person, cmd, sc)
 	}
-
-	// 4. Classify into exactly one type. A top-level message has no work
-	// item a gate answer could be for: it is a kickoff, unless it carries a
-	// control keyword, which makes it a control command wherever it is
-	// typed (abuse 2: without the grant it is dropped, never opened as an
-	// issue).
-	var cmd control.Result
-	if topLevel {
-		r.typ = catalog.WorkItemCreate
-		if res := s.grammar(cfg).Parse(in.text); res.Found() {
-			r.typ, cmd = catalog.ControlCommand, res
-		}
-	} else {
-		r.typ, cmd, err = classify(s.grammar(cfg), in.text, atGate)
-		if err != nil {
-			return result{}, err
-		}
-	}
-
-	// 5. Kickoff: an empty repo disables the path whatever the grant says
-	// (abuse 6); checked before anything is published.
-	if r.typ == catalog.WorkItemCreate && sc.Kickoff.Repo == "" {
-		r.reason = reasonKickoffDisabled
-		return s.drop(ctx, in, r, in.user), nil
-	}
-
-	// 6. The channel's publish grant: never downgraded to another type, so
-	// a control keyword without the grant is dropped, not delivered as
-	// prose (R2.3, abuse 2).
-	if !sc.CanPublish(r.typ) {
-		r.reason = reasonUnpublishable
-		return s.drop(ctx, in, r, in.user), nil
-	}
-	if topLevel && r.typ == catalog.ControlCommand {
-		// Granted, but a command outside a bound thread names no work
-		// item to act on.
-		r.reason, r.detail = reasonUnmapped, "control-without-work-item"
-		return s.drop(ctx, in, r, in.user), nil
-	}
-	switch r.typ {
-	case catalog.GateFeedback, catalog.ControlCommand:
-		// decision 015: the gate and the control seam judge GitHub logins; a
-		// person with no GitHub id in their entry can answer neither, and
-		// the ledger would refuse the record anyway.
-		if person.GitHub == "" {
-			r.reason, r.detail = reasonUnauthorized, "no-github-login"
-			return s.drop(ctx, in, r, in.user), nil
-		}
-	}
-	if cmd.Ambiguous {
-		// Two different commands: nothing is executed, as on GitHub, and
-		// nothing is recorded that the control seam would refuse anyway.
-		s.deps.Events.Emit(ctx, "control.ambiguous", s.attrs(in, r, in.user)...)
-		r.reason = reasonAmbiguousControl
+	if r.reason != "" {
 		return s.drop(ctx, in, r, in.user), nil
 	}
 
@@ -267,6 +181,112 @@ func (s *Service) process(ctx context.Context, in *inbound) (res result, err err
 	}
 	s.deps.Events.Emit(ctx, "bus.published", append(s.attrs(in, r, in.user), slog.Bool("duplicate", dup))...)
 	return r, nil
+}
+
+// mapTo is step 3, map. A reply or a press belongs to the work item its
+// thread is bound to (r.ref); a top-level message in the configured channel
+// is a kickoff candidate (topLevel); anything else is not addressed to the
+// loop (r.reason). A press never starts a work item, wherever its message
+// is.
+func (s *Service) mapTo(ctx context.Context, kv *stores, in *inbound, sc config.SlackChannel) (r result, topLevel bool, err error) {
+	switch {
+	case in.press != nil || !in.topLevel():
+		ref, ok, err := kv.threads.Lookup(ctx, in.channel, in.threadTS)
+		if err != nil {
+			return result{}, false, fmt.Errorf("map %s/%s: %w", in.channel, in.threadTS, err)
+		}
+		if !ok {
+			return result{reason: reasonUnmapped}, false, nil
+		}
+		return result{ref: ref}, false, nil
+	case sc.Channel != "" && in.channel == sc.Channel:
+		return result{}, true, nil
+	}
+	return result{reason: reasonUnmapped}, false, nil
+}
+
+// typeOf is steps 3b and 4: it checks a gate button's visit, then
+// classifies the message into exactly one type (r.typ), or sets r.reason
+// when a press is refused.
+func (s *Service) typeOf(ctx context.Context, kv *stores, cfg *config.Config, in *inbound, r *result, topLevel bool) (control.Result, error) {
+	sc := cfg.Channels.Slack
+	// 3b. A gate button answers only the gate visit it was drawn for: once
+	// the work item has left it, the press is refused and the presser told
+	// so, and nothing is published
+	// (docs/decisions/031-stale-gate-presses-refused.md).
+	atGate := func() (bool, error) {
+		if !sc.CanPublish(catalog.GateFeedback) {
+			return false, nil
+		}
+		return s.atHumanGate(ctx, kv.graph, r.ref)
+	}
+	if in.press != nil && in.press.rendered {
+		refusal, err := s.checkVisit(ctx, kv.graph, in.press.gate, r.ref)
+		if err != nil {
+			return control.Result{}, err
+		}
+		if refusal.reason != "" {
+			r.reason, r.detail = refusal.reason, refusal.detail
+			s.tellPresser(ctx, in, refusal.tell)
+			return control.Result{}, nil
+		}
+		// Just read: the work item waits at the button's visit.
+		atGate = func() (bool, error) { return sc.CanPublish(catalog.GateFeedback), nil }
+	}
+
+	// 4. Classify into exactly one type. A top-level message has no work
+	// item a gate answer could be for: it is a kickoff, unless it carries a
+	// control keyword, which makes it a control command wherever it is
+	// typed (abuse 2: without the grant it is dropped, never opened as an
+	// issue).
+	if !topLevel {
+		typ, cmd, err := classify(s.grammar(cfg), in.text, atGate)
+		r.typ = typ
+		return cmd, err
+	}
+	r.typ = catalog.WorkItemCreate
+	if res := s.grammar(cfg).Parse(in.text); res.Found() {
+		r.typ = catalog.ControlCommand
+		return res, nil
+	}
+	return control.Result{}, nil
+}
+
+// refusal is steps 5 and 6: the drop reason (and detail) of a classified
+// message the channel may not publish, "" when it may.
+func (s *Service) refusal(ctx context.Context, in *inbound, r result, topLevel bool, person identity.Person, cmd control.Result, sc config.SlackChannel) (reason, detail string) {
+	// 5. Kickoff: an empty repo disables the path whatever the grant says
+	// (abuse 6); checked before anything is published.
+	if r.typ == catalog.WorkItemCreate && sc.Kickoff.Repo == "" {
+		return reasonKickoffDisabled, ""
+	}
+	// 6. The channel's publish grant: never downgraded to another type, so
+	// a control keyword without the grant is dropped, not delivered as
+	// prose (R2.3, abuse 2).
+	if !sc.CanPublish(r.typ) {
+		return reasonUnpublishable, ""
+	}
+	if topLevel && r.typ == catalog.ControlCommand {
+		// Granted, but a command outside a bound thread names no work
+		// item to act on.
+		return reasonUnmapped, "control-without-work-item"
+	}
+	switch r.typ {
+	case catalog.GateFeedback, catalog.ControlCommand:
+		// decision 015: the gate and the control seam judge GitHub logins; a
+		// person with no GitHub id in their entry can answer neither, and
+		// the ledger would refuse the record anyway.
+		if person.GitHub == "" {
+			return reasonUnauthorized, "no-github-login"
+		}
+	}
+	if cmd.Ambiguous {
+		// Two different commands: nothing is executed, as on GitHub, and
+		// nothing is recorded that the control seam would refuse anyway.
+		s.deps.Events.Emit(ctx, "control.ambiguous", s.attrs(in, r, in.user)...)
+		return reasonAmbiguousControl, ""
+	}
+	return "", ""
 }
 
 // event builds the catalog event. Repo and labels of a kickoff come from

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/githubapp"
+	"github.com/the-loop/bus/pkg/githubclient"
 )
 
 // ghClient is the ledger's GitHub side: the five REST calls the writer makes
@@ -32,25 +32,14 @@ type ghClient struct {
 	app *githubapp.App
 }
 
-func newGHClient(apiURL, token string, timeout time.Duration, transport http.RoundTripper) (*ghClient, error) {
-	hc := &http.Client{Timeout: timeout, Transport: transport}
-	c := github.NewClient(hc)
-	if token != "" {
-		c = c.WithAuthToken(token)
+// newGHClient builds the writer's client on the one GitHub client
+// (docs/decisions/083-one-github-client.md).
+func newGHClient(o githubclient.Options) (*ghClient, error) {
+	c, err := githubclient.New(o)
+	if err != nil {
+		return nil, err
 	}
-	if apiURL != "" {
-		if !strings.HasSuffix(apiURL, "/") {
-			apiURL += "/"
-		}
-		u, err := url.Parse(apiURL)
-		if err != nil || u.Host == "" {
-			// The URL is config, not a secret, but it may embed credentials:
-			// do not echo it.
-			return nil, errors.New("LOOP_GITHUB_API_URL is not an absolute URL")
-		}
-		c.BaseURL = u
-	}
-	return &ghClient{c: c}, nil
+	return &ghClient{c: c.GitHub, app: c.App}, nil
 }
 
 // repoRef is a parsed work-item ref, github:owner/repo#N.

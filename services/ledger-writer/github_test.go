@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/pkg/githubclient"
 )
 
 // TestClassify: what each GitHub answer to a comment write means for the
@@ -44,7 +45,7 @@ func TestClassify(t *testing.T) {
 			gh.AddToken(testToken, botLogin)
 			gh.AddIssue(testRepo, "octocat", "x", "")
 			gh.Inject(ghfake.Rule{Method: "POST", Status: tc.status, Header: tc.header})
-			c, err := newGHClient(gh.URL(), testToken, 5*time.Second, nil)
+			c, err := newGHClient(githubclient.Options{APIURL: gh.URL(), Token: testToken, Timeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

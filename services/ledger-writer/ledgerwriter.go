@@ -65,6 +65,7 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/githubapp"
+	"github.com/the-loop/bus/pkg/githubclient"
 	"github.com/the-loop/bus/pkg/redact"
 	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/threads"
@@ -203,23 +204,15 @@ func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	case len(s.key) == 0:
 		s.held = "no envelope key (LOOP_ENVELOPE_KEY)"
 	default:
-		token, transport := cfg.Token.Reveal(), o.transport
-		var app *githubapp.App
-		if a := cfg.App; a.Set() {
-			// The app's installation tokens instead of a token
-			// (docs/decisions/078-github-app-authentication.md).
-			app, err = githubapp.New(githubapp.Options{AppID: a.AppID, InstallationID: a.InstallationID, PrivateKeyFile: a.PrivateKeyFile,
-				APIURL: cfg.APIURL, Base: o.transport, Timeout: o.httpTimeout})
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", Name, err)
-			}
-			token, transport = "", app
-		}
-		gh, err := newGHClient(cfg.APIURL, token, o.httpTimeout, transport)
+		// With an app, its installation tokens instead of the token
+		// (docs/decisions/078-github-app-authentication.md).
+		a := cfg.App
+		gh, err := newGHClient(githubclient.Options{APIURL: cfg.APIURL, Token: cfg.Token.Reveal(),
+			App:  githubapp.Options{AppID: a.AppID, InstallationID: a.InstallationID, PrivateKeyFile: a.PrivateKeyFile},
+			Base: o.transport, Timeout: o.httpTimeout})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
-		gh.app = app
 		gh.onRate = func(n int) { m.headroom.Set(float64(n)) }
 		s.gh = gh
 	}

@@ -2,14 +2,14 @@ package poll
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"regexp"
+	"strconv"
 	"strings"
+
+	"github.com/google/go-github/v62/github"
 )
 
 // errNotModified: the answer is 304 for the ETag sent.
@@ -20,30 +20,28 @@ type statusError struct{ code int }
 
 func (e *statusError) Error() string { return fmt.Sprintf("GitHub answered %d", e.code) }
 
-// client is the few REST calls the poller makes, with conditional requests.
+// client is the few REST calls the poller makes, through the service's
+// go-github client, with conditional requests: go-github has no ETag option
+// on its typed calls, so each request is built with NewRequest and carries
+// If-None-Match itself.
 type client struct {
-	base    string // ends in "/"
-	token   string
-	http    *http.Client
+	gh      *github.Client
 	observe func(string)
 }
-
-var nextLink = regexp.MustCompile(`<([^>]+)>;\s*rel="next"`)
 
 // maxPages bounds one listing (100 per page).
 const maxPages = 20
 
-// getAll GETs path (relative to base, with query) and every next page,
-// decoding each page's JSON array into out (appending). etag is sent as
-// If-None-Match on the first page; the returned etag is the first page's,
+// getAll GETs path (relative to the API base) with query q and every next
+// page, decoding each page's JSON array into out (appending). etag is sent
+// as If-None-Match on the first page; the returned etag is the first page's,
 // and single reports whether there was only one page (an ETag then stands
 // for the whole listing).
-func getAll[T any](ctx context.Context, c *client, path string, etag string) (out []T, newETag string, single bool, err error) {
-	u := c.base + path
-	for page := 0; page < maxPages && u != ""; page++ {
+func getAll[T any](ctx context.Context, c *client, path string, q url.Values, etag string) (out []T, newETag string, single bool, err error) {
+	for page := 0; page < maxPages; page++ {
 		var items []T
-		var hdr http.Header
-		hdr, err = c.get(ctx, u, etag, &items)
+		var resp *github.Response
+		resp, err = c.get(ctx, path+"?"+q.Encode(), etag, &items)
 		if page == 0 && errors.Is(err, errNotModified) {
 			return nil, etag, true, err
 		}
@@ -52,64 +50,50 @@ func getAll[T any](ctx context.Context, c *client, path string, etag string) (ou
 		}
 		out = append(out, items...)
 		if page == 0 {
-			newETag = hdr.Get("ETag")
+			newETag = resp.Header.Get("ETag")
+			single = resp.NextPage == 0
+		}
+		if resp.NextPage == 0 {
+			break
 		}
 		etag = ""
-		u = ""
-		if m := nextLink.FindStringSubmatch(hdr.Get("Link")); m != nil {
-			u = m[1]
-			single = false
-		} else if page == 0 {
-			single = true
-		}
+		q.Set("page", strconv.Itoa(resp.NextPage))
 	}
 	return out, newETag, single, nil
 }
 
-func (c *client) get(ctx context.Context, u, etag string, into any) (http.Header, error) {
-	if _, err := url.Parse(u); err != nil {
-		return nil, err
+// get GETs u (relative to the API base) into into. The poller keeps the
+// strings GitHub sent (timestamps included) in its own types rather than
+// go-github's, so that what it synthesises is what a webhook would carry.
+func (c *client) get(ctx context.Context, u, etag string, into any) (*github.Response, error) {
+	path := u
+	if p, _, ok := strings.Cut(u, "?"); ok {
+		path = p // errors name the path only: the query is the listing's options
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req, err := c.gh.NewRequest(http.MethodGet, u, nil)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("GET %s: %w", path, err)
 	}
-	if c.token != "" { // else the client's transport authenticates (a GitHub App)
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	req.Header.Set("Accept", "application/vnd.github+json")
-	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
 	if etag != "" {
 		req.Header.Set("If-None-Match", etag)
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		c.observe("error")
-		// The URL carries no secret; the token is in a header.
-		return nil, fmt.Errorf("GET %s: %w", redactPath(u), err)
-	}
-	defer resp.Body.Close()
+	resp, err := c.gh.Do(ctx, req, into)
+	var er *github.ErrorResponse
 	switch {
-	case resp.StatusCode == http.StatusNotModified:
+	case err == nil:
+		c.observe("ok")
+		return resp, nil
+	case errors.As(err, &er) && er.Response != nil && er.Response.StatusCode == http.StatusNotModified:
 		c.observe("not_modified")
-		return resp.Header, errNotModified
-	case resp.StatusCode != http.StatusOK:
+		return resp, errNotModified
+	case errors.As(err, &er) && er.Response != nil:
 		c.observe("error")
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-		return resp.Header, fmt.Errorf("GET %s: %w", redactPath(u), &statusError{resp.StatusCode})
+		return resp, fmt.Errorf("GET %s: %w", path, &statusError{er.Response.StatusCode})
 	}
-	c.observe("ok")
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 32<<20)).Decode(into); err != nil {
-		return nil, fmt.Errorf("GET %s: decode: %w", redactPath(u), err)
-	}
-	return resp.Header, nil
-}
-
-func redactPath(u string) string {
-	if p, err := url.Parse(u); err == nil {
-		return p.Path
-	}
-	return "(url)"
+	// A rate limit (go-github refuses further requests until it resets),
+	// a transport error, a timeout, or an answer that is not JSON.
+	c.observe("error")
+	return resp, fmt.Errorf("GET %s: %w", path, err)
 }
 
 // restIssue is the part of an issue (or PR, through the issues API) the

@@ -13,6 +13,7 @@
 package poll
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/go-github/v62/github"
 
 	"github.com/the-loop/bus/pkg/bus"
 )
@@ -37,10 +40,11 @@ type Delivery struct {
 
 // Config configures a Poller.
 type Config struct {
-	Conn     *bus.Conn
-	Log      *slog.Logger
-	APIURL   string // LOOP_GITHUB_API_URL
-	Token    string
+	Conn *bus.Conn
+	Log  *slog.Logger
+	// GitHub is the service's client (pkg/githubclient): its base URL,
+	// authentication and timeout.
+	GitHub   *github.Client
 	Repos    []string // owner/repo
 	Label    string
 	Interval time.Duration
@@ -50,8 +54,6 @@ type Config struct {
 	Deliver func(ctx context.Context, d Delivery) error
 	// Observe counts each GitHub request by result; Cycle each cycle.
 	Observe, Cycle func(result string)
-	// HTTPClient (default: 30s timeout).
-	HTTPClient *http.Client
 }
 
 // Poller polls GitHub.
@@ -62,11 +64,8 @@ type Poller struct {
 
 // New returns a Poller.
 func New(cfg Config) (*Poller, error) {
-	if cfg.Conn == nil || cfg.Deliver == nil || cfg.Log == nil {
-		return nil, errors.New("poll: Conn, Deliver and Log are required")
-	}
-	if _, err := url.Parse(cfg.APIURL); err != nil || cfg.APIURL == "" {
-		return nil, errors.New("poll: bad API URL")
+	if cfg.Conn == nil || cfg.Deliver == nil || cfg.Log == nil || cfg.GitHub == nil {
+		return nil, errors.New("poll: Conn, Deliver, Log and GitHub are required")
 	}
 	for _, r := range cfg.Repos {
 		if o, n, ok := strings.Cut(r, "/"); !ok || o == "" || n == "" || strings.Contains(n, "/") {
@@ -86,15 +85,7 @@ func New(cfg Config) (*Poller, error) {
 	if cfg.Cycle == nil {
 		cfg.Cycle = nop
 	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
-	}
-	base := cfg.APIURL
-	if !strings.HasSuffix(base, "/") {
-		base += "/"
-	}
-	return &Poller{cfg: cfg, c: &client{base: base, token: cfg.Token, http: hc, observe: cfg.Observe}}, nil
+	return &Poller{cfg: cfg, c: &client{gh: cfg.GitHub, observe: cfg.Observe}}, nil
 }
 
 // Run polls every Interval until ctx ends.
@@ -175,7 +166,7 @@ func (p *Poller) repo(ctx context.Context, repo string) error {
 	}
 
 	q := url.Values{"state": {"open"}, "labels": {p.cfg.Label}, "sort": {"updated"}, "direction": {"desc"}, "per_page": {"100"}}
-	items, etag, single, err := getAll[restIssue](ctx, p.c, "repos/"+repo+"/issues?"+q.Encode(), st.ListETag)
+	items, etag, single, err := getAll[restIssue](ctx, p.c, "repos/"+repo+"/issues", q, st.ListETag)
 	if errors.Is(err, errNotModified) {
 		return nil // nothing changed on any listed item (a comment bumps updated_at)
 	}
@@ -245,13 +236,13 @@ func (p *Poller) item(ctx context.Context, repo string, is restIssue, st *repoSt
 	if it.CommentsSince != "" {
 		q.Set("since", it.CommentsSince)
 	}
-	comments, etag, single, err := getAll[restComment](ctx, p.c, fmt.Sprintf("repos/%s/issues/%d/comments?%s", repo, is.Number, q.Encode()), it.CommentsETag)
+	comments, etag, single, err := getAll[restComment](ctx, p.c, fmt.Sprintf("repos/%s/issues/%d/comments", repo, is.Number), q, it.CommentsETag)
 	switch {
 	case errors.Is(err, errNotModified):
 	case err != nil:
 		return err
 	default:
-		slices.SortFunc(comments, func(a, b restComment) int { return cmpInt(a.ID, b.ID) })
+		slices.SortFunc(comments, func(a, b restComment) int { return cmp.Compare(a.ID, b.ID) })
 		for _, c := range comments {
 			if c.ID <= it.LastComment {
 				continue
@@ -287,7 +278,7 @@ func (p *Poller) item(ctx context.Context, repo string, is restIssue, st *repoSt
 // unlabelled or deleted (forget it).
 func (p *Poller) gone(ctx context.Context, repo, key string, st *repoState) error {
 	var is restIssue
-	_, err := p.c.get(ctx, p.c.base+"repos/"+repo+"/issues/"+key, "", &is)
+	_, err := p.c.get(ctx, "repos/"+repo+"/issues/"+key, "", &is)
 	var se *statusError
 	switch {
 	case errors.As(err, &se) && (se.code == http.StatusNotFound || se.code == http.StatusGone):
@@ -321,16 +312,6 @@ func (p *Poller) gone(ctx context.Context, repo, key string, st *repoState) erro
 // names are case-insensitive) and without '/' (event ids keep '/' for the
 // copies of one event on other work items).
 func idRepo(repo string) string { return strings.ReplaceAll(strings.ToLower(repo), "/", ":") }
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
 
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)

@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
-	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/the-loop/bus/pkg/jsonstr"
 )
 
 // parseJSON decodes one JSON value as encoding/json does into an any with
@@ -139,18 +140,8 @@ func (p *jsonParser) object(depth int) (any, error) {
 			return nil, err
 		}
 		m[k] = v
-		p.space()
-		if p.i >= len(p.b) {
-			return nil, errJSONEnd
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case '}':
-			p.i++
-			return m, nil
-		default:
-			return nil, p.fail("missing ',' or '}' in object")
+		if done, err := p.after('}', "missing ',' or '}' in object"); done || err != nil {
+			return m, err
 		}
 	}
 }
@@ -169,20 +160,28 @@ func (p *jsonParser) array(depth int) (any, error) {
 			return nil, err
 		}
 		a = append(a, v)
-		p.space()
-		if p.i >= len(p.b) {
-			return nil, errJSONEnd
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case ']':
-			p.i++
-			return a, nil
-		default:
-			return nil, p.fail("missing ',' or ']' in array")
+		if done, err := p.after(']', "missing ',' or ']' in array"); done || err != nil {
+			return a, err
 		}
 	}
+}
+
+// after reads past what follows a member or element: a ',' (more follow)
+// or the closing bracket (done).
+func (p *jsonParser) after(closing byte, missing string) (done bool, err error) {
+	p.space()
+	if p.i >= len(p.b) {
+		return false, errJSONEnd
+	}
+	switch p.b[p.i] {
+	case ',':
+		p.i++
+		return false, nil
+	case closing:
+		p.i++
+		return true, nil
+	}
+	return false, p.fail(missing)
 }
 
 func (p *jsonParser) number() (any, error) {
@@ -265,46 +264,19 @@ func (p *jsonParser) slowStr(start int) (string, error) {
 		case c < 0x20:
 			return "", p.fail("control character in string")
 		case c == '\\':
-			p.i++
-			if p.i >= len(p.b) {
+			r, n := jsonstr.DecodeRune(p.b[p.i:])
+			switch {
+			case n == 0 && p.i+1 >= len(p.b):
 				return "", errJSONEnd
-			}
-			switch e := p.b[p.i]; e {
-			case '"', '\\', '/':
-				out = append(out, e)
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
-				r, ok := u4(p.b[p.i-1:])
-				if !ok {
-					return "", p.fail("invalid \\u escape")
-				}
-				p.i += 4
-				if utf16.IsSurrogate(r) {
-					// A valid pair is one rune; anything else leaves this
-					// half as U+FFFD and the next escape to be read alone.
-					if r2, ok := u4(p.b[p.i+1:]); ok {
-						if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-							out = utf8.AppendRune(out, d)
-							p.i += 6
-							break
-						}
-					}
-					r = utf8.RuneError
-				}
-				out = utf8.AppendRune(out, r)
-			default:
+			case n == 0:
 				return "", p.fail("invalid escape in string")
+			case jsonstr.IsSurrogate(r):
+				// Not half of a pair (a pair decodes to one rune): U+FFFD,
+				// and the escape after it is read on its own.
+				r = utf8.RuneError
 			}
-			p.i++
+			out = utf8.AppendRune(out, r)
+			p.i += n
 		case c < utf8.RuneSelf:
 			out = append(out, c)
 			p.i++
@@ -319,26 +291,4 @@ func (p *jsonParser) slowStr(start int) (string, error) {
 		}
 	}
 	return "", errJSONEnd
-}
-
-// u4 reads a \uXXXX escape at the start of b.
-func u4(b []byte) (rune, bool) {
-	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[2:6] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r*16 + rune(c)
-	}
-	return r, true
 }

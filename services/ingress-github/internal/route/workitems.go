@@ -147,48 +147,13 @@ func ExtractWorkItems(event string, p obj) []Item {
 	if !validRepo(full) {
 		return nil
 	}
-	host := hostOf(repo.str("html_url"))
-	if host == "" {
-		host = hostOf(p.obj("issue").str("html_url"))
-	}
-	if host == "" {
-		host = hostOf(p.obj("pull_request").str("html_url"))
-	}
-	if host == "" {
-		host = DefaultHost
-	}
-	here := func(n int64) Ref { return Ref{Host: host, Repo: full, Number: n} }
+	host := eventHost(p)
 	c := &collector{}
-
 	if pr := prEntity(event, p); pr != nil {
-		own, hasOwn := pr.int("number")
-		self := func(r Ref) bool { return hasOwn && r.same(here(own)) }
-		for _, ref := range pr.objs("closingIssuesReferences") {
-			n, ok := ref.int("number")
-			if !ok {
-				continue
-			}
-			r := Ref{Host: host, Repo: closingRefRepo(ref, full), Number: n}
-			if !self(r) {
-				c.add(r, FromClosingReference)
-			}
-		}
-		if m := branchRule.FindStringSubmatch(pr.obj("head").str("ref")); m != nil {
-			if n, err := strconv.ParseInt(m[1], 10, 64); err == nil && !self(here(n)) {
-				c.add(here(n), FromBranch)
-			}
-		}
-		for _, r := range keywordRefs(pr.str("body"), host, full) {
-			if !self(r) {
-				c.add(r, FromKeyword)
-			}
-		}
-		if hasOwn {
-			c.add(here(own), FromEntity)
-		}
+		c.pullRequest(pr, host, full)
 		return c.items
 	}
-
+	here := func(n int64) Ref { return Ref{Host: host, Repo: full, Number: n} }
 	switch event {
 	case "issues", "issue_comment":
 		if n, ok := p.obj("issue").int("number"); ok {
@@ -196,7 +161,6 @@ func ExtractWorkItems(event string, p obj) []Item {
 		}
 		return c.items
 	}
-
 	var ci obj
 	switch event {
 	case "workflow_run":
@@ -215,21 +179,66 @@ func ExtractWorkItems(event string, p obj) []Item {
 			c.add(here(n), FromEntity)
 		}
 	}
-	if m := branchRule.FindStringSubmatch(ci.str("head_branch")); m != nil {
-		if n, err := strconv.ParseInt(m[1], 10, 64); err == nil {
-			c.add(here(n), FromBranch)
-		}
+	if n, ok := branchNumber(ci.str("head_branch")); ok {
+		c.add(here(n), FromBranch)
 	}
 	if event == "status" {
 		for _, b := range p.objs("branches") {
-			if m := branchRule.FindStringSubmatch(b.str("name")); m != nil {
-				if n, err := strconv.ParseInt(m[1], 10, 64); err == nil {
-					c.add(here(n), FromBranch)
-				}
+			if n, ok := branchNumber(b.str("name")); ok {
+				c.add(here(n), FromBranch)
 			}
 		}
 	}
 	return c.items
+}
+
+// eventHost is the GitHub host the event's repository lives on.
+func eventHost(p obj) string {
+	for _, key := range [...]string{"repository", "issue", "pull_request"} {
+		if host := hostOf(p.obj(key).str("html_url")); host != "" {
+			return host
+		}
+	}
+	return DefaultHost
+}
+
+// pullRequest collects a PR's linked issues (closing references, branch
+// rule, closing keywords), other than itself, then the PR.
+func (c *collector) pullRequest(pr obj, host, full string) {
+	here := func(n int64) Ref { return Ref{Host: host, Repo: full, Number: n} }
+	own, hasOwn := pr.int("number")
+	self := func(r Ref) bool { return hasOwn && r.same(here(own)) }
+	for _, ref := range pr.objs("closingIssuesReferences") {
+		n, ok := ref.int("number")
+		if !ok {
+			continue
+		}
+		r := Ref{Host: host, Repo: closingRefRepo(ref, full), Number: n}
+		if !self(r) {
+			c.add(r, FromClosingReference)
+		}
+	}
+	if n, ok := branchNumber(pr.obj("head").str("ref")); ok && !self(here(n)) {
+		c.add(here(n), FromBranch)
+	}
+	for _, r := range keywordRefs(pr.str("body"), host, full) {
+		if !self(r) {
+			c.add(r, FromKeyword)
+		}
+	}
+	if hasOwn {
+		c.add(here(own), FromEntity)
+	}
+}
+
+// branchNumber is the work item a branch name names by the branch rule.
+func branchNumber(branch string) (int64, bool) {
+	m := branchRule.FindStringSubmatch(branch)
+	if m == nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	return n, err == nil
 }
 
 // closingRefRepo is the repository of a closingIssuesReferences entry.
