@@ -89,6 +89,10 @@ type Options struct {
 	Now func() time.Time
 }
 
+// restartBase is the longest wait after a reader's first failure; it doubles
+// per failure up to Options.RestartBackoff.
+const restartBase = 200 * time.Millisecond
+
 // DefaultOptions are the settings New uses.
 func DefaultOptions() Options {
 	return Options{
@@ -328,7 +332,9 @@ func (s *Service) supervise(ctx context.Context) error {
 				return nil
 			}
 			failures++
-			backoff := min(s.opts.RestartBackoff, time.Duration(1<<min(failures, 10))*100*time.Millisecond)
+			// The bus's one jittered backoff, so replicas that lost Slack
+			// together do not reconnect in step.
+			backoff := bus.Backoff(failures, restartBase, s.opts.RestartBackoff)
 			retryAt = s.opts.Now().Add(backoff)
 			s.setStatus(fmt.Sprintf("read mode %s failed (restarting): %v", want.mode, err))
 			s.deps.Log.Warn("ingress-slack: reader stopped; restarting", "mode", string(want.mode), "err", err, "backoff", backoff)
