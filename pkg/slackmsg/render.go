@@ -1,9 +1,9 @@
 // Package slackmsg renders catalog events as Slack Block Kit messages
-// (docs/requirements.md R4): a header naming the event and the work item, the event's text, a
-// link button to the ledger record or work item whenever there is a URL, the
-// Approved / Request changes buttons on approval-shaped notifications when the
-// caller says a press can be received, and a plain `text` fallback for
-// notifications and accessibility.
+// (docs/requirements.md R4): a header naming the event and the work item,
+// the event's text, a link button to the ledger record or work item whenever
+// there is a URL, the Approved / Request changes buttons on approval-shaped
+// notifications when the caller says a press can be received, and a plain
+// `text` fallback for notifications and accessibility.
 //
 // Everything untrusted (GitHub bodies and titles, Slack text, artifact
 // excerpts, payload fields) is escaped for mrkdwn and, where GitHub and Slack
