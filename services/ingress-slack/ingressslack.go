@@ -232,8 +232,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 // openKV opens the buckets, waiting for the bus to be provisioned.
 func (s *Service) openKV(ctx context.Context) error {
-	wait := 100 * time.Millisecond
-	for {
+	for attempt := 1; ; attempt++ {
 		th, err1 := s.deps.Conn.KV(ctx, bus.BucketThreads)
 		gr, err2 := s.deps.Conn.KV(ctx, bus.BucketGraph)
 		cu, err3 := s.deps.Conn.KV(ctx, bus.BucketCursors)
@@ -246,9 +245,8 @@ func (s *Service) openKV(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(wait):
+		case <-time.After(bus.Backoff(attempt, 100*time.Millisecond, 5*time.Second)):
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 }
 
