@@ -22,18 +22,10 @@ import (
 // stored twice is dropped by the stream. The first error is returned; the
 // acks of the messages before it are valid.
 func (c *Conn) PublishAll(ctx context.Context, msgs []Message) (acks []PubAck, err error) {
-	acks = make([]PubAck, len(msgs))
-	for _, m := range msgs {
-		if m.MsgID == "" {
-			return nil, fmt.Errorf("publish %s: %w", m.Subject, ErrNoMsgID)
-		}
-		if err := checkHeader(m.Header); err != nil {
-			return nil, fmt.Errorf("publish %s: %w", m.Subject, err)
-		}
-		if err := checkSubject(m.Subject); err != nil {
-			return nil, err
-		}
+	if err := checkMessages(msgs); err != nil {
+		return nil, err
 	}
+	acks = make([]PubAck, len(msgs))
 	// Each message is its own publish span, carrying its traceparent
 	// (docs/decisions/077-traces-across-the-hops.md); the caller's slice
 	// is left as it was.
@@ -56,41 +48,9 @@ func (c *Conn) PublishAll(ctx context.Context, msgs []Message) (acks []PubAck, e
 		acks[0] = ack
 		return acks, err
 	}
-	futures := make([]jetstream.PubAckFuture, len(msgs))
-	for i, m := range msgs {
-		nm := toNatsMsg(m)
-		if nm.Header == nil {
-			nm.Header = nats.Header{}
-		}
-		f, err := c.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.MsgID))
-		if err != nil {
-			break // this one and the rest are published alone below
-		}
-		futures[i] = f
-	}
-	// A future that does not resolve in PublishTimeout (a denied subject is
-	// never acknowledged) is left to the one-by-one path, which tells a
-	// denial from a timeout.
-	done := make([]bool, len(msgs))
-	timeout := time.NewTimer(c.opts.PublishTimeout)
-	defer timeout.Stop()
-wait:
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		select {
-		case a := <-f.Ok():
-			acks[i], done[i] = PubAck{Stream: a.Stream, Seq: a.Sequence, Duplicate: a.Duplicate}, true
-		case err := <-f.Err():
-			if full := streamFullErr(err); full != nil {
-				return acks, fmt.Errorf("publish %s: %w: %w", msgs[i].Subject, ErrStreamFull, err)
-			}
-		case <-timeout.C:
-			break wait
-		case <-ctx.Done():
-			return acks, fmt.Errorf("publish %s: %w", msgs[i].Subject, ctx.Err())
-		}
+	done, err := c.publishAsync(ctx, msgs, acks)
+	if err != nil {
+		return acks, err
 	}
 	for i, m := range msgs {
 		if done[i] {
@@ -103,6 +63,64 @@ wait:
 		acks[i] = ack
 	}
 	return acks, nil
+}
+
+// checkMessages refuses a batch with a message the stream would not dedupe
+// (no MsgID) or that the bus does not publish (a bad header or subject).
+func checkMessages(msgs []Message) error {
+	for _, m := range msgs {
+		if m.MsgID == "" {
+			return fmt.Errorf("publish %s: %w", m.Subject, ErrNoMsgID)
+		}
+		if err := checkHeader(m.Header); err != nil {
+			return fmt.Errorf("publish %s: %w", m.Subject, err)
+		}
+		if err := checkSubject(m.Subject); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publishAsync sends msgs without waiting between them and collects their
+// PubAcks into acks; done says which were acknowledged. A message that was
+// not (not sent, refused, or unanswered within PublishTimeout: a denied
+// subject is never acknowledged) is left to the one-by-one path, which tells
+// a denial from a timeout. The error is a full stream or ctx's end.
+func (c *Conn) publishAsync(ctx context.Context, msgs []Message, acks []PubAck) (done []bool, err error) {
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		nm := toNatsMsg(m)
+		if nm.Header == nil {
+			nm.Header = nats.Header{}
+		}
+		f, err := c.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.MsgID))
+		if err != nil {
+			break // this one and the rest are published alone
+		}
+		futures[i] = f
+	}
+	done = make([]bool, len(msgs))
+	timeout := time.NewTimer(c.opts.PublishTimeout)
+	defer timeout.Stop()
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case a := <-f.Ok():
+			acks[i], done[i] = PubAck{Stream: a.Stream, Seq: a.Sequence, Duplicate: a.Duplicate}, true
+		case err := <-f.Err():
+			if full := streamFullErr(err); full != nil {
+				return done, fmt.Errorf("publish %s: %w: %w", msgs[i].Subject, ErrStreamFull, err)
+			}
+		case <-timeout.C:
+			return done, nil
+		case <-ctx.Done():
+			return done, fmt.Errorf("publish %s: %w", msgs[i].Subject, ctx.Err())
+		}
+	}
+	return done, nil
 }
 
 // Has reports, for each key, whether it is in the bucket. The keys are read

@@ -107,8 +107,34 @@ func connect(ctx context.Context, opts Options, extra ...nats.Option) (*Conn, er
 	closed := make(chan struct{})
 	denied := newDenials()
 	otherIdentity := make(chan struct{})
+	nopts := connHandlers(opts, log, closed, denied, otherIdentity)
+	if opts.Identity != "" {
+		nopts = append(nopts, nats.CustomInboxPrefix(InboxPrefix(opts.Identity)))
+	}
+	nopts = append(nopts, credOpts...)
+	nopts = append(nopts, extra...)
+	nc, err := nats.Connect(opts.URL, nopts...)
+	if err != nil {
+		if isAuthErr(err) {
+			return nil, opts.authError(err)
+		}
+		return nil, fmt.Errorf("bus: connect %s: %w", RedactURL(opts.URL), err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bus: jetstream: %w", err)
+	}
+	return &Conn{nc: nc, js: js, log: log, opts: opts, closed: closed, denials: denied, otherIdentity: otherIdentity}, nil
+}
+
+// connHandlers are the connection's options and callbacks: reconnect for
+// ever, log its life, close closed when it is closed for good, record the
+// publishes the server denies in denied, and close otherIdentity when the
+// server denies the connection its own reply subjects.
+func connHandlers(opts Options, log *slog.Logger, closed chan<- struct{}, denied *denials, otherIdentity chan<- struct{}) []nats.Option {
 	var otherOnce sync.Once
-	nopts := []nats.Option{
+	return []nats.Option{
 		nats.Name(opts.Name),
 		// The nats.go default gives up after 60 attempts (about 2 minutes):
 		// a NATS outage must never turn into a dead service.
@@ -157,24 +183,6 @@ func connect(ctx context.Context, opts Options, extra ...nats.Option) (*Conn, er
 			log.Warn("nats async error", "subject", subj, "err", err)
 		}),
 	}
-	if opts.Identity != "" {
-		nopts = append(nopts, nats.CustomInboxPrefix(InboxPrefix(opts.Identity)))
-	}
-	nopts = append(nopts, credOpts...)
-	nopts = append(nopts, extra...)
-	nc, err := nats.Connect(opts.URL, nopts...)
-	if err != nil {
-		if isAuthErr(err) {
-			return nil, opts.authError(err)
-		}
-		return nil, fmt.Errorf("bus: connect %s: %w", RedactURL(opts.URL), err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("bus: jetstream: %w", err)
-	}
-	return &Conn{nc: nc, js: js, log: log, opts: opts, closed: closed, denials: denied, otherIdentity: otherIdentity}, nil
 }
 
 func (o Options) authError(err error) *AuthError {

@@ -1,10 +1,11 @@
 package bus
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/the-loop/bus/pkg/promreg"
 )
 
 // Metrics are the consumer runner's Prometheus collectors, labelled by
@@ -22,11 +23,12 @@ type Metrics struct {
 }
 
 // NewMetrics registers the runner's collectors on reg (never the global
-// registry). Registering twice on one registry returns the collectors already
-// there.
+// registry) the one way the services do (pkg/promreg). Registering twice on
+// one registry returns the collectors already there.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	f := promreg.With(reg)
 	counter := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{
+		return f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "loop", Subsystem: "bus", Name: name, Help: help,
 		}, []string{"service"})
 	}
@@ -37,63 +39,24 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		nakd:        counter("nakd_total", "Deliveries negatively acknowledged for a later retry."),
 		dlqd:        counter("dlq_total", "Messages copied to the dead-letter queue and terminated."),
 		errors:      counter("settle_errors_total", "Acks, naks or dead-letter copies that failed."),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		latency: f.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "loop", Subsystem: "bus", Name: "handler_duration_seconds",
 			Help:    "Time a handler took per delivery.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, []string{"service"}),
-		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		owned: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "loop", Subsystem: "bus", Name: "partitions_owned",
 			Help: "Partitions this process's replica of the service owns (its share of the service's partitions).",
 		}, []string{"service"}),
-		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		pending: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "loop", Subsystem: "bus", Name: "consumer_pending",
 			Help: "Messages a partition consumer has not acknowledged yet: waiting in its partition, plus the one in flight. Read from each delivery and, idle or stuck, from the server every few seconds.",
 		}, []string{"service", "consumer"}),
 	}
-	var err error
-	m.received, err = register(reg, m.received)
-	if err == nil {
-		m.redelivered, err = register(reg, m.redelivered)
-	}
-	if err == nil {
-		m.acked, err = register(reg, m.acked)
-	}
-	if err == nil {
-		m.nakd, err = register(reg, m.nakd)
-	}
-	if err == nil {
-		m.dlqd, err = register(reg, m.dlqd)
-	}
-	if err == nil {
-		m.errors, err = register(reg, m.errors)
-	}
-	if err == nil {
-		m.latency, err = register(reg, m.latency)
-	}
-	if err == nil {
-		m.owned, err = register(reg, m.owned)
-	}
-	if err == nil {
-		m.pending, err = register(reg, m.pending)
-	}
-	if err != nil {
+	if err := f.Err(); err != nil {
 		return nil, fmt.Errorf("bus: metrics: %w", err)
 	}
 	return m, nil
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
 }
 
 // serviceMetrics is Metrics bound to one service; its zero value (nil

@@ -146,7 +146,6 @@ func checkSubject(s string) error {
 
 // publish is Publish without the caller checks: the DLQ adds its own headers.
 func (c *Conn) publish(ctx context.Context, nm *nats.Msg, msgID string) (PubAck, error) {
-	wait := 100 * time.Millisecond
 	var lastErr error
 	for attempt := 1; attempt <= c.opts.PublishAttempts; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, c.opts.PublishTimeout)
@@ -182,9 +181,8 @@ func (c *Conn) publish(ctx context.Context, nm *nats.Msg, msgID string) (PubAck,
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(wait):
+		case <-time.After(Backoff(attempt, 100*time.Millisecond, 2*time.Second)):
 		}
-		wait = min(2*wait, 2*time.Second)
 	}
 	if ctx.Err() != nil {
 		return PubAck{}, fmt.Errorf("publish %s: %w (last: %v)", nm.Subject, ctx.Err(), lastErr)

@@ -153,60 +153,7 @@ func DefaultTopology() Topology {
 }
 
 func (t *Topology) setDefaults() {
-	if t.Partitions <= 0 {
-		t.Partitions = catalog.DefaultPartitions
-	}
-	if t.Replicas <= 0 {
-		t.Replicas = 1
-	}
-	if t.InboxMaxBytes <= 0 {
-		t.InboxMaxBytes = 1 << 30
-	}
-	if t.EventsMaxBytes <= 0 {
-		t.EventsMaxBytes = 3 << 30
-	}
-	if t.DLQMaxBytes <= 0 {
-		t.DLQMaxBytes = 512 << 20
-	}
-	if t.LogMaxBytes <= 0 {
-		t.LogMaxBytes = 512 << 20
-	}
-	if t.AdvisoryMaxBytes <= 0 {
-		t.AdvisoryMaxBytes = 64 << 20
-	}
-	if t.BucketMaxBytes <= 0 {
-		t.BucketMaxBytes = 128 << 20
-	}
-	if t.ObjectMaxBytes <= 0 {
-		t.ObjectMaxBytes = 1 << 30
-	}
-	if t.DuplicateWindow <= 0 {
-		t.DuplicateWindow = 2 * time.Hour
-	}
-	if t.EventsMaxAge <= 0 {
-		t.EventsMaxAge = 7 * 24 * time.Hour
-	}
-	if t.DLQMaxAge <= 0 {
-		t.DLQMaxAge = 30 * 24 * time.Hour
-	}
-	if t.LogMaxAge <= 0 {
-		t.LogMaxAge = 7 * 24 * time.Hour
-	}
-	if t.AdvisoryMaxAge <= 0 {
-		t.AdvisoryMaxAge = 30 * 24 * time.Hour
-	}
-	if t.AckWait <= 0 {
-		t.AckWait = 3 * time.Minute
-	}
-	if t.MaxDeliver <= 0 {
-		t.MaxDeliver = 10
-	}
-	if t.PinnedTTL <= 0 {
-		t.PinnedTTL = time.Minute
-	}
-	if t.MemberLease <= 0 {
-		t.MemberLease = 15 * time.Second
-	}
+	t.setLimitDefaults()
 	if t.Group == "" {
 		t.Group = DefaultGroup
 	}
@@ -238,6 +185,36 @@ func (t *Topology) setDefaults() {
 	}
 	t.Buckets = capped(t.Buckets, t.BucketMaxBytes)
 	t.Objects = capped(t.Objects, t.ObjectMaxBytes)
+}
+
+// setLimitDefaults fills every unset (zero or negative) size, age and
+// count with the single-node default of docs/architecture.md#streams-and-state.
+func (t *Topology) setLimitDefaults() {
+	setUnset(&t.Partitions, catalog.DefaultPartitions)
+	setUnset(&t.Replicas, 1)
+	setUnset(&t.InboxMaxBytes, 1<<30)
+	setUnset(&t.EventsMaxBytes, 3<<30)
+	setUnset(&t.DLQMaxBytes, 512<<20)
+	setUnset(&t.LogMaxBytes, 512<<20)
+	setUnset(&t.AdvisoryMaxBytes, 64<<20)
+	setUnset(&t.BucketMaxBytes, 128<<20)
+	setUnset(&t.ObjectMaxBytes, 1<<30)
+	setUnset(&t.DuplicateWindow, 2*time.Hour)
+	setUnset(&t.EventsMaxAge, 7*24*time.Hour)
+	setUnset(&t.DLQMaxAge, 30*24*time.Hour)
+	setUnset(&t.LogMaxAge, 7*24*time.Hour)
+	setUnset(&t.AdvisoryMaxAge, 30*24*time.Hour)
+	setUnset(&t.AckWait, 3*time.Minute)
+	setUnset(&t.MaxDeliver, 10)
+	setUnset(&t.PinnedTTL, time.Minute)
+	setUnset(&t.MemberLease, 15*time.Second)
+}
+
+// setUnset sets *v to def when it is unset (zero or negative).
+func setUnset[T ~int | ~int64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // capped returns bs with every zero MaxBytes set to def, copying rather
@@ -428,6 +405,12 @@ func (c *Conn) Provision(ctx context.Context, t Topology) error {
 			return err
 		}
 	}
+	return c.provisionStores(ctx, t)
+}
+
+// provisionStores creates or updates the consumers, object stores and KV
+// buckets of t, eight requests at a time.
+func (c *Conn) provisionStores(ctx context.Context, t Topology) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for _, cg := range t.Consumers {
@@ -459,43 +442,46 @@ func (c *Conn) Provision(ctx context.Context, t Topology) error {
 			return nil
 		})
 	}
-	if len(t.Consumers) > 0 {
+	for _, cfg := range t.bucketConfigs() {
 		g.Go(func() error {
-			// Records expire a lease after their last renewal, and the
-			// expiry leaves a marker so that watchers see it at once.
-			_, err := c.js.CreateOrUpdateKeyValue(gctx, jetstream.KeyValueConfig{
-				Bucket:         BucketMembers,
-				Description:    "the-loop: live replicas of the consuming services",
-				History:        1,
-				TTL:            t.MemberLease,
-				LimitMarkerTTL: max(t.MemberLease, time.Second),
-				MaxBytes:       membersMaxBytes,
-				Storage:        jetstream.FileStorage,
-				Replicas:       t.Replicas,
-			})
-			if err != nil {
-				return fmt.Errorf("bus: provision bucket %s: %w", BucketMembers, err)
-			}
-			return nil
-		})
-	}
-	for _, b := range t.Buckets {
-		g.Go(func() error {
-			_, err := c.js.CreateOrUpdateKeyValue(gctx, jetstream.KeyValueConfig{
-				Bucket:   b.Name,
-				History:  1,
-				TTL:      b.TTL,
-				MaxBytes: b.MaxBytes,
-				Storage:  jetstream.FileStorage,
-				Replicas: t.Replicas,
-			})
-			if err != nil {
-				return fmt.Errorf("bus: provision bucket %s: %w", b.Name, err)
+			if _, err := c.js.CreateOrUpdateKeyValue(gctx, cfg); err != nil {
+				return fmt.Errorf("bus: provision bucket %s: %w", cfg.Bucket, err)
 			}
 			return nil
 		})
 	}
 	return g.Wait()
+}
+
+// bucketConfigs are the KV buckets of t: the members bucket when services
+// consume, then t.Buckets.
+func (t Topology) bucketConfigs() []jetstream.KeyValueConfig {
+	var out []jetstream.KeyValueConfig
+	if len(t.Consumers) > 0 {
+		// Records expire a lease after their last renewal, and the expiry
+		// leaves a marker so that watchers see it at once.
+		out = append(out, jetstream.KeyValueConfig{
+			Bucket:         BucketMembers,
+			Description:    "the-loop: live replicas of the consuming services",
+			History:        1,
+			TTL:            t.MemberLease,
+			LimitMarkerTTL: max(t.MemberLease, time.Second),
+			MaxBytes:       membersMaxBytes,
+			Storage:        jetstream.FileStorage,
+			Replicas:       t.Replicas,
+		})
+	}
+	for _, b := range t.Buckets {
+		out = append(out, jetstream.KeyValueConfig{
+			Bucket:   b.Name,
+			History:  1,
+			TTL:      b.TTL,
+			MaxBytes: b.MaxBytes,
+			Storage:  jetstream.FileStorage,
+			Replicas: t.Replicas,
+		})
+	}
+	return out
 }
 
 // checkPartitionChange refuses a topology whose partition count differs from

@@ -312,29 +312,34 @@ func containsString(list []string, s string) bool {
 // authorizedUsersSeq returns routing.authorizedUsers, creating routing and the
 // list when absent.
 func authorizedUsersSeq(root *yaml.Node) (*yaml.Node, error) {
-	routing := resolve(hasKey(root, "routing"))
-	switch {
-	case routing == nil:
-		routing = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "routing"}, routing)
-	case isNull(routing):
-		*routing = yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: routing.Line, Column: routing.Column,
-			HeadComment: routing.HeadComment, LineComment: routing.LineComment, FootComment: routing.FootComment}
-	case routing.Kind != yaml.MappingNode:
+	routing := ensureKey(root, "routing", yaml.MappingNode, "!!map")
+	if routing == nil {
 		return nil, errors.New("migrate: routing is not a mapping, so the Slack ids have nowhere to go; fix it by hand first")
 	}
-	users := resolve(hasKey(routing, "authorizedUsers"))
-	switch {
-	case users == nil:
-		users = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-		routing.Content = append(routing.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "authorizedUsers"}, users)
-	case isNull(users):
-		*users = yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Line: users.Line, Column: users.Column,
-			HeadComment: users.HeadComment, LineComment: users.LineComment, FootComment: users.FootComment}
-	case users.Kind != yaml.SequenceNode:
+	users := ensureKey(routing, "authorizedUsers", yaml.SequenceNode, "!!seq")
+	if users == nil {
 		return nil, errors.New("migrate: routing.authorizedUsers is not a list, so the Slack ids have nowhere to go; fix it by hand first")
 	}
 	return users, nil
+}
+
+// ensureKey returns the value of key in the mapping parent, of kind (tag):
+// appended when absent, and a null turned into an empty one in place, its
+// position and comments kept. It returns nil when the value is of another
+// kind.
+func ensureKey(parent *yaml.Node, key string, kind yaml.Kind, tag string) *yaml.Node {
+	v := resolve(hasKey(parent, key))
+	switch {
+	case v == nil:
+		v = &yaml.Node{Kind: kind, Tag: tag}
+		parent.Content = append(parent.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
+	case isNull(v):
+		*v = yaml.Node{Kind: kind, Tag: tag, Line: v.Line, Column: v.Column,
+			HeadComment: v.HeadComment, LineComment: v.LineComment, FootComment: v.FootComment}
+	case v.Kind != kind:
+		return nil
+	}
+	return v
 }
 
 // entryWithSlack returns the index of the entry of users whose slack id is id,

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/the-loop/bus/pkg/pychar"
 )
 
 // ErrUnknownCommand is returned by New for an override naming no command.
@@ -52,7 +54,7 @@ func New(enabled bool, overrides map[string]string) (Grammar, error) {
 			unknown = append(unknown, fmt.Sprintf("%q", name))
 			continue
 		}
-		g.keywords[i] = strings.TrimFunc(value, isSpace)
+		g.keywords[i] = strings.TrimFunc(value, pychar.IsSpace)
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)

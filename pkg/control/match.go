@@ -3,6 +3,8 @@ package control
 import (
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/the-loop/bus/pkg/pychar"
 )
 
 // The original matches a keyword with Python's
@@ -24,17 +26,9 @@ import (
 // Go strings may hold invalid UTF-8, which a Python str cannot. An invalid
 // byte is treated as a non-word character that matches no keyword character.
 
-// isWord reports whether r is a word character in Python's Unicode sense.
-func isWord(r rune) bool {
-	if r < utf8.RuneSelf {
-		return r == '_' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9'
-	}
-	return unicode.IsLetter(r) || unicode.IsNumber(r)
-}
-
 // isBoundaryBlocker reports whether r may NOT sit directly against a keyword:
 // the characters keywords are made of (word characters, '-' and ':').
-func isBoundaryBlocker(r rune) bool { return r == '-' || r == ':' || isWord(r) }
+func isBoundaryBlocker(r rune) bool { return r == '-' || r == ':' || pychar.IsWord(r) }
 
 // extraCases is Python 3.11's re._casefix._EXTRA_CASES: for a lowercase code
 // point, the other lowercase code points sre treats as the same letter under
@@ -140,14 +134,4 @@ func (p pattern) bounded(text string, start, end int) bool {
 		}
 	}
 	return true
-}
-
-// isSpace reports whether r is whitespace to Python's str.strip (and \s).
-func isSpace(r rune) bool {
-	switch r {
-	case '\t', '\n', '\v', '\f', '\r', 0x1c, 0x1d, 0x1e, 0x1f, ' ',
-		0x85, 0xa0, 0x1680, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000:
-		return true
-	}
-	return 0x2000 <= r && r <= 0x200a
 }

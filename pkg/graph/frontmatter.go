@@ -58,8 +58,7 @@ func AddApproval(doc []byte, a Approval) ([]byte, error) {
 	if a.Login == "" || a.Node == "" {
 		return nil, fmt.Errorf("%w: an approval needs a login and a node", ErrFrontMatter)
 	}
-	entry := a.Entry()
-	item := strconv.Quote(entry) // a YAML double-quoted scalar too
+	item := strconv.Quote(a.Entry()) // a YAML double-quoted scalar too
 	nl := "\n"
 	if i := bytes.IndexByte(doc, '\n'); i > 0 && doc[i-1] == '\r' {
 		nl = "\r\n"
@@ -68,65 +67,29 @@ func AddApproval(doc []byte, a Approval) ([]byte, error) {
 	if len(lines) == 0 || strings.TrimRight(lines[0], "\r\n") != "---" {
 		return []byte("---" + nl + ApprovedByKey + ":" + nl + "  - " + item + nl + "---" + nl + string(doc)), nil
 	}
-	end := -1
-	for i := 1; i < len(lines); i++ {
-		if l := strings.TrimRight(lines[i], "\r\n"); l == "---" || l == "..." {
-			end = i
-			break
-		}
-	}
-	if end < 0 {
-		return nil, fmt.Errorf("%w: the front matter opened by --- is never closed", ErrFrontMatter)
-	}
-	fm := strings.Join(lines[1:end], "")
-	var root yaml.Node
-	if err := yaml.Unmarshal([]byte(fm), &root); err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrFrontMatter, strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	// Line numbers in root are 1-based within fm; lines[k] is fm line k.
-	var m *yaml.Node
-	switch {
-	case len(root.Content) == 0:
-	case root.Content[0].Kind == yaml.MappingNode:
-		m = root.Content[0]
-	case root.Content[0].Kind == yaml.ScalarNode && root.Content[0].Tag == "!!null":
-	default:
-		return nil, fmt.Errorf("%w: the front matter is not a mapping", ErrFrontMatter)
+	f, err := parseFrontMatterDoc(lines, nl)
+	if err != nil {
+		return nil, err
 	}
 	keyAt := -1
-	if m != nil {
-		for i := 0; i+1 < len(m.Content); i += 2 {
-			if m.Content[i].Value == ApprovedByKey {
+	if f.m != nil {
+		for i := 0; i+1 < len(f.m.Content); i += 2 {
+			if f.m.Content[i].Value == ApprovedByKey {
 				keyAt = i
 			}
 		}
 	}
-	out := func(repl []string, from, to int) []byte {
-		// Replace lines[from:to] with repl.
-		var b strings.Builder
-		for _, l := range lines[:from] {
-			b.WriteString(l)
-		}
-		for _, l := range repl {
-			b.WriteString(l)
-		}
-		for _, l := range lines[to:] {
-			b.WriteString(l)
-		}
-		return []byte(b.String())
-	}
-	newItem := "  - " + item + nl
 	if keyAt < 0 {
-		return out([]string{ApprovedByKey + ":" + nl, newItem}, end, end), nil
+		return f.replace([]string{ApprovedByKey + ":" + nl, "  - " + item + nl}, f.end, f.end), nil
 	}
-	key, val := m.Content[keyAt], m.Content[keyAt+1]
+	key, val := f.m.Content[keyAt], f.m.Content[keyAt+1]
 	keyLine := key.Line // index into lines
-	if key.Column != 1 || keyLine < 1 || keyLine >= end {
+	if key.Column != 1 || keyLine < 1 || keyLine >= f.end {
 		return nil, fmt.Errorf("%w: cannot locate %s", ErrFrontMatter, ApprovedByKey)
 	}
 	switch {
 	case val.Kind == yaml.ScalarNode && val.Tag == "!!null" && val.Line == keyLine:
-		return out([]string{ApprovedByKey + ":" + nl, newItem}, keyLine, keyLine+1), nil
+		return f.replace([]string{ApprovedByKey + ":" + nl, "  - " + item + nl}, keyLine, keyLine+1), nil
 	case val.Kind != yaml.SequenceNode:
 		return nil, fmt.Errorf("%w: %s is not a list", ErrFrontMatter, ApprovedByKey)
 	}
@@ -144,34 +107,99 @@ func AddApproval(doc []byte, a Approval) ([]byte, error) {
 		}
 	}
 	if val.Style&yaml.FlowStyle != 0 {
-		if val.Line != keyLine || !flowEndsOnLine(lines[keyLine]) {
-			return nil, fmt.Errorf("%w: %s is a multi-line flow list; write it as a block list", ErrFrontMatter, ApprovedByKey)
-		}
-		if len(have) == 0 {
-			return out([]string{ApprovedByKey + ":" + nl, newItem}, keyLine, keyLine+1), nil
-		}
-		quoted := make([]string, 0, len(have)+1)
-		for _, h := range have {
-			quoted = append(quoted, strconv.Quote(h))
-		}
-		quoted = append(quoted, item)
-		return out([]string{ApprovedByKey + ": [" + strings.Join(quoted, ", ") + "]" + nl}, keyLine, keyLine+1), nil
+		return f.addToFlowList(val, keyLine, have, item)
 	}
-	// A block list: the new item goes after the list's last line, indented
-	// like its first item.
+	return f.addToBlockList(val, keyAt, item)
+}
+
+// frontMatterDoc is a document cut into lines (each keeping its line end)
+// whose front matter, lines[1:end], is parsed.
+type frontMatterDoc struct {
+	lines []string
+	end   int    // the closing --- or ...
+	nl    string // the document's line end
+	// m is the front matter's mapping; nil when it is empty. Its line
+	// numbers are 1-based within the front matter, so lines[k] is its line
+	// k.
+	m *yaml.Node
+}
+
+// parseFrontMatterDoc parses the front matter opened by lines[0].
+func parseFrontMatterDoc(lines []string, nl string) (*frontMatterDoc, error) {
+	f := &frontMatterDoc{lines: lines, end: -1, nl: nl}
+	for i := 1; i < len(lines); i++ {
+		if l := strings.TrimRight(lines[i], "\r\n"); l == "---" || l == "..." {
+			f.end = i
+			break
+		}
+	}
+	if f.end < 0 {
+		return nil, fmt.Errorf("%w: the front matter opened by --- is never closed", ErrFrontMatter)
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal([]byte(strings.Join(lines[1:f.end], "")), &root); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrFrontMatter, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	switch {
+	case len(root.Content) == 0:
+	case root.Content[0].Kind == yaml.MappingNode:
+		f.m = root.Content[0]
+	case root.Content[0].Kind == yaml.ScalarNode && root.Content[0].Tag == "!!null":
+	default:
+		return nil, fmt.Errorf("%w: the front matter is not a mapping", ErrFrontMatter)
+	}
+	return f, nil
+}
+
+// replace returns the document with lines[from:to] replaced by repl.
+func (f *frontMatterDoc) replace(repl []string, from, to int) []byte {
+	var b strings.Builder
+	for _, l := range f.lines[:from] {
+		b.WriteString(l)
+	}
+	for _, l := range repl {
+		b.WriteString(l)
+	}
+	for _, l := range f.lines[to:] {
+		b.WriteString(l)
+	}
+	return []byte(b.String())
+}
+
+// addToFlowList rewrites the one-line flow list val (on keyLine, holding
+// have) with item added, its values re-quoted; an empty one becomes a block
+// list.
+func (f *frontMatterDoc) addToFlowList(val *yaml.Node, keyLine int, have []string, item string) ([]byte, error) {
+	if val.Line != keyLine || !flowEndsOnLine(f.lines[keyLine]) {
+		return nil, fmt.Errorf("%w: %s is a multi-line flow list; write it as a block list", ErrFrontMatter, ApprovedByKey)
+	}
+	if len(have) == 0 {
+		return f.replace([]string{ApprovedByKey + ":" + f.nl, "  - " + item + f.nl}, keyLine, keyLine+1), nil
+	}
+	quoted := make([]string, 0, len(have)+1)
+	for _, h := range have {
+		quoted = append(quoted, strconv.Quote(h))
+	}
+	quoted = append(quoted, item)
+	return f.replace([]string{ApprovedByKey + ": [" + strings.Join(quoted, ", ") + "]" + f.nl}, keyLine, keyLine+1), nil
+}
+
+// addToBlockList adds item after the last line of the block list val (the
+// value of the key at m.Content[keyAt]), indented like its first item.
+func (f *frontMatterDoc) addToBlockList(val *yaml.Node, keyAt int, item string) ([]byte, error) {
 	first := val.Content[0]
-	if first.Line < 1 || first.Line >= end {
+	if first.Line < 1 || first.Line >= f.end {
 		return nil, fmt.Errorf("%w: cannot locate %s", ErrFrontMatter, ApprovedByKey)
 	}
-	firstLine := lines[first.Line]
+	firstLine := f.lines[first.Line]
 	indent := firstLine[:len(firstLine)-len(strings.TrimLeft(firstLine, " "))]
-	stop := end // the next top-level key, or the closing ---
-	if keyAt+2 < len(m.Content) {
-		stop = m.Content[keyAt+2].Line
+	stop := f.end // the next top-level key, or the closing ---
+	if keyAt+2 < len(f.m.Content) {
+		stop = f.m.Content[keyAt+2].Line
 	}
 	last := stop
 	for last-1 > first.Line {
-		t := strings.TrimSpace(lines[last-1])
+		t := strings.TrimSpace(f.lines[last-1])
 		if t != "" && !strings.HasPrefix(t, "#") {
 			break
 		}
@@ -180,7 +208,7 @@ func AddApproval(doc []byte, a Approval) ([]byte, error) {
 	if last <= first.Line {
 		last = first.Line + 1
 	}
-	return out([]string{indent + "- " + item + nl}, last, last), nil
+	return f.replace([]string{indent + "- " + item + f.nl}, last, last), nil
 }
 
 // flowEndsOnLine reports whether a one-line flow list closes on line (a

@@ -339,88 +339,115 @@ func build(raw graphYAML, order []string) (*Graph, error) {
 	return g, nil
 }
 
+// checkNode returns n's problems; it fills in the end of a terminal node
+// named complete or escalated.
 func checkNode(where string, g *Graph, n *Node) []error {
-	var errs []error
-	at := fmt.Sprintf("%s: node %q", where, n.Name)
-	bad := func(format string, a ...any) {
-		errs = append(errs, fmt.Errorf(at+": "+format, a...))
+	e := &nodeErrs{at: fmt.Sprintf("%s: node %q", where, n.Name)}
+	e.checkFields(n)
+	if n.Terminal {
+		e.checkTerminal(n)
+	} else {
+		e.checkEdges(g, n)
 	}
+	return e.errs
+}
+
+// nodeErrs collects one node's problems, each prefixed with where it is.
+type nodeErrs struct {
+	at   string
+	errs []error
+}
+
+func (e *nodeErrs) bad(format string, a ...any) {
+	e.errs = append(e.errs, fmt.Errorf(e.at+": "+format, a...))
+}
+
+// checkFields checks what every node has: its name, actor, notification
+// and artifacts.
+func (e *nodeErrs) checkFields(n *Node) {
 	if !nameRE.MatchString(n.Name) {
-		bad("name must match %s", nameRE)
+		e.bad("name must match %s", nameRE)
 	}
 	switch n.Actor {
 	case Agent, Human:
 	case "":
-		bad("actor is missing (agent or human)")
+		e.bad("actor is missing (agent or human)")
 	default:
-		bad("actor %q is neither agent nor human", n.Actor)
+		e.bad("actor %q is neither agent nor human", n.Actor)
 	}
 	if n.Notify != "" {
 		switch {
 		case !notifyRE.MatchString(string(n.Notify)):
-			bad("notify %q must match %s", n.Notify, notifyRE)
+			e.bad("notify %q must match %s", n.Notify, notifyRE)
 		case catalog.Known(n.Notify) && !IsNotification(n.Notify):
-			bad("notify %q is a catalog type the graph does not raise (one of %s)", n.Notify, joinTypes(graphNotifications))
+			e.bad("notify %q is a catalog type the graph does not raise (one of %s)", n.Notify, joinTypes(graphNotifications))
 		}
 	}
 	if n.Artifact != "" {
 		for _, a := range n.Artifacts() {
 			switch {
 			case strings.TrimSpace(a) != a || a == "":
-				bad("artifact %q has an empty or space-padded alternative", n.Artifact)
+				e.bad("artifact %q has an empty or space-padded alternative", n.Artifact)
 			case strings.HasPrefix(a, "/") || slices.Contains(strings.Split(a, "/"), ".."):
-				bad("artifact %q must be a relative path inside the work item's spec directory", n.Artifact)
+				e.bad("artifact %q must be a relative path inside the work item's spec directory", n.Artifact)
 			}
 		}
 	}
-	if n.Terminal {
-		if len(n.On) > 0 {
-			bad("terminal node has edges (on: %s)", joinOutcomes(sortedOutcomes(n.On)))
-		}
-		if n.Gate != "" {
-			bad("terminal node has a gate classifier %q; nothing would run it", n.Gate)
-		}
-		switch {
-		case n.End == "" && n.Name == NodeComplete:
-			n.End = EndComplete
-		case n.End == "" && n.Name == NodeEscalated:
-			n.End = EndEscalated
-		case n.End == "":
-			bad("terminal node needs end: complete or end: escalated")
-		case n.End != EndComplete && n.End != EndEscalated:
-			bad("end %q is neither complete nor escalated", n.End)
-		case n.Name == NodeComplete && n.End != EndComplete, n.Name == NodeEscalated && n.End != EndEscalated:
-			bad("end %q contradicts the node's name", n.End)
-		}
-		return errs
+}
+
+// checkTerminal checks a terminal node: no edges, no gate, and an end that
+// agrees with its name.
+func (e *nodeErrs) checkTerminal(n *Node) {
+	if len(n.On) > 0 {
+		e.bad("terminal node has edges (on: %s)", joinOutcomes(sortedOutcomes(n.On)))
 	}
+	if n.Gate != "" {
+		e.bad("terminal node has a gate classifier %q; nothing would run it", n.Gate)
+	}
+	switch {
+	case n.End == "" && n.Name == NodeComplete:
+		n.End = EndComplete
+	case n.End == "" && n.Name == NodeEscalated:
+		n.End = EndEscalated
+	case n.End == "":
+		e.bad("terminal node needs end: complete or end: escalated")
+	case n.End != EndComplete && n.End != EndEscalated:
+		e.bad("end %q is neither complete nor escalated", n.End)
+	case n.Name == NodeComplete && n.End != EndComplete, n.Name == NodeEscalated && n.End != EndEscalated:
+		e.bad("end %q contradicts the node's name", n.End)
+	}
+}
+
+// checkEdges checks a working node: its gate, and that its edges are the
+// outcomes its kind can have and lead to nodes of the graph.
+func (e *nodeErrs) checkEdges(g *Graph, n *Node) {
 	if n.End != "" {
-		bad("end is only for terminal nodes")
+		e.bad("end is only for terminal nodes")
 	}
 	if n.Name == NodeComplete || n.Name == NodeEscalated {
-		bad("a node called %q must be terminal: true", n.Name)
+		e.bad("a node called %q must be terminal: true", n.Name)
 	}
 	var allowed []Outcome
 	switch n.Actor {
 	case Agent:
 		if n.Gate != "" {
-			bad("gate %q on an agent node; only human nodes have classifiers", n.Gate)
+			e.bad("gate %q on an agent node; only human nodes have classifiers", n.Gate)
 		}
 		allowed = AgentOutcomes()
 		if _, ok := n.On[OutcomeDone]; !ok {
-			bad("agent node has no edge for outcome done")
+			e.bad("agent node has no edge for outcome done")
 		}
 	case Human:
 		switch {
 		case n.Gate == "":
-			bad("human node has no gate classifier (feedback, reply or execute)")
+			e.bad("human node has no gate classifier (feedback, reply or execute)")
 		case !n.Gate.Valid():
-			bad("gate %q is not a classifier (feedback, reply or execute)", n.Gate)
+			e.bad("gate %q is not a classifier (feedback, reply or execute)", n.Gate)
 		default:
 			allowed = append(n.Gate.Outcomes(), OutcomeEscalate)
 			for _, o := range n.Gate.Outcomes() {
 				if _, ok := n.On[o]; !ok {
-					bad("gate %s has no edge for outcome %s", n.Gate, o)
+					e.bad("gate %s has no edge for outcome %s", n.Gate, o)
 				}
 			}
 		}
@@ -429,18 +456,17 @@ func checkNode(where string, g *Graph, n *Node) []error {
 		to := n.On[o]
 		switch {
 		case o == OutcomeWait:
-			bad("on: wait is not an outcome; a waiting gate stays where it is")
+			e.bad("on: wait is not an outcome; a waiting gate stays where it is")
 		case allowed != nil && !slices.Contains(allowed, o):
-			bad("on: outcome %q is not one a %s node can have (%s)", o, kindOf(n), joinOutcomes(allowed))
+			e.bad("on: outcome %q is not one a %s node can have (%s)", o, kindOf(n), joinOutcomes(allowed))
 		}
 		switch {
 		case to == "":
-			bad("on.%s: edge to nowhere (empty target)", o)
+			e.bad("on.%s: edge to nowhere (empty target)", o)
 		case g.byName[to] == nil:
-			bad("on.%s: edge to nowhere (no node %q)", o, to)
+			e.bad("on.%s: edge to nowhere (no node %q)", o, to)
 		}
 	}
-	return errs
 }
 
 func kindOf(n *Node) string {

@@ -6,8 +6,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/the-loop/bus/pkg/pychar"
 )
 
 // The placeholders, one per rule.
@@ -168,26 +169,6 @@ func (s Scrubber) Scrub(text string) string {
 	return replaceTokens(text)
 }
 
-// isWord reports whether r is a word character to Python's re on a str: a
-// letter, a number or '_'. An invalid UTF-8 byte (which a Python str cannot
-// hold) is not.
-func isWord(r rune) bool {
-	if r < utf8.RuneSelf {
-		return r == '_' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9'
-	}
-	return unicode.IsLetter(r) || unicode.IsNumber(r)
-}
-
-// isSpace reports whether r is whitespace to Python's re (\s on a str).
-func isSpace(r rune) bool {
-	switch r {
-	case '\t', '\n', '\v', '\f', '\r', 0x1c, 0x1d, 0x1e, 0x1f, ' ',
-		0x85, 0xa0, 0x1680, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000:
-		return true
-	}
-	return 0x2000 <= r && r <= 0x200a
-}
-
 // before returns the rune ending text[:i], or -1 at the start of the text.
 func before(text string, i int) rune {
 	if i == 0 {
@@ -241,7 +222,7 @@ func replaceWindowsPaths(text string) string {
 		j := i + 3
 		for {
 			r, size := at(text, j)
-			if size == 0 || isSpace(r) || r == '"' || r == '\'' {
+			if size == 0 || pychar.IsSpace(r) || r == '"' || r == '\'' {
 				break
 			}
 			j += size
@@ -261,7 +242,7 @@ func pathStart(r rune) bool {
 	case -1, '"', '\'', '`', '=', '(', ':', ',':
 		return true
 	}
-	return isSpace(r)
+	return pychar.IsSpace(r)
 }
 
 // isSegment is [\w@.+~-]; isTilde adds '/'.
@@ -270,7 +251,7 @@ func isSegment(r rune) bool {
 	case '@', '.', '+', '~', '-':
 		return true
 	}
-	return isWord(r)
+	return pychar.IsWord(r)
 }
 
 // replacePOSIXPaths is
@@ -320,7 +301,7 @@ func replaceWholeToken(text, literal, placeholder string) string {
 	if !strings.Contains(text, literal) {
 		return text
 	}
-	blocked := func(r rune) bool { return r == '-' || isWord(r) }
+	blocked := func(r rune) bool { return r == '-' || pychar.IsWord(r) }
 	return substitute(text, placeholder, func(i int) int {
 		if !strings.HasPrefix(text[i:], literal) || blocked(before(text, i)) {
 			return -1
@@ -358,10 +339,10 @@ func replaceTokens(text string) string {
 		if runEnd-i < MinToken || lastDigit < i {
 			return -1
 		}
-		if r := before(text, i); r == '/' || r != -1 && isWord(r) {
+		if r := before(text, i); r == '/' || r != -1 && pychar.IsWord(r) {
 			return -1
 		}
-		if r, size := at(text, runEnd); size > 0 && isWord(r) {
+		if r, size := at(text, runEnd); size > 0 && pychar.IsWord(r) {
 			return -1
 		}
 		return runEnd

@@ -156,25 +156,3 @@ func WaitConnected(ctx context.Context, deps Deps, service string) error {
 	<-ctx.Done()
 	return nil
 }
-
-// Adopt registers c on reg. When an identical collector is already there (a
-// second instance of a service in one process, as under `up` restarts or in
-// tests) it returns that one, so both instances count into the same series.
-func Adopt[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, err
-}
-
-// AdoptOrKeep is Adopt for collectors whose registration failure is not
-// fatal: on any other error the service keeps counting into c, which is
-// simply not exported.
-func AdoptOrKeep[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	c, _ = Adopt(reg, c)
-	return c
-}

@@ -1,9 +1,9 @@
-// Package slackmsg renders catalog events as Slack Block Kit messages (seed
-// 001 R4): a header naming the event and the work item, the event's text, a
-// link button to the ledger record or work item whenever there is a URL, the
-// Approved / Request changes buttons on approval-shaped notifications when the
-// caller says a press can be received, and a plain `text` fallback for
-// notifications and accessibility.
+// Package slackmsg renders catalog events as Slack Block Kit messages
+// (docs/requirements.md R4): a header naming the event and the work item,
+// the event's text, a link button to the ledger record or work item whenever
+// there is a URL, the Approved / Request changes buttons on approval-shaped
+// notifications when the caller says a press can be received, and a plain
+// `text` fallback for notifications and accessibility.
 //
 // Everything untrusted (GitHub bodies and titles, Slack text, artifact
 // excerpts, payload fields) is escaped for mrkdwn and, where GitHub and Slack
@@ -19,10 +19,8 @@ package slackmsg
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/slack-go/slack"
@@ -162,19 +160,6 @@ func ApprovalShaped(t catalog.Type) bool {
 		return true
 	}
 	return false
-}
-
-// content is what one event contributes, before layout.
-type content struct {
-	label   string // header: what happened
-	item    string // header and context: which work item
-	context []string
-	text    string // mrkdwn, escaped
-	excerpt string // mrkdwn, escaped
-	detail  map[string]string
-	url     string
-	urlText string
-	plain   string // fallback body, escaped
 }
 
 // Render renders ev. It never fails: an event it does not know is rendered
@@ -393,242 +378,4 @@ func Label(t catalog.Type) string {
 		return l
 	}
 	return string(t)
-}
-
-func actorName(a *loopv1.Actor) string {
-	switch {
-	case a.GetName() != "":
-		return a.GetName()
-	case a.GetGithub() != "":
-		return "@" + a.GetGithub()
-	case a.GetSlack() != "":
-		return a.GetSlack()
-	}
-	return ""
-}
-
-// body renders markdown to mrkdwn capped at max, adding a link to the rest
-// when it was cut and a URL is known.
-func body(md string, max int, url string) string {
-	more := ""
-	if SafeURL(url) {
-		more = "\n<" + escapeURL(url) + "|Read the rest on GitHub>"
-	}
-	out, cut := Mrkdwn(md, max-Length(more))
-	if !cut {
-		return out
-	}
-	return out + more
-}
-
-func plainBody(s string, max int) string {
-	out, _ := join(inline(s, false), max)
-	return out
-}
-
-func describe(ev *loopv1.Event, o Options) content {
-	t := catalog.Type(ev.GetType())
-	c := content{label: Label(t), detail: map[string]string{}}
-	if ev.GetSource() != "" {
-		c.detail["source"] = ev.GetSource()
-	}
-	c.detail["event"] = ev.GetId()
-	if n := actorName(ev.GetActor()); n != "" {
-		c.context = append(c.context, "by "+Escape(n))
-		c.detail["actor"] = n
-	}
-	switch b := ev.GetBody().(type) {
-	case *loopv1.Event_Question:
-		q := b.Question
-		c.text = body(q.GetText(), MaxSectionText, ev.GetLedger().GetUrl())
-		c.plain = plainBody(q.GetText(), 3000)
-		c.urlText = "Answer on GitHub"
-		if q.GetSessionId() != "" {
-			c.detail["session"] = q.GetSessionId()
-		}
-	case *loopv1.Event_Notification:
-		n := b.Notification
-		c.url = n.GetUrl()
-		c.text, _ = Mrkdwn(n.GetText(), MaxSectionText)
-		c.plain = plainBody(n.GetText(), 3000)
-		if ex := n.GetArtifactExcerpt(); ex != "" {
-			head := ""
-			if n.GetArtifact() != "" {
-				head = "*" + Escape(n.GetArtifact()) + "*\n"
-			}
-			c.excerpt = head + body(ex, o.MaxChars-Length(head), "")
-		}
-		if n.GetNode() != "" {
-			c.detail["node"] = n.GetNode()
-		}
-		if n.GetArtifact() != "" {
-			c.detail["artifact"] = n.GetArtifact()
-		}
-		maps.Copy(c.detail, n.GetDetail())
-		if catalog.IsNotice(t) || t == catalog.GateMoved {
-			c.urlText = "Open the work item"
-		}
-	case *loopv1.Event_Comment:
-		cm := b.Comment
-		if cm.GetAuthor() != "" {
-			c.label += " by @" + cm.GetAuthor()
-			c.context = []string{"by @" + Escape(cm.GetAuthor())}
-		}
-		c.url, c.urlText = cm.GetUrl(), "Open comment"
-		c.text = body(cm.GetBody(), o.MaxChars, cm.GetUrl())
-		c.plain = plainBody(cm.GetBody(), o.MaxChars)
-		if cm.GetAuthorAssociation() != "" {
-			c.detail["association"] = cm.GetAuthorAssociation()
-		}
-		if cm.GetCommentId() != 0 {
-			c.detail["comment"] = strconv.FormatInt(cm.GetCommentId(), 10)
-		}
-	case *loopv1.Event_Reply:
-		c.text = body(b.Reply.GetText(), MaxSectionText, "")
-		c.plain = plainBody(b.Reply.GetText(), 3000)
-	case *loopv1.Event_GateFeedback:
-		c.text = body(b.GateFeedback.GetText(), MaxSectionText, "")
-		c.plain = plainBody(b.GateFeedback.GetText(), 3000)
-		if b.GateFeedback.GetAction() != "" {
-			c.detail["action"] = b.GateFeedback.GetAction()
-		}
-	case *loopv1.Event_ControlCommand:
-		cc := b.ControlCommand
-		if cc.GetCommand() != "" {
-			c.label += ": " + cc.GetCommand()
-		}
-		c.text = body(cc.GetText(), MaxSectionText, "")
-		c.plain = plainBody(cc.GetText(), 3000)
-	case *loopv1.Event_WorkItemCreate:
-		wc := b.WorkItemCreate
-		if l := ev.GetLedger(); l.GetRepo() != "" && l.GetIssueNumber() > 0 {
-			c.item = fmt.Sprintf("%s#%d", l.GetRepo(), l.GetIssueNumber())
-		}
-		c.urlText = "Open issue"
-		if wc.GetTitle() != "" {
-			c.text = "*" + Escape(Plain(wc.GetTitle(), 256)) + "*"
-			c.plain = plainBody(wc.GetTitle(), 256)
-		}
-		if wc.GetRepo() != "" {
-			c.detail["repo"] = wc.GetRepo()
-		}
-		if len(wc.GetLabels()) > 0 {
-			c.detail["labels"] = strings.Join(wc.GetLabels(), ", ")
-		}
-	case *loopv1.Event_GithubActivity:
-		activity(&c, b.GithubActivity)
-	case *loopv1.Event_LedgerRecord:
-		lr := b.LedgerRecord
-		c.url, c.urlText = lr.GetComment().GetUrl(), "Open record"
-		c.text = "Recorded `" + Escape(lr.GetEventType()) + "` " + Escape(lr.GetEventId())
-		c.plain = c.text
-	}
-	return c
-}
-
-// activityPayload is the little of a GitHub delivery a person needs to see.
-type activityPayload struct {
-	Sender struct {
-		Login string `json:"login"`
-	} `json:"sender"`
-	Issue *struct {
-		HTMLURL string `json:"html_url"`
-		Title   string `json:"title"`
-	} `json:"issue"`
-	PullRequest *struct {
-		HTMLURL string `json:"html_url"`
-		Title   string `json:"title"`
-		Merged  bool   `json:"merged"`
-	} `json:"pull_request"`
-	Review *struct {
-		HTMLURL string `json:"html_url"`
-		State   string `json:"state"`
-	} `json:"review"`
-	WorkflowRun *run `json:"workflow_run"`
-	CheckRun    *run `json:"check_run"`
-	CheckSuite  *run `json:"check_suite"`
-	Label       *struct {
-		Name string `json:"name"`
-	} `json:"label"`
-	// status events
-	State       string `json:"state"`
-	Context     string `json:"context"`
-	TargetURL   string `json:"target_url"`
-	Description string `json:"description"`
-}
-
-type run struct {
-	HTMLURL    string `json:"html_url"`
-	Name       string `json:"name"`
-	Status     string `json:"status"`
-	Conclusion string `json:"conclusion"`
-}
-
-func activity(c *content, a *loopv1.GitHubActivity) {
-	c.label = a.GetEvent()
-	if a.GetAction() != "" {
-		c.label += " " + a.GetAction()
-	}
-	c.urlText = "Open on GitHub"
-	c.detail["delivery"] = a.GetDeliveryId()
-	var p activityPayload
-	if json.Unmarshal(a.GetPayload(), &p) != nil {
-		return
-	}
-	var lines []string
-	title := ""
-	if p.Issue != nil {
-		title, c.url = p.Issue.Title, p.Issue.HTMLURL
-	}
-	if p.PullRequest != nil {
-		title, c.url = p.PullRequest.Title, p.PullRequest.HTMLURL
-		if p.PullRequest.Merged && a.GetAction() == "closed" {
-			c.label = a.GetEvent() + " merged"
-		}
-	}
-	if title != "" {
-		lines = append(lines, "*"+Escape(Plain(title, 256))+"*")
-	}
-	if p.Review != nil {
-		if p.Review.HTMLURL != "" {
-			c.url = p.Review.HTMLURL
-		}
-		if p.Review.State != "" {
-			lines = append(lines, "Review: "+Escape(p.Review.State))
-		}
-	}
-	for _, r := range []*run{p.WorkflowRun, p.CheckRun, p.CheckSuite} {
-		if r == nil {
-			continue
-		}
-		if r.HTMLURL != "" {
-			c.url = r.HTMLURL
-		}
-		s := r.Status
-		if r.Conclusion != "" {
-			s = r.Conclusion
-		}
-		if r.Name != "" || s != "" {
-			lines = append(lines, strings.TrimSpace(Escape(r.Name)+" "+Escape(s)))
-			c.label += ": " + s
-		}
-	}
-	if p.Label != nil && p.Label.Name != "" {
-		lines = append(lines, "Label: "+Escape(p.Label.Name))
-	}
-	if p.Context != "" || (p.State != "" && a.GetEvent() == "status") {
-		lines = append(lines, strings.TrimSpace(Escape(p.Context)+" "+Escape(p.State)))
-		if p.Description != "" {
-			lines = append(lines, Escape(Plain(p.Description, 500)))
-		}
-		if p.TargetURL != "" {
-			c.url = p.TargetURL
-		}
-	}
-	if p.Sender.Login != "" {
-		c.context = append(c.context, "by @"+Escape(p.Sender.Login))
-		c.detail["sender"] = p.Sender.Login
-	}
-	c.text, _ = join(inlineRaw(strings.Join(lines, "\n")), MaxSectionText)
-	c.plain = c.text
 }

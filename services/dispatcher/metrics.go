@@ -2,12 +2,12 @@ package dispatcher
 
 import (
 	"context"
-	"github.com/the-loop/bus/pkg/service"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/promreg"
 )
 
 // metrics are the dispatcher's Prometheus series (decision 053). A metrics
@@ -27,67 +27,43 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	f := promreg.With(reg)
 	m := &metrics{
-		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+		deliveries: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_dispatcher_deliveries_total",
 			Help: "Events typed into agent sessions, by outcome: delivered (pasted), spawned (boot prompt of a new session), respawned (boot prompt of a respawned one), failed (retried).",
 		}, []string{"outcome"}),
-		spawns: prometheus.NewCounterVec(prometheus.CounterOpts{
+		spawns: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_dispatcher_spawns_total",
 			Help: "Session starts, by kind: spawn, respawn (fresh conversation), resume, refused (name held by a live session), failed.",
 		}, []string{"kind"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+		dropped: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_dispatcher_dropped_total",
 			Help: "Events not delivered to a session, by dispatch.dropped reason.",
 		}, []string{"reason"}),
-		control: prometheus.NewCounterVec(prometheus.CounterOpts{
+		control: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_dispatcher_control_total",
 			Help: "Control commands, by command and effect (rejected and ambiguous included).",
 		}, []string{"command", "effect"}),
-		elsewhere: prometheus.NewCounter(prometheus.CounterOpts{
+		elsewhere: f.NewCounter(prometheus.CounterOpts{
 			Name: "loop_dispatcher_hosted_elsewhere_total",
 			Help: "Sessions taken over from another replica whose lease was still fresh (the partition moved here).",
 		}),
-		sessionRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		sessionRefused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_dispatcher_session_refused_total",
 			Help: "Requests to the session endpoint refused, by reason: no-token, bad-token, no-session, other-work-item, hosted-elsewhere, empty-question, bad-request, too-large, registry-unavailable, human-gate.",
 		}, []string{"reason"}),
-		gateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		gateWait: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "loop_gate_wait_seconds",
 			Help:    "Time a work item waited at a human gate until a person's answer moved it on, by the gate's classifier (feedback: approvals and reviews; reply: decisions; execute: the start).",
 			Buckets: []float64{60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 3 * 24 * 3600, 7 * 24 * 3600},
 		}, []string{"gate"}),
-		depth: prometheus.NewGauge(prometheus.GaugeOpts{
+		depth: f.NewGauge(prometheus.GaugeOpts{
 			Name: "loop_dispatcher_queue_depth",
 			Help: "Messages waiting in LOOP_EVENTS behind the one being handled, in its partition, sampled per event (loop_bus_consumer_pending has every consumer's).",
 		}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var err error
-	if m.deliveries, err = adopt(reg, m.deliveries); err != nil {
-		return nil, err
-	}
-	if m.spawns, err = adopt(reg, m.spawns); err != nil {
-		return nil, err
-	}
-	if m.sessionRefused, err = adopt(reg, m.sessionRefused); err != nil {
-		return nil, err
-	}
-	if m.dropped, err = adopt(reg, m.dropped); err != nil {
-		return nil, err
-	}
-	if m.control, err = adopt(reg, m.control); err != nil {
-		return nil, err
-	}
-	if m.elsewhere, err = adopt(reg, m.elsewhere); err != nil {
-		return nil, err
-	}
-	if m.depth, err = adopt(reg, m.depth); err != nil {
-		return nil, err
-	}
-	if m.gateWait, err = adopt(reg, m.gateWait); err != nil {
+	if err := f.Err(); err != nil {
 		return nil, err
 	}
 	// Every kind is exported from the start, so that a dashboard and an
@@ -102,9 +78,4 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // when it delivered d: no request per event.
 func (s *Service) observeDepth(_ context.Context, d *bus.Delivery) {
 	s.m.depth.Set(float64(d.Pending))
-}
-
-// adopt is service.Adopt.
-func adopt[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
-	return service.Adopt(reg, c)
 }

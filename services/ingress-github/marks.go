@@ -133,7 +133,6 @@ func (k *marks) write() {
 
 // store writes entries, retrying what failed with a growing pause.
 func (k *marks) store(entries []bus.KVEntry) {
-	wait := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		kv, err := k.kv(ctx)
@@ -156,7 +155,6 @@ func (k *marks) store(entries []bus.KVEntry) {
 			return
 		}
 		entries = failed
-		time.Sleep(wait)
-		wait = min(2*wait, 2*time.Second)
+		time.Sleep(bus.Backoff(attempt, 100*time.Millisecond, 2*time.Second))
 	}
 }

@@ -1,11 +1,11 @@
 package ingressgithub
 
 import (
-	"github.com/the-loop/bus/pkg/service"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/the-loop/bus/pkg/promreg"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
 )
 
@@ -26,58 +26,47 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promreg.With(reg)
 	m := &metrics{
-		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+		received: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_github_received_total", Help: "GitHub deliveries received (webhook) or synthesised (poll), by event.",
 		}, []string{"event", "via"}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+		rejected: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_github_rejected_total", Help: "Webhook requests refused before routing, by reason (over-capacity, invalid-signature, payload-too-large, …).",
 		}, []string{"reason"}),
-		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+		published: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_github_published_total", Help: "Catalog events accepted by the bus (PubAck), by type.",
 		}, []string{"type", "via"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+		dropped: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_github_dropped_total", Help: "Deliveries that became no event, by reason.",
 		}, []string{"reason", "via"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		latency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "loop_ingress_github_publish_seconds", Help: "Time from publishing a delivery's events (together) to their PubAcks.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12),
 		}),
-		intake: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		intake: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "loop_ingress_github_intake_seconds",
 			Help:    "Webhook intake latency: from the request to its answer, by result (accepted: 202, the events stored; dropped: 200; refused: 4xx or 503 before routing; unavailable: 503, the bus down or full).",
 			Buckets: []float64{.00025, .0005, .001, .002, .004, .008, .016, .032, .064, .128, .256, .512, 1, 2, 4, 8},
 		}, []string{"result"}),
-		marks: prometheus.NewCounterVec(prometheus.CounterOpts{
+		marks: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_github_seen_marks_total", Help: "Seen-bucket marks of published deliveries, by result (written, or lost after retries: a redelivery past the duplicate window would be published again).",
 		}, []string{"result"}),
-		poll: prometheus.NewCounterVec(prometheus.CounterOpts{
+		poll: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_github_poll_requests_total", Help: "GitHub REST requests of the poller, by result (ok, not_modified, error).",
 		}, []string{"result"}),
-		cycles: prometheus.NewCounterVec(prometheus.CounterOpts{
+		cycles: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_github_poll_cycles_total", Help: "Poll cycles, by result.",
 		}, []string{"result"}),
-		unsigned: prometheus.NewCounter(prometheus.CounterOpts{
+		unsigned: f.NewCounter(prometheus.CounterOpts{
 			Name: "loop_ingress_github_unverified_total", Help: "Webhook deliveries accepted without a signature check (insecure mode).",
 		}),
-		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+		inflight: f.NewGauge(prometheus.GaugeOpts{
 			Name: "loop_ingress_github_webhook_inflight", Help: "Webhook requests being handled (at most LOOP_GITHUB_WEBHOOK_CONCURRENCY).",
 		}),
 	}
-	if reg == nil {
-		return m
-	}
-	m.received = service.AdoptOrKeep(reg, m.received)
-	m.rejected = service.AdoptOrKeep(reg, m.rejected)
-	m.published = service.AdoptOrKeep(reg, m.published)
-	m.dropped = service.AdoptOrKeep(reg, m.dropped)
-	m.latency = service.AdoptOrKeep(reg, m.latency)
-	m.intake = service.AdoptOrKeep(reg, m.intake)
-	m.marks = service.AdoptOrKeep(reg, m.marks)
-	m.poll = service.AdoptOrKeep(reg, m.poll)
-	m.cycles = service.AdoptOrKeep(reg, m.cycles)
-	m.unsigned = service.AdoptOrKeep(reg, m.unsigned)
-	m.inflight = service.AdoptOrKeep(reg, m.inflight)
+	// A registration error is not fatal here: the service keeps counting
+	// into the collector, which is simply not exported.
 	return m
 }
 

@@ -90,6 +90,10 @@ type Options struct {
 // Option adjusts the Options New starts from.
 type Option func(*Options)
 
+// restartBase is the longest wait after a reader's first failure; it doubles
+// per failure up to Options.RestartBackoff.
+const restartBase = 200 * time.Millisecond
+
 // DefaultOptions are the options New starts from.
 func DefaultOptions() Options {
 	return Options{
@@ -231,8 +235,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 // openKV opens the buckets, waiting for the bus to be provisioned.
 func (s *Service) openKV(ctx context.Context) error {
-	wait := 100 * time.Millisecond
-	for {
+	for attempt := 1; ; attempt++ {
 		th, err1 := s.deps.Conn.KV(ctx, bus.BucketThreads)
 		gr, err2 := s.deps.Conn.KV(ctx, bus.BucketGraph)
 		cu, err3 := s.deps.Conn.KV(ctx, bus.BucketCursors)
@@ -245,9 +248,8 @@ func (s *Service) openKV(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(wait):
+		case <-time.After(bus.Backoff(attempt, 100*time.Millisecond, 5*time.Second)):
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 }
 
@@ -331,7 +333,9 @@ func (s *Service) supervise(ctx context.Context) error {
 				return nil
 			}
 			failures++
-			backoff := min(s.opts.RestartBackoff, time.Duration(1<<min(failures, 10))*100*time.Millisecond)
+			// The bus's one jittered backoff, so replicas that lost Slack
+			// together do not reconnect in step.
+			backoff := bus.Backoff(failures, restartBase, s.opts.RestartBackoff)
 			retryAt = s.opts.Now().Add(backoff)
 			s.setStatus(fmt.Sprintf("read mode %s failed (restarting): %v", want.mode, err))
 			s.deps.Log.Warn("ingress-slack: reader stopped; restarting", "mode", string(want.mode), "err", err, "backoff", backoff)

@@ -1,9 +1,9 @@
 package ingressslack
 
 import (
-	"github.com/the-loop/bus/pkg/service"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/the-loop/bus/pkg/promreg"
 )
 
 // metrics are the service's Prometheus metrics, on the host's registry
@@ -23,55 +23,44 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promreg.With(reg)
 	m := &metrics{
-		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+		received: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_received_total", Help: "Slack messages and button presses received, by transport and kind.",
 		}, []string{"via", "kind"}),
-		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+		published: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_published_total", Help: "Catalog events accepted by the bus (PubAck), by type and transport.",
 		}, []string{"type", "via"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+		dropped: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_dropped_total", Help: "Messages that became no event, by reason and transport.",
 		}, []string{"reason", "via"}),
-		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+		duplicates: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_dedup_hits_total", Help: "Publishes the inbox recognised as a duplicate id (Slack retries, redeliveries).",
 		}, []string{"via"}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+		rejected: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_rejected_total", Help: "Events API requests refused before the pipeline, by reason.",
 		}, []string{"reason"}),
-		retried: prometheus.NewCounterVec(prometheus.CounterOpts{
+		retried: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_retried_total", Help: "Messages not settled because the bus or KV failed; Slack or the next poll brings them again.",
 		}, []string{"via"}),
-		acks: prometheus.NewCounter(prometheus.CounterOpts{
+		acks: f.NewCounter(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_socket_acks_total", Help: "Socket Mode envelopes acknowledged.",
 		}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		latency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "loop_ingress_slack_publish_seconds", Help: "Time from publish to PubAck of one event.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12),
 		}),
-		slackCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+		slackCalls: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_poll_requests_total", Help: "Slack Web API calls of the poller, by method and result (ok, error, ratelimited).",
 		}, []string{"method", "result"}),
-		ratelimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+		ratelimit: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_ratelimited_total", Help: "Slack answers of 429 (rate limited), by method.",
 		}, []string{"method"}),
-		told: prometheus.NewCounterVec(prometheus.CounterOpts{
+		told: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_presser_told_total", Help: "Ephemeral answers (chat.postEphemeral) to people whose gate button press was refused, by result (ok, error).",
 		}, []string{"result"}),
 	}
-	if reg == nil {
-		return m
-	}
-	m.received = service.AdoptOrKeep(reg, m.received)
-	m.published = service.AdoptOrKeep(reg, m.published)
-	m.dropped = service.AdoptOrKeep(reg, m.dropped)
-	m.duplicates = service.AdoptOrKeep(reg, m.duplicates)
-	m.rejected = service.AdoptOrKeep(reg, m.rejected)
-	m.retried = service.AdoptOrKeep(reg, m.retried)
-	m.acks = service.AdoptOrKeep(reg, m.acks)
-	m.latency = service.AdoptOrKeep(reg, m.latency)
-	m.slackCalls = service.AdoptOrKeep(reg, m.slackCalls)
-	m.ratelimit = service.AdoptOrKeep(reg, m.ratelimit)
-	m.told = service.AdoptOrKeep(reg, m.told)
+	// A registration error is not fatal here: the service keeps counting
+	// into the collector, which is simply not exported.
 	return m
 }

@@ -8,12 +8,8 @@ import (
 	"testing"
 	"time"
 
-	// The observer reads the bus's own traffic (acknowledgements on
-	// $JS.ACK, publishes on loop.ev) as a plain NATS client; only tests do
-	// (scripts/check-deps.sh checks non-test imports).
-	"github.com/nats-io/nats.go"
-
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/envelope"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
@@ -30,38 +26,19 @@ type busObserver struct {
 
 func observe(t *testing.T, e *env) *busObserver {
 	t.Helper()
-	nc, err := nats.Connect(e.srv.URL(), nats.Name("test-observer"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
 	o := &busObserver{}
-	// Both subjects feed one channel, which the connection's reader fills in
-	// the order the server sent the messages (a callback subscription each
-	// would run on its own goroutine and could reorder them).
-	ch := make(chan *nats.Msg, 4096)
-	for _, subject := range []string{"$JS.ACK." + bus.StreamInbox + ".>", "loop.ev.>"} {
-		if _, err := nc.ChanSubscribe(subject, ch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for m := range ch {
-			o.mu.Lock()
-			switch {
-			case strings.HasPrefix(m.Subject, "$JS.ACK."):
-				if seq, ok := ackedSeq(m.Subject, bus.StreamInbox); ok && strings.HasPrefix(string(m.Data), "+ACK") {
-					o.log = append(o.log, "ack "+strconv.FormatUint(seq, 10))
-				}
-			default:
-				o.log = append(o.log, "pub "+m.Header.Get("Nats-Msg-Id"))
+	bustest.Observe(t, e.srv.URL(), []string{"$JS.ACK." + bus.StreamInbox + ".>", "loop.ev.>"}, func(m bustest.Observed) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		switch {
+		case strings.HasPrefix(m.Subject, "$JS.ACK."):
+			if seq, ok := ackedSeq(m.Subject, bus.StreamInbox); ok && strings.HasPrefix(string(m.Data), "+ACK") {
+				o.log = append(o.log, "ack "+strconv.FormatUint(seq, 10))
 			}
-			o.mu.Unlock()
+		default:
+			o.log = append(o.log, "pub "+m.Header.Get("Nats-Msg-Id"))
 		}
-	}()
+	})
 	return o
 }
 

@@ -6,16 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
-	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/tracing"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
@@ -142,7 +137,6 @@ func standingReply(ev *loopv1.Event, kind catalog.Record) bool {
 // Errors returned are the delivery's result (bus.Retry, bus.Permanent, or a
 // hook's).
 func (s *Service) record(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, d *bus.Delivery, kind catalog.Record) (written, error) {
-	id := ev.GetId()
 	in, err := s.renderInput()
 	if err != nil {
 		// A config the watcher accepted cannot fail here; if it does, wait
@@ -154,25 +148,9 @@ func (s *Service) record(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 	if err := s.pacer.wait(ctx, stop); err != nil {
 		return written{}, s.interrupted(err)
 	}
-	o := owned{id: id, c: claim{State: statePending, Owner: s.worker}}
-	if kind == catalog.RecordIssue {
-		o.c.After = s.highWater(ctx, in.kickoff.repo)
-	}
-	rev, err := s.ledger.Create(ctx, id, o.c.encode())
-	switch {
-	case err == nil:
-		o.rev, o.fencedAt = rev, time.Now()
-		if err := s.step(stepClaimed, id); err != nil {
-			return written{}, err
-		}
-	case errors.Is(err, bus.ErrKeyExists):
-		done, w, err := s.takeOver(ctx, stop, ev, d, &o)
-		if done || err != nil {
-			return w, err
-		}
-	default:
-		s.m.retried.WithLabelValues("kv").Inc()
-		return written{}, bus.Retry(fmt.Errorf("claim %s: %w", id, err), s.backoff(int(d.NumDelivered)))
+	o, done, w, err := s.claimLedger(ctx, stop, ev, d, kind, in.kickoff.repo)
+	if done || err != nil {
+		return w, err
 	}
 
 	rec, err := render(in, ev, kind)
@@ -184,14 +162,52 @@ func (s *Service) record(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 		return written{}, s.fail(ctx, ev, d, &o, "invalid", err)
 	}
 
+	return s.write(ctx, stop, ev, d, rec, &o, kind)
+}
+
+// claimLedger claims ledger/E for this delivery: it creates the pending
+// claim, or takes over one a stopped or stale delivery left. done is true
+// when the delivery is settled without a write of its own (w, err are its
+// result: the record was already there, or a retry); otherwise o is the
+// claim this delivery holds. kickoffRepo is where a kickoff's issue goes.
+func (s *Service) claimLedger(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, d *bus.Delivery, kind catalog.Record, kickoffRepo string) (o owned, done bool, w written, err error) {
+	id := ev.GetId()
+	o = owned{id: id, c: claim{State: statePending, Owner: s.worker}}
+	if kind == catalog.RecordIssue {
+		o.c.After = s.highWater(ctx, kickoffRepo)
+	}
+	rev, err := s.ledger.Create(ctx, id, o.c.encode())
+	switch {
+	case err == nil:
+		o.rev, o.fencedAt = rev, time.Now()
+		if err := s.step(stepClaimed, id); err != nil {
+			return o, true, written{}, err
+		}
+	case errors.Is(err, bus.ErrKeyExists):
+		done, w, err := s.takeOver(ctx, stop, ev, d, &o)
+		if done || err != nil {
+			return o, true, w, err
+		}
+	default:
+		s.m.retried.WithLabelValues("kv").Inc()
+		return o, true, written{}, bus.Retry(fmt.Errorf("claim %s: %w", id, err), s.backoff(int(d.NumDelivered)))
+	}
+	return o, false, written{}, nil
+}
+
+// write writes rec under the claim o until it lands, waiting out in this
+// delivery a held token and a few rate limits, and handing every other
+// transient failure back to the bus (retryLater).
+func (s *Service) write(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, d *bus.Delivery, rec record, o *owned, kind catalog.Record) (written, error) {
+	id := ev.GetId()
 	limited := 0 // rate-limit waits inside this delivery
 	for {
-		w, err := s.attempt(ctx, stop, ev, rec, &o, int(d.NumDelivered))
+		w, err := s.attempt(ctx, stop, ev, rec, o, int(d.NumDelivered))
 		if err == nil {
 			if err := s.step(stepWritten, id); err != nil {
 				return written{}, err
 			}
-			return w, s.markRecorded(ctx, stop, ev, &o, w, kind)
+			return w, s.markRecorded(ctx, stop, ev, o, w, kind)
 		}
 		var lost *lostClaim
 		if errors.As(err, &lost) {
@@ -202,7 +218,7 @@ func (s *Service) record(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 			f = &failure{err: err, reason: "internal", maybeWritten: true}
 		}
 		if f.permanent {
-			return written{}, s.fail(ctx, ev, d, &o, f.reason, f)
+			return written{}, s.fail(ctx, ev, d, o, f.reason, f)
 		}
 		o.readBack = o.readBack || f.maybeWritten
 		s.m.retried.WithLabelValues(f.reason).Inc()
@@ -221,17 +237,17 @@ func (s *Service) record(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 			limited++
 			wait = s.namedWait(f.wait)
 		default:
-			return written{}, s.retryLater(ctx, ev, d, &o, f)
+			return written{}, s.retryLater(ctx, ev, d, o, f)
 		}
 		s.deps.Log.LogAttrs(ctx, slog.LevelWarn, "ledger-writer: GitHub failed; waiting to retry",
 			s.logAttrs(ev, d, slog.String("reason", f.reason), slog.Duration("wait", wait), slog.Any("err", f))...)
 		if err := sleep(ctx, stop, wait); err != nil {
-			s.release(ctx, &o)
+			s.release(ctx, o)
 			return written{}, s.interrupted(err)
 		}
 		// Every content write goes through the pacer, retries included.
 		if err := s.pacer.wait(ctx, stop); err != nil {
-			s.release(ctx, &o)
+			s.release(ctx, o)
 			return written{}, s.interrupted(err)
 		}
 	}
@@ -425,234 +441,5 @@ func (s *Service) release(ctx context.Context, o *owned) {
 	defer cancel()
 	if rev, err := s.ledger.Update(rctx, o.id, c.encode(), o.rev); err == nil {
 		o.rev, o.c = rev, c
-	}
-}
-
-// interrupted turns a wait cut short into the delivery's result: hand it
-// back for a prompt redelivery.
-func (s *Service) interrupted(err error) error {
-	return bus.Retry(err, time.Second)
-}
-
-// fail records a permanent failure on the claim, then fails the event.
-func (s *Service) fail(ctx context.Context, ev *loopv1.Event, d *bus.Delivery, o *owned, reason string, err error) error {
-	if o.rev != 0 {
-		c := claim{State: stateFailed, Reason: reason, Error: err.Error()}
-		if _, uerr := s.ledger.Update(ctx, o.id, c.encode(), o.rev); uerr != nil {
-			s.deps.Log.Warn("ledger-writer: could not mark the claim failed", "event_id", o.id, "err", uerr)
-		}
-	}
-	return s.failed(ctx, ev, d, reason, err)
-}
-
-// failed reports a permanent failure: bus.record_failed, the failure notice
-// for a channel-originated event (decision 017), then the DLQ.
-func (s *Service) failed(ctx context.Context, ev *loopv1.Event, d *bus.Delivery, reason string, err error) error {
-	s.m.failed.WithLabelValues(ev.GetType(), reason).Inc()
-	s.deps.Events.Emit(ctx, "bus.record_failed",
-		slog.String("event_id", ev.GetId()), slog.String("event_type", ev.GetType()),
-		slog.String("work_item", ev.GetSubject()), slog.String("origin", ev.GetSource()),
-		slog.String("reason", reason))
-	if channelOriginated(ev) {
-		if perr := s.publishNotice(ctx, ev, d, reason); perr != nil {
-			// The notice is how the person learns their gate answer or
-			// kickoff did not land: retry rather than drop it. The claim
-			// says failed, so the redelivery comes straight back here.
-			s.m.retried.WithLabelValues("publish").Inc()
-			return bus.Retry(perr, time.Second)
-		}
-	}
-	s.m.dlq.WithLabelValues(ev.GetType()).Inc()
-	return bus.Permanent(fmt.Errorf("record %s (%s): %s: %w", ev.GetId(), ev.GetType(), reason, err))
-}
-
-// channelOriginated: a chat message became the event, so someone is waiting
-// in a conversation to hear whether it landed.
-func channelOriginated(ev *loopv1.Event) bool {
-	return catalog.Publishable(catalog.Type(ev.GetType())) && ev.GetConversation().GetChannel() != ""
-}
-
-// noticeText is what the originating conversation is told; no message text.
-var noticeText = map[string]string{
-	"unauthorized-actor": "is not from a member listed in routing.authorizedUsers",
-	claimReason:          "was raised by a service that may not raise it",
-	"kickoff-disabled":   "asked for a new work item, but channels.slack.kickoff.repo is empty",
-	"not-found":          "names a work item or repository GitHub does not know",
-	"gone":               "names a work item that was deleted",
-	"bad-ref":            "names no GitHub work item",
-	"forbidden":          "was refused by GitHub (the ledger's token may not write there)",
-	"invalid":            "was refused by GitHub as invalid",
-	"github-unavailable": "could not be written to GitHub, which kept failing (if it did land after all, it shows on the work item)",
-	"github-unreachable": "could not be written to GitHub, which could not be reached (if it did land after all, it shows on the work item)",
-	"rate-limited":       "could not be written to GitHub: its rate limit held it back too long",
-}
-
-func (s *Service) publishNotice(ctx context.Context, ev *loopv1.Event, d *bus.Delivery, reason string) error {
-	why, ok := noticeText[reason]
-	if !ok {
-		why = "could not be written to GitHub (" + reason + ")"
-	}
-	n := &loopv1.Event{
-		Id:           envelope.LoopID("record-failed", ev.GetId()),
-		Source:       Name,
-		Type:         string(catalog.RecordFailed),
-		Subject:      ev.GetSubject(),
-		Time:         envelope.NewTime(time.Now()),
-		Actor:        ev.GetActor(),
-		Conversation: ev.GetConversation(),
-		CausationId:  ev.GetId(),
-		Body: &loopv1.Event_Notification{Notification: &loopv1.Notification{
-			Text:   "Your message was not recorded on the ledger and did not reach the loop: it " + why + ".",
-			Detail: map[string]string{"event_type": ev.GetType(), "reason": reason},
-		}},
-	}
-	_, err := s.publish(ctx, n, d)
-	return err
-}
-
-// bind binds the kickoff's conversation to the new work item (R3.6), so a
-// reply in the thread reaches it, and records channel.kickoff_created.
-// Idempotent: a redelivery binds (and records) again.
-func (s *Service) bind(ctx context.Context, stop <-chan struct{}, ev *loopv1.Event, w written) error {
-	ch, ts := ev.GetConversation().GetChannel(), threadOf(ev)
-	ref := "github:" + w.Repo + "#" + strconv.Itoa(w.Number)
-	for attempt := 1; ch != "" && ts != ""; attempt++ {
-		err := s.threads.Bind(ctx, ch, ts, ref)
-		if err == nil {
-			break
-		}
-		s.m.retried.WithLabelValues("kv").Inc()
-		s.deps.Log.Warn("ledger-writer: thread binding failed; retrying", "event_id", ev.GetId(), "err", err)
-		if err := sleep(ctx, stop, s.backoff(attempt)); err != nil {
-			return s.interrupted(err)
-		}
-	}
-	s.deps.Events.Emit(ctx, "channel.kickoff_created",
-		slog.String("event_id", ev.GetId()), slog.String("work_item", ref), slog.String("origin", ev.GetSource()),
-		slog.String("channel", ch), slog.String("thread_ts", ts), slog.String("actor", memberID(ev)))
-	return nil
-}
-
-// fanOut hands ev, with its record when it has one, to the channels and the
-// loop, acknowledging the inbox before it publishes: the fan-out message
-// enters the partition's outbox b, the inbox message is double-acked, the
-// fan-out is published to loop.ev under Nats-Msg-Id E (waiting for the
-// PubAck), and leaves the outbox. From the acknowledgement on, the delivery
-// is settled whatever happens next: a crash leaves the fan-out in the outbox
-// for the partition's next delivery or a sweeper to publish (outbox.go).
-func (s *Service) fanOut(ctx context.Context, stop <-chan struct{}, b *box, ev *loopv1.Event, d *bus.Delivery, w *written) error {
-	out := ev
-	if w != nil {
-		out = proto.Clone(ev).(*loopv1.Event)
-		out.Ledger = &loopv1.LedgerRef{Repo: w.Repo, IssueNumber: int64(w.Number), CommentId: w.CommentID, Url: w.URL}
-		if w.CommentID == 0 {
-			// A kickoff's record is the new work item: from here on the
-			// event is about it (the conversation stays in Conversation).
-			out.Subject = "github:" + w.Repo + "#" + strconv.Itoa(w.Number)
-		}
-	}
-	m, err := message(ctx, out, d)
-	if err != nil {
-		return bus.Permanent(err)
-	}
-	id := ev.GetId()
-	if m.MsgID != id {
-		return bus.Permanent(fmt.Errorf("fan-out of %s carries message id %q", id, m.MsgID))
-	}
-	f := &pendingFanOut{ID: id, Queued: time.Now(), Subject: m.Subject, Header: m.Header, Data: m.Data,
-		Type: ev.GetType(), WorkItem: out.GetSubject(), Recorded: w != nil}
-	if err := s.enqueue(ctx, stop, b, f); err != nil {
-		return s.interrupted(err)
-	}
-	if err := s.step(stepQueued, id); err != nil {
-		return err
-	}
-	if err := d.Ack(ctx); err != nil {
-		// Not settled: the message comes back, and its redelivery (or a
-		// sweeper) publishes the fan-out waiting in the outbox.
-		s.m.retried.WithLabelValues("ack").Inc()
-		s.deps.Log.LogAttrs(ctx, slog.LevelWarn, "ledger-writer: inbox acknowledgement failed; the fan-out waits in the outbox",
-			s.logAttrs(ev, d, slog.Any("err", err))...)
-		return bus.Retry(err, time.Second)
-	}
-	if err := s.step(stepAcked, id); err != nil {
-		return err
-	}
-	if err := s.publishPending(ctx, stop, f, "delivery", false); err != nil {
-		return s.interrupted(err)
-	}
-	if err := s.step(stepPublished, id); err != nil {
-		return err
-	}
-	if err := s.dequeue(ctx, stop, b, id); err != nil {
-		// Published: a later flush or sweep publishes it again, which
-		// LOOP_EVENTS drops as a duplicate.
-		return s.interrupted(err)
-	}
-	return s.step(stepFannedOut, id)
-}
-
-func (s *Service) publish(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) (bus.PubAck, error) {
-	m, err := message(ctx, ev, d)
-	if err != nil {
-		return bus.PubAck{}, err
-	}
-	return s.deps.Conn.Publish(ctx, m)
-}
-
-// message is ev as it is published to loop.ev, carrying the trace context
-// of its handling (ctx's span; else d's): kept in the outbox with it, so a
-// fan-out published by a later flush or a sweep is still the write's child.
-func message(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) (bus.Message, error) {
-	tp := tracing.TraceParent(ctx)
-	if tp == "" {
-		tp = d.Header.Get(envelope.HeaderTraceparent)
-	}
-	m, err := envelope.ToMessage(ev, envelope.Events, tp)
-	if err != nil && tp != "" {
-		// A malformed inbound traceparent is dropped, not fatal.
-		m, err = envelope.ToMessage(ev, envelope.Events, "")
-	}
-	if err != nil {
-		return bus.Message{}, fmt.Errorf("fan-out of %s: %w", ev.GetId(), err)
-	}
-	return bus.FromEnvelope(m), nil
-}
-
-// The high-water mark of a kickoff repository: the newest issue number the
-// writer created there. A kickoff's claim records it, and its read-back
-// starts above it.
-func highWaterKey(repo string) string {
-	return "ledger-writer/issues-high-water/" + strings.ToLower(repo)
-}
-
-func (s *Service) highWater(ctx context.Context, repo string) int {
-	if repo == "" {
-		return 0
-	}
-	e, err := s.ledger.Get(ctx, highWaterKey(repo))
-	if err != nil {
-		return 0 // read back from the first issue: slower, never wrong
-	}
-	n, _ := strconv.Atoi(string(e.Value))
-	return n
-}
-
-func (s *Service) raiseHighWater(ctx context.Context, repo string, n int) {
-	key := highWaterKey(repo)
-	for range 5 {
-		e, err := s.ledger.Get(ctx, key)
-		switch {
-		case errors.Is(err, bus.ErrNotFound):
-			_, err = s.ledger.Create(ctx, key, []byte(strconv.Itoa(n)))
-		case err == nil:
-			if cur, _ := strconv.Atoi(string(e.Value)); cur >= n {
-				return
-			}
-			_, err = s.ledger.Update(ctx, key, []byte(strconv.Itoa(n)), e.Revision)
-		}
-		if err == nil {
-			return
-		}
 	}
 }

@@ -319,8 +319,7 @@ func (s *Service) guardLedgerLogin(ctx context.Context, stop context.CancelCause
 
 // open binds the KV buckets, waiting for the connection and provisioning.
 func (s *Service) open(ctx context.Context) error {
-	wait := 100 * time.Millisecond
-	for {
+	for attempt := 1; ; attempt++ {
 		err := s.deps.Conn.WaitConnected(ctx)
 		if err == nil {
 			var l, t *bus.KV
@@ -335,10 +334,9 @@ func (s *Service) open(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", Name, err)
 		}
 		s.deps.Log.Warn("ledger-writer: KV buckets not available yet", "err", err)
-		if err := sleep(ctx, nil, wait); err != nil {
+		if err := sleep(ctx, nil, bus.Backoff(attempt, 100*time.Millisecond, 5*time.Second)); err != nil {
 			return err
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 }
 

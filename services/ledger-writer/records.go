@@ -91,84 +91,9 @@ func render(in renderInput, ev *loopv1.Event, kind catalog.Record) (record, erro
 		rec.ref = r
 		at = envelope.Binding{Repo: r.FullName(), Number: r.Number}
 	}
-	member := memberID(ev)
-	// compose builds the body around the envelope comment.
-	var compose func(env string) string
-	switch kind {
-	case catalog.RecordQuestion:
-		// R3.3: the question comment itself, carrying the envelope so
-		// ingress-github does not also publish it as comment.agent. The
-		// agent wrote it and may have been told to paste its environment
-		// ("$(env)"): it is scrubbed like every relayed text before it
-		// is published.
-		text := capText(in.scrub(ev.GetQuestion().GetText()))
-		compose = func(env string) string { return envelope.MarkSelfAuthored(text + "\n\n" + env) }
-	case catalog.RecordMirror:
-		// R3.4: exactly today's mirror (docs/requirements.md K19) plus the envelope
-		// before the marker. Marker-stamped, so both ingresses drop it.
-		text := in.grammar.Defang(in.scrub(ev.GetReply().GetText()))
-		head := "🗣️ **the-loop** — reply from `" + member + "` on the **" + ev.GetSource() +
-			"** channel, recorded here as the answer of record:\n\n" + redact.Quote(capText(text))
-		compose = func(env string) string { return envelope.MarkSelfAuthored(head + "\n\n" + env) }
-	case catalog.RecordAttributed:
-		// R3.5: unmarked, so the ledger's ingress judges it like a human's
-		// comment. The relayed text stands alone between the attribution
-		// line and the envelope, undefanged, so the gate classifies it and
-		// the control keyword executes.
-		var text string
-		switch b := ev.GetBody().(type) {
-		case *loopv1.Event_GateFeedback:
-			text = in.scrub(b.GateFeedback.GetText())
-		case *loopv1.Event_ControlCommand:
-			orig := b.ControlCommand.GetText()
-			if strings.TrimSpace(orig) == "" {
-				orig = in.grammar.Keyword(control.Command(b.ControlCommand.GetCommand()))
-			}
-			text = in.scrub(orig)
-			// Scrubbing must not change what the control seam reads:
-			// relaying a different command than the person typed would
-			// be worse than not relaying it.
-			if in.grammar.Parse(text).Command != in.grammar.Parse(orig).Command {
-				return record{}, refuse("scrub-changed-command", "scrubbing changed the control command of %s", ev.GetId())
-			}
-		default:
-			return record{}, refuse("invalid", "%s has no relayable body", ev.GetType())
-		}
-		head := attribution("Relayed from", member, ev.GetSource()) + ":\n\n" + capText(text)
-		compose = func(env string) string { return head + "\n\n" + env + "\n" }
-	case catalog.RecordIssue:
-		// R3.6, abuse case 7: the repository and labels come from config
-		// only, the body is scrubbed and carries the envelope and no
-		// marker (the issue must be armable).
-		owner, repo, ok := parseRepo(in.kickoff.repo)
-		if in.kickoff.repo == "" {
-			return record{}, refuse("kickoff-disabled", "channels.slack.kickoff.repo is empty: kickoff is disabled")
-		}
-		if !ok {
-			return record{}, refuse("bad-ref", "channels.slack.kickoff.repo %q is not owner/repo", in.kickoff.repo)
-		}
-		c := ev.GetWorkItemCreate()
-		msg := c.GetBody()
-		if strings.TrimSpace(msg) == "" {
-			msg = c.GetTitle()
-		}
-		titleSrc := c.GetTitle()
-		if strings.TrimSpace(titleSrc) == "" {
-			titleSrc = msg
-		}
-		// decision 017: the body becomes the session's prompt and is untrusted,
-		// so it is scrubbed and defanged: a kickoff creates and arms a work
-		// item, it does not smuggle a control command past the
-		// control.command grant.
-		rec.owner, rec.repo = owner, repo
-		rec.labels = append([]string(nil), in.kickoff.labels...)
-		rec.title = title(in.grammar.Defang(in.scrub(firstLine(titleSrc))), ev.GetSource())
-		at = envelope.IssueBody(owner + "/" + repo)
-		head := capText(in.grammar.Defang(in.scrub(strings.TrimSpace(msg)))) + "\n\n" +
-			"_" + attribution("Opened from", member, ev.GetSource()) + "._"
-		compose = func(env string) string { return head + "\n\n" + env + "\n" }
-	default:
-		return record{}, fmt.Errorf("record kind %v is not written by the ledger", kind)
+	compose, err := composer(in, ev, kind, &rec, &at)
+	if err != nil {
+		return record{}, err
 	}
 	body, err := envelope.SealLedger(in.key, envelope.Ledger{
 		ID: ev.GetId(), Type: ev.GetType(), Source: ev.GetSource(),
@@ -186,6 +111,105 @@ func render(in renderInput, ev *loopv1.Event, kind catalog.Record) (record, erro
 	}
 	rec.body = body
 	return rec, nil
+}
+
+// composer is how the record of kind wraps ev's text around the envelope
+// comment: compose builds the body from the envelope. It fills rec and at
+// for a kickoff's new issue.
+func composer(in renderInput, ev *loopv1.Event, kind catalog.Record, rec *record, at *envelope.Binding) (compose func(env string) string, err error) {
+	member := memberID(ev)
+	switch kind {
+	case catalog.RecordQuestion:
+		// R3.3: the question comment itself, carrying the envelope so
+		// ingress-github does not also publish it as comment.agent. The
+		// agent wrote it and may have been told to paste its environment
+		// ("$(env)"): it is scrubbed like every relayed text before it
+		// is published.
+		text := capText(in.scrub(ev.GetQuestion().GetText()))
+		return func(env string) string { return envelope.MarkSelfAuthored(text + "\n\n" + env) }, nil
+	case catalog.RecordMirror:
+		// R3.4: exactly today's mirror (docs/requirements.md K19) plus the envelope
+		// before the marker. Marker-stamped, so both ingresses drop it.
+		text := in.grammar.Defang(in.scrub(ev.GetReply().GetText()))
+		head := "🗣️ **the-loop** — reply from `" + member + "` on the **" + ev.GetSource() +
+			"** channel, recorded here as the answer of record:\n\n" + redact.Quote(capText(text))
+		return func(env string) string { return envelope.MarkSelfAuthored(head + "\n\n" + env) }, nil
+	case catalog.RecordAttributed:
+		// R3.5: unmarked, so the ledger's ingress judges it like a human's
+		// comment. The relayed text stands alone between the attribution
+		// line and the envelope, undefanged, so the gate classifies it and
+		// the control keyword executes.
+		text, err := relayedText(in, ev)
+		if err != nil {
+			return nil, err
+		}
+		head := attribution("Relayed from", member, ev.GetSource()) + ":\n\n" + capText(text)
+		return func(env string) string { return head + "\n\n" + env + "\n" }, nil
+	case catalog.RecordIssue:
+		// R3.6, abuse case 7: the repository and labels come from config
+		// only, the body is scrubbed and carries the envelope and no
+		// marker (the issue must be armable).
+		return kickoff(in, ev, member, rec, at)
+	default:
+		return nil, fmt.Errorf("record kind %v is not written by the ledger", kind)
+	}
+}
+
+// relayedText is the text an attributed record relays: a gate answer's, or
+// a control command's (its keyword when the person typed none), scrubbed.
+func relayedText(in renderInput, ev *loopv1.Event) (string, error) {
+	var text string
+	switch b := ev.GetBody().(type) {
+	case *loopv1.Event_GateFeedback:
+		text = in.scrub(b.GateFeedback.GetText())
+	case *loopv1.Event_ControlCommand:
+		orig := b.ControlCommand.GetText()
+		if strings.TrimSpace(orig) == "" {
+			orig = in.grammar.Keyword(control.Command(b.ControlCommand.GetCommand()))
+		}
+		text = in.scrub(orig)
+		// Scrubbing must not change what the control seam reads:
+		// relaying a different command than the person typed would
+		// be worse than not relaying it.
+		if in.grammar.Parse(text).Command != in.grammar.Parse(orig).Command {
+			return "", refuse("scrub-changed-command", "scrubbing changed the control command of %s", ev.GetId())
+		}
+	default:
+		return "", refuse("invalid", "%s has no relayable body", ev.GetType())
+	}
+	return text, nil
+}
+
+// kickoff is the new issue a kickoff opens: the repository and labels come
+// from config only, the title and body from the person's message.
+func kickoff(in renderInput, ev *loopv1.Event, member string, rec *record, at *envelope.Binding) (compose func(env string) string, err error) {
+	owner, repo, ok := parseRepo(in.kickoff.repo)
+	if in.kickoff.repo == "" {
+		return nil, refuse("kickoff-disabled", "channels.slack.kickoff.repo is empty: kickoff is disabled")
+	}
+	if !ok {
+		return nil, refuse("bad-ref", "channels.slack.kickoff.repo %q is not owner/repo", in.kickoff.repo)
+	}
+	c := ev.GetWorkItemCreate()
+	msg := c.GetBody()
+	if strings.TrimSpace(msg) == "" {
+		msg = c.GetTitle()
+	}
+	titleSrc := c.GetTitle()
+	if strings.TrimSpace(titleSrc) == "" {
+		titleSrc = msg
+	}
+	// decision 017: the body becomes the session's prompt and is untrusted,
+	// so it is scrubbed and defanged: a kickoff creates and arms a work
+	// item, it does not smuggle a control command past the
+	// control.command grant.
+	rec.owner, rec.repo = owner, repo
+	rec.labels = append([]string(nil), in.kickoff.labels...)
+	rec.title = title(in.grammar.Defang(in.scrub(firstLine(titleSrc))), ev.GetSource())
+	*at = envelope.IssueBody(owner + "/" + repo)
+	head := capText(in.grammar.Defang(in.scrub(strings.TrimSpace(msg)))) + "\n\n" +
+		"_" + attribution("Opened from", member, ev.GetSource()) + "._"
+	return func(env string) string { return head + "\n\n" + env + "\n" }, nil
 }
 
 // attribution is the visible line naming the originating channel and member.

@@ -94,6 +94,9 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 	return err
 }
 
+// deliver makes sure ev has its one message in the channel: it claims the
+// event's `posted` key, finds a message an earlier delivery posted but did
+// not remember, then edits that message or posts a new one.
 func (s *Service) deliver(ctx context.Context, cfg config.SlackChannel, ev *loopv1.Event, p plan, d *bus.Delivery) error {
 	ch := cfg.Channel
 	key := postedKey(ch, ev.GetId())
@@ -111,74 +114,20 @@ func (s *Service) deliver(ctx context.Context, cfg config.SlackChannel, ev *loop
 	if err != nil {
 		return err
 	}
-	buttons, err := s.buttonsFor(ctx, cfg, ev)
+	msg, buttons, err := s.render(ctx, cfg, ev)
 	if err != nil {
 		return err
 	}
-	msg := slackmsg.Render(ev, slackmsg.Options{
-		Verbosity:   slackmsg.Verbosity(cfg.Verbosity),
-		MaxChars:    cfg.MaxChars,
-		GateButtons: buttons,
-	})
-	if err := slackmsg.Check(msg); err != nil {
-		// A renderer bug must not cost the person the message: the
-		// fallback text alone is always valid.
-		s.deps.Log.Error("rendered blocks fail the Block Kit check; posting the text only", "event_id", ev.GetId(), "err", err)
-		msg.Blocks = nil
-	}
-
-	outcome := "posted"
-	switch {
-	case rec.State == statePosted:
-		outcome = "updated"
-	case rec.State == stateClaimed && !fresh:
-		ts, err := s.find(ctx, rec, ev.GetId())
-		if err != nil {
-			return s.slackErr(ctx, ev, ch, "search", err, key, rec, rev)
-		}
-		if ts != "" {
-			rec.State, rec.TS = statePosted, ts
-			if rev, err = s.update(ctx, key, rec, rev); err != nil {
-				return err
-			}
-			outcome = "recovered"
-		}
-	}
-
-	if rec.State == stateRejected {
-		// About to post again: until the answer is in, the outcome is
-		// unknown once more.
-		rec.State = stateClaimed
-		if rev, err = s.update(ctx, key, rec, rev); err != nil {
-			return err
-		}
+	rec, rev, outcome, err := s.recover(ctx, ev, ch, key, rec, rev, fresh)
+	if err != nil {
+		return err
 	}
 	if err := s.pace.wait(ctx, ch); err != nil {
 		return err
 	}
-	if rec.State == statePosted {
-		if err := s.edit(ctx, rec, msg); err != nil {
-			var se slack.SlackErrorResponse
-			if errors.As(err, &se) && (se.Err == "message_not_found" || se.Err == "cant_update_message") {
-				// Someone deleted the message (or it is not ours):
-				// posting again would break "one message"; the edit is
-				// only a refresh, so the delivery stands.
-				s.failed(ctx, ev, ch, se.Err, false)
-				return nil
-			}
-			return s.slackErr(ctx, ev, ch, "chat.update", err, key, rec, rev)
-		}
-	} else {
-		ts, err := s.post(ctx, rec, msg)
-		if err != nil {
-			return s.slackErr(ctx, ev, ch, "chat.postMessage", err, key, rec, rev)
-		}
-		rec.State, rec.TS = statePosted, ts
-		if _, err := s.update(ctx, key, rec, rev); err != nil {
-			// The message is out but not remembered: the redelivery
-			// finds it by its metadata.
-			return err
-		}
+	rec, stands, err := s.send(ctx, ev, ch, key, rec, rev, msg)
+	if err != nil || stands {
+		return err
 	}
 	if buttons {
 		if err := s.remember(ctx, ev, rec); err != nil {
@@ -204,6 +153,91 @@ func (s *Service) deliver(ctx context.Context, cfg config.SlackChannel, ev *loop
 		slog.String("work_item", ev.GetSubject()), slog.String("thread", rec.ThreadTS),
 		slog.String("ts", rec.TS), slog.String("op", outcome), slog.Uint64("delivery", d.NumDelivered))
 	return nil
+}
+
+// render is ev's message, with the gate buttons when a press can be
+// received (buttons).
+func (s *Service) render(ctx context.Context, cfg config.SlackChannel, ev *loopv1.Event) (msg slackmsg.Message, buttons bool, err error) {
+	buttons, err = s.buttonsFor(ctx, cfg, ev)
+	if err != nil {
+		return slackmsg.Message{}, false, err
+	}
+	msg = slackmsg.Render(ev, slackmsg.Options{
+		Verbosity:   slackmsg.Verbosity(cfg.Verbosity),
+		MaxChars:    cfg.MaxChars,
+		GateButtons: buttons,
+	})
+	if err := slackmsg.Check(msg); err != nil {
+		// A renderer bug must not cost the person the message: the
+		// fallback text alone is always valid.
+		s.deps.Log.Error("rendered blocks fail the Block Kit check; posting the text only", "event_id", ev.GetId(), "err", err)
+		msg.Blocks = nil
+	}
+	return msg, buttons, nil
+}
+
+// recover settles what an earlier delivery left in rec: a message it posted
+// (updated), or one it posted without remembering it, found by its metadata
+// (recovered); otherwise the message is still to post (posted). A claim
+// whose post was rejected is claimed again before posting.
+func (s *Service) recover(ctx context.Context, ev *loopv1.Event, ch, key string, rec record, rev uint64, fresh bool) (record, uint64, string, error) {
+	outcome := "posted"
+	switch {
+	case rec.State == statePosted:
+		outcome = "updated"
+	case rec.State == stateClaimed && !fresh:
+		ts, err := s.find(ctx, rec, ev.GetId())
+		if err != nil {
+			return rec, rev, "", s.slackErr(ctx, ev, ch, "search", err, key, rec, rev)
+		}
+		if ts != "" {
+			rec.State, rec.TS = statePosted, ts
+			if rev, err = s.update(ctx, key, rec, rev); err != nil {
+				return rec, rev, "", err
+			}
+			outcome = "recovered"
+		}
+	}
+	if rec.State == stateRejected {
+		// About to post again: until the answer is in, the outcome is
+		// unknown once more.
+		rec.State = stateClaimed
+		var err error
+		if rev, err = s.update(ctx, key, rec, rev); err != nil {
+			return rec, rev, "", err
+		}
+	}
+	return rec, rev, outcome, nil
+}
+
+// send edits the message rec names, or posts it and remembers its ts. stands
+// is true when the delivery ends here, successful: the message to edit is
+// gone or not ours, and posting again would break "one message".
+func (s *Service) send(ctx context.Context, ev *loopv1.Event, ch, key string, rec record, rev uint64, msg slackmsg.Message) (_ record, stands bool, err error) {
+	if rec.State == statePosted {
+		if err := s.edit(ctx, rec, msg); err != nil {
+			var se slack.SlackErrorResponse
+			if errors.As(err, &se) && (se.Err == "message_not_found" || se.Err == "cant_update_message") {
+				// Someone deleted the message (or it is not ours): the
+				// edit is only a refresh, so the delivery stands.
+				s.failed(ctx, ev, ch, se.Err, false)
+				return rec, true, nil
+			}
+			return rec, false, s.slackErr(ctx, ev, ch, "chat.update", err, key, rec, rev)
+		}
+		return rec, false, nil
+	}
+	ts, err := s.post(ctx, rec, msg)
+	if err != nil {
+		return rec, false, s.slackErr(ctx, ev, ch, "chat.postMessage", err, key, rec, rev)
+	}
+	rec.State, rec.TS = statePosted, ts
+	if _, err := s.update(ctx, key, rec, rev); err != nil {
+		// The message is out but not remembered: the redelivery finds it
+		// by its metadata.
+		return rec, false, err
+	}
+	return rec, false, nil
 }
 
 // claim creates the key, or reads the claim a previous delivery left.
