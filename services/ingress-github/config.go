@@ -3,7 +3,6 @@ package ingressgithub
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/the-loop/bus/pkg/config"
@@ -59,14 +58,6 @@ func (c Config) Validate() error {
 }
 
 // PollRepoList is LOOP_GITHUB_POLL_REPOS as a list.
-func (c Config) PollRepoList() []string {
-	var out []string
-	for r := range strings.SplitSeq(c.PollRepos, ",") {
-		if r = strings.TrimSpace(r); r != "" {
-			out = append(out, r)
-		}
-	}
-	return out
-}
+func (c Config) PollRepoList() []string { return config.List(c.PollRepos) }
 
 func (c Config) mode() Mode { return Mode(c.Mode) }
