@@ -1,16 +1,24 @@
-# the-loop bus. `make test e2e compose-e2e` is the README's test command and what CI runs.
+# the-loop bus. `make verify test e2e compose-e2e` is the README's test command and what CI runs.
 GO        ?= go
 PKGS      := ./...
+# The pinned tools (buf, protoc-gen-go, staticcheck) are built from their own
+# module in tools/, outside the product's module graph, so `go list -m all`,
+# `go mod verify` and a complete go.sum concern the product alone.
+TOOLS     := bin/tools
 FUZZTIME  ?= 10s
 BENCHTIME ?= 2s
 
-.PHONY: all build test test-app test-race test-short lint fmt generate verify-generate proto-lint proto-breaking \
+.PHONY: all build tools test test-app test-race test-short lint fmt generate verify-generate proto-lint proto-breaking \
         fuzz bench e2e compose-e2e tidy verify-tidy check-deps verify up clean
 
 all: build
 
 build:
 	$(GO) build -o bin/the-loop ./cmd/the-loop
+
+## tools: build the pinned tools from tools/go.mod into bin/tools.
+tools:
+	cd tools && GOWORK=off $(GO) build -o ../$(TOOLS)/ github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go honnef.co/go/tools/cmd/staticcheck
 
 ## test: the whole suite, real in-process JetStream servers included; prints its duration.
 ## Then the ledger-writer's and ingress-github's suites again as a GitHub App (test-app).
@@ -30,28 +38,28 @@ test-short:
 test-race:
 	$(GO) test -race -count=1 -shuffle=on -timeout=30m $(PKGS)
 
-lint:
+lint: tools
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	$(GO) tool staticcheck $(PKGS)
+	$(TOOLS)/staticcheck $(PKGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 ## generate: protobuf Go code and the generated docs.
-generate:
-	$(GO) tool buf generate
+generate: tools
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(TOOLS)/buf generate
 	$(GO) generate $(PKGS)
 
 ## verify-generate: fails when generated files differ from what is committed.
 verify-generate: generate
 	@out="$$(git status --porcelain -- proto docs)"; if [ -n "$$out" ]; then echo "$$out"; echo "generated files drifted: run 'make generate' and commit"; exit 1; fi
 
-proto-lint:
-	$(GO) tool buf lint
+proto-lint: tools
+	$(TOOLS)/buf lint
 
-proto-breaking:
-	$(GO) tool buf breaking --against '.git#branch=main'
+proto-breaking: tools
+	$(TOOLS)/buf breaking --against '.git#branch=main'
 
 ## fuzz: every Fuzz target for FUZZTIME each.
 fuzz:
@@ -80,16 +88,24 @@ compose-e2e:
 
 tidy:
 	$(GO) mod tidy
-	$(GO) work sync
+	cd tools && GOWORK=off $(GO) mod tidy
 
+## verify-tidy: go.mod and go.sum are tidy and complete, and every module matches its checksum.
 verify-tidy:
 	$(GO) mod tidy -diff
+	$(GO) mod verify
+	@before="$$(cat go.sum)"; $(GO) list -m all >/dev/null; if [ "$$(cat go.sum)" != "$$before" ]; then echo "go.sum was incomplete: 'go list -m all' added to it"; exit 1; fi
 
-## check-deps: pkg never imports services; only pkg/bus imports NATS.
+## check-deps: pkg never imports services, no service imports another, only pkg/bus (and the
+## test-support tree) imports NATS, test imports included; the product binary does not link testing.
 check-deps:
 	./scripts/check-deps.sh
 
-verify: lint verify-generate verify-tidy check-deps proto-lint
+## verify: formatting, vet, staticcheck, generated files, tidy modules, dependency rules, proto lint;
+## prints its duration (CI runs it before the tests).
+verify:
+	@start=$$(date +%s); $(MAKE) --no-print-directory lint verify-generate verify-tidy check-deps proto-lint; rc=$$?; \
+	echo "stage verify: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
 
 up:
 	$(GO) run ./cmd/the-loop up
