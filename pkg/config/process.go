@@ -203,6 +203,18 @@ func CheckURL(name, raw string, schemes ...string) error {
 	return nil
 }
 
+// List is a comma-separated setting as its items, trimmed, empty ones
+// dropped (LOOP_GITHUB_POLL_REPOS, LOOP_SESSION_ENV).
+func List(v string) []string {
+	var out []string
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
 // CheckNonNegative accepts a duration of zero or more.
 func CheckNonNegative(key string, d time.Duration) error {
 	if d < 0 {

@@ -36,15 +36,7 @@ type Config struct {
 func DefaultConfig() Config { return config.DefaultsOf[Config]() }
 
 // SessionEnvNames is LOOP_SESSION_ENV as a list.
-func (c Config) SessionEnvNames() []string {
-	var out []string
-	for n := range strings.SplitSeq(c.SessionEnv, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			out = append(out, n)
-		}
-	}
-	return out
-}
+func (c Config) SessionEnvNames() []string { return config.List(c.SessionEnv) }
 
 // Validate checks the values the environment reader cannot check by type.
 func (c Config) Validate() error {

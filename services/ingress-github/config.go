@@ -3,7 +3,6 @@ package ingressgithub
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/the-loop/bus/pkg/config"
@@ -22,7 +21,8 @@ type Config struct {
 	WebhookSecret config.Secret `envconfig:"GITHUB_WEBHOOK_SECRET" desc:"webhook HMAC secret; ingress-github needs it to accept webhooks"`
 	WebhookAddr   string        `envconfig:"GITHUB_WEBHOOK_ADDR" default:":8787" desc:"listen address of POST /gh-webhook"`
 	// WebhookConcurrency bounds what a flood of requests, signed or not,
-	// can hold of the service at once (decision 037): far above what
+	// can hold of the service at once
+	// (docs/decisions/037-webhook-intake-bounds.md): far above what
 	// GitHub sends one endpoint at once.
 	WebhookConcurrency int `envconfig:"GITHUB_WEBHOOK_CONCURRENCY" default:"64" desc:"webhook requests ingress-github handles at once; one more is answered 503 with Retry-After"`
 	// Mode is how the service learns of GitHub activity (see Mode).
@@ -59,14 +59,6 @@ func (c Config) Validate() error {
 }
 
 // PollRepoList is LOOP_GITHUB_POLL_REPOS as a list.
-func (c Config) PollRepoList() []string {
-	var out []string
-	for r := range strings.SplitSeq(c.PollRepos, ",") {
-		if r = strings.TrimSpace(r); r != "" {
-			out = append(out, r)
-		}
-	}
-	return out
-}
+func (c Config) PollRepoList() []string { return config.List(c.PollRepos) }
 
 func (c Config) mode() Mode { return Mode(c.Mode) }

@@ -15,7 +15,8 @@ type Config struct {
 	config.GitHub
 	// WritesPerMinute and WritesPerHour pace content writes per credential
 	// (per process). GitHub documents 80 content-creating requests per
-	// minute and 500 per hour per credential (testdata/github-rest/SOURCE.md).
+	// minute and 500 per hour per credential (the REST API's secondary rate
+	// limits).
 	WritesPerMinute int `envconfig:"GITHUB_WRITES_PER_MINUTE" default:"80" desc:"ledger-writer: content writes per minute per process, under GitHub's secondary limit (divide by the replicas sharing one token)"`
 	WritesPerHour   int `envconfig:"GITHUB_WRITES_PER_HOUR" default:"500" desc:"ledger-writer: content writes per hour per process (divide by the replicas sharing one token)"`
 }
