@@ -80,7 +80,7 @@ func sharedDeliveries(tb testing.TB) []delivery {
 }
 
 // TestSharedDeliveries: every shared delivery renders byte for byte what the
-// original Python implementation rendered (testdata/excerpt/SOURCE.md).
+// original Python implementation rendered (the expected.json beside them).
 func TestSharedDeliveries(t *testing.T) {
 	t.Parallel()
 	ds := sharedDeliveries(t)

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// No official Block Kit schema exists (testdata/slack/SOURCE.md), so Check is
+// Slack publishes no official Block Kit schema to validate against, so Check is
 // ours: Slack's documented limits for the block and element types the
 // renderer uses, plus the escaping rules every message of ours keeps. The
 // renderer runs it on every message before posting (a failure falls back to
