@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/graph"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/excerpt"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"

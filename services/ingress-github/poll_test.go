@@ -13,9 +13,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
 	"github.com/the-loop/bus/services/runtime"
 )

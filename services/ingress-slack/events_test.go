@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/slack/slackfake"
-	"github.com/the-loop/bus/pkg/slack/socketfake"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/socketfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 )
 

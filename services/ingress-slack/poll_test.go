@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
 )
 
 // pollEnv is an env in poll mode whose bound thread and kickoff channel live

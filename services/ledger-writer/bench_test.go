@@ -9,10 +9,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/rawbench"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
-	"github.com/the-loop/bus/pkg/bus/rawbench"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 )
 
 // BenchmarkLedger measures one event's round trip through the ledger, one in

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 )
 
 // burst publishes n gate answers over 20 work items and waits until every one

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
 )
 
 // TestClassify: what each GitHub answer to a comment write means for the

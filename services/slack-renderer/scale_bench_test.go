@@ -11,12 +11,12 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 

@@ -26,10 +26,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/github/ghfake"
-	"github.com/the-loop/bus/pkg/harness/standin"
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/standin"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
 // The world every end-to-end test shares: one repository on the GitHub

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/github/ghfake"
-	"github.com/the-loop/bus/pkg/harness/standin"
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/standin"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
 // TestMain makes this test binary the stand-in agent harness when the

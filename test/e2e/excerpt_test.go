@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/internal/testkit"
-	"github.com/the-loop/bus/pkg/github/ghfake"
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
 // maxEventPayload is the largest payload ingress-github carries in an event

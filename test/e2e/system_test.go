@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
 // kind is how an event enters the system.

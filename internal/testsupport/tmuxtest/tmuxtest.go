@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/the-loop/bus/pkg/harness/standin"
+	"github.com/the-loop/bus/internal/testsupport/standin"
 )
 
 // EnvDir names the variable that makes the test binary the stand-in and

@@ -11,7 +11,7 @@ import (
 	"github.com/slack-go/slack"
 	"github.com/slack-go/slack/socketmode"
 
-	"github.com/the-loop/bus/pkg/slack/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
 )
 
 // client runs slack-go's Socket Mode client against s, acking every
