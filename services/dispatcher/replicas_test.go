@@ -293,7 +293,7 @@ const (
 // registry — is CPU, and on a shared 2-core machine the CPU, not the
 // terminals, would otherwise bound every replica count alike.
 func BenchmarkDispatcherReplicas(b *testing.B) {
-	bustest.ReplicaScaling(b, dispatcherRound)
+	bustest.ReplicaScaling(b, func(b *testing.B) int { return b.N }, dispatcherRound)
 }
 
 func dispatcherRound(b *testing.B, n int) (rate, share float64) {

@@ -72,7 +72,7 @@ const (
 // In production the per-credential GitHub pacing (DefaultPerMinute, split
 // over the replicas sharing the credential) binds long before either.
 func BenchmarkLedgerReplicas(b *testing.B) {
-	bustest.ReplicaScaling(b, scaleRound)
+	bustest.ReplicaScaling(b, func(b *testing.B) int { return b.N }, scaleRound)
 }
 
 // scaleRound runs one round of b.N events through n fresh replicas and

@@ -43,7 +43,7 @@ const (
 // In production Slack's own pace (about one post per second per channel,
 // LOOP_SLACK_POST_INTERVAL, kept by each replica for itself) binds first.
 func BenchmarkRendererReplicas(b *testing.B) {
-	bustest.ReplicaScaling(b, rendererRound)
+	bustest.ReplicaScaling(b, func(b *testing.B) int { return b.N }, rendererRound)
 }
 
 func rendererRound(b *testing.B, n int) (rate, share float64) {

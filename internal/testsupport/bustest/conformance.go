@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
@@ -44,7 +43,7 @@ type ConformanceOptions struct {
 //     that stops hands its share over at once, one that dies loses it after
 //     its lease (not after PinnedTTL) — per-key order and exactly-once
 //     throughout.
-func RunConformance(t *testing.T, opts ConformanceOptions) {
+func RunConformance[T Parent[T]](t T, opts ConformanceOptions) {
 	if opts.Stream == "" {
 		opts.Stream = bus.StreamInbox
 	}
@@ -53,7 +52,7 @@ func RunConformance(t *testing.T, opts ConformanceOptions) {
 	}
 	cases := []struct {
 		name string
-		fn   func(*testing.T, ConformanceOptions)
+		fn   func(TB, ConformanceOptions)
 	}{
 		{"DedupStoredOnce", testDedup},
 		{"OrderPerKey", testOrder},
@@ -66,7 +65,7 @@ func RunConformance(t *testing.T, opts ConformanceOptions) {
 		{"ReplicasShareAndRebalance", testShare},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(c.name, func(t T) {
 			if os.Getenv(EnvURL) == "" {
 				t.Parallel()
 			}
@@ -77,7 +76,7 @@ func RunConformance(t *testing.T, opts ConformanceOptions) {
 
 // harness is one subtest's server, topology and helpers.
 type harness struct {
-	t    *testing.T
+	t    TB
 	srv  *Server
 	topo bus.Topology
 	opts ConformanceOptions
@@ -87,7 +86,7 @@ type harness struct {
 	runners []*running
 }
 
-func newHarness(t *testing.T, opts ConformanceOptions, sopts Options, mod func(*bus.Topology)) *harness {
+func newHarness(t TB, opts ConformanceOptions, sopts Options, mod func(*bus.Topology)) *harness {
 	t.Helper()
 	topo := FastTopology(8)
 	topo.Consumers = []bus.ConsumerGroup{{Service: opts.Service, Stream: opts.Stream}}
@@ -150,7 +149,7 @@ type running struct {
 }
 
 // stop cancels the runner and waits for Run to return.
-func (rn *running) stop(t testing.TB) error {
+func (rn *running) stop(t TB) error {
 	t.Helper()
 	rn.cancel()
 	select {
@@ -205,7 +204,7 @@ func (h *harness) start(c *bus.Conn, spec bus.ConsumerSpec, hd bus.Handler) *run
 }
 
 // waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, cond func() bool, what string) {
+func waitFor(t TB, d time.Duration, cond func() bool, what string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -274,7 +273,7 @@ func (rc *recorder) handler(replica string, fail func(d *bus.Delivery) error) bu
 
 func ok(r record) bool { return r.ok }
 
-func testDedup(t *testing.T, opts ConformanceOptions) {
+func testDedup(t TB, opts ConformanceOptions) {
 	h := newHarness(t, opts, Options{}, nil)
 	first := h.publish("github:octo/repo#1", 0, "gh:dup-1")
 	if first.Duplicate {
@@ -314,7 +313,7 @@ func testDedup(t *testing.T, opts ConformanceOptions) {
 	}
 }
 
-func testOrder(t *testing.T, opts ConformanceOptions) {
+func testOrder(t TB, opts ConformanceOptions) {
 	h := newHarness(t, opts, Options{}, nil)
 	const keys, perKey = 24, 12
 	var rc recorder
@@ -359,7 +358,7 @@ func testOrder(t *testing.T, opts ConformanceOptions) {
 	}
 }
 
-func testKilled(t *testing.T, opts ConformanceOptions) {
+func testKilled(t TB, opts ConformanceOptions) {
 	h := newHarness(t, opts, Options{}, nil)
 	var rc recorder
 	started := make(chan string, 2)
@@ -419,7 +418,7 @@ func testKilled(t *testing.T, opts ConformanceOptions) {
 	}
 }
 
-func dlqHarness(t *testing.T, opts ConformanceOptions) (*harness, *recorder, func(d *bus.Delivery) error) {
+func dlqHarness(t TB, opts ConformanceOptions) (*harness, *recorder, func(d *bus.Delivery) error) {
 	h := newHarness(t, opts, Options{}, nil)
 	var rc recorder
 	fail := func(d *bus.Delivery) error {
@@ -434,7 +433,7 @@ func dlqHarness(t *testing.T, opts ConformanceOptions) (*harness, *recorder, fun
 	return h, &rc, fail
 }
 
-func findDLQ(t *testing.T, c *bus.Conn, ceID string) (bus.DLQEntry, bool) {
+func findDLQ(t TB, c *bus.Conn, ceID string) (bus.DLQEntry, bool) {
 	t.Helper()
 	es, err := c.ListDLQ(context.Background(), 0)
 	if err != nil {
@@ -448,7 +447,7 @@ func findDLQ(t *testing.T, c *bus.Conn, ceID string) (bus.DLQEntry, bool) {
 	return bus.DLQEntry{}, false
 }
 
-func checkDLQEntry(t *testing.T, h *harness, e bus.DLQEntry, id, key string, deliveries uint64, reason string) {
+func checkDLQEntry(t TB, h *harness, e bus.DLQEntry, id, key string, deliveries uint64, reason string) {
 	t.Helper()
 	if e.MsgID != id || e.Deliveries != deliveries || !strings.Contains(e.Reason, reason) ||
 		e.Stream != h.opts.Stream || !strings.HasPrefix(e.Consumer, h.opts.Service+"-p") ||
@@ -459,7 +458,7 @@ func checkDLQEntry(t *testing.T, h *harness, e bus.DLQEntry, id, key string, del
 	}
 }
 
-func testPoison(t *testing.T, opts ConformanceOptions) {
+func testPoison(t TB, opts ConformanceOptions) {
 	h, rc, fail := dlqHarness(t, opts)
 	h.start(h.srv.Connect(t, "r1"), h.spec(), rc.handler("r1", fail))
 	h.publish("poison", 0, "gh:poison")
@@ -494,7 +493,7 @@ func testPoison(t *testing.T, opts ConformanceOptions) {
 	}, "terminated advisories kept as the safety net")
 }
 
-func testPermanent(t *testing.T, opts ConformanceOptions) {
+func testPermanent(t TB, opts ConformanceOptions) {
 	h, rc, fail := dlqHarness(t, opts)
 	h.start(h.srv.Connect(t, "r1"), h.spec(), rc.handler("r1", fail))
 	h.publish("permanent", 0, "gh:perm")
@@ -512,7 +511,7 @@ func testPermanent(t *testing.T, opts ConformanceOptions) {
 	}
 }
 
-func testServerRestart(t *testing.T, opts ConformanceOptions) {
+func testServerRestart(t TB, opts ConformanceOptions) {
 	h := newHarness(t, opts, Options{InProcessOnly: true}, nil)
 	const total, before = 20, 8
 	const key = "github:octo/repo#restart"
@@ -563,7 +562,7 @@ func testServerRestart(t *testing.T, opts ConformanceOptions) {
 	}
 }
 
-func testRunnerSurvivesRestart(t *testing.T, opts ConformanceOptions) {
+func testRunnerSurvivesRestart(t TB, opts ConformanceOptions) {
 	h := newHarness(t, opts, Options{InProcessOnly: true}, nil)
 	var rc recorder
 	r := h.start(h.srv.Connect(t, "r1"), h.spec(), rc.handler("r1", nil))
@@ -586,7 +585,7 @@ func testRunnerSurvivesRestart(t *testing.T, opts ConformanceOptions) {
 	}
 }
 
-func testStandby(t *testing.T, opts ConformanceOptions) {
+func testStandby(t TB, opts ConformanceOptions) {
 	const pinnedTTL = 2 * time.Second
 	h := newHarness(t, opts, Options{}, func(topo *bus.Topology) {
 		topo.Partitions = 1
@@ -624,7 +623,7 @@ func testStandby(t *testing.T, opts ConformanceOptions) {
 	}
 }
 
-func testShare(t *testing.T, opts ConformanceOptions) {
+func testShare(t TB, opts ConformanceOptions) {
 	// A pin outlives every step below by far: whatever hands a partition
 	// over here, it is not the pin timing out.
 	const pinnedTTL = time.Minute

@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -69,13 +68,13 @@ type Server struct {
 
 // NewServer starts an in-process server (or uses LOOP_TEST_NATS_URL) that is
 // shut down when t ends.
-func NewServer(t testing.TB) *Server {
+func NewServer(t TB) *Server {
 	t.Helper()
 	return StartServer(t, Options{})
 }
 
 // StartServer is NewServer with options.
-func StartServer(t testing.TB, opts Options) *Server {
+func StartServer(t TB, opts Options) *Server {
 	t.Helper()
 	if u := os.Getenv(EnvURL); u != "" && !opts.InProcessOnly && !opts.Auth && opts.SyncInterval <= 0 {
 		s := &Server{url: u, external: true}
@@ -104,7 +103,7 @@ func StartServer(t testing.TB, opts Options) *Server {
 	return s
 }
 
-func (s *Server) start(t testing.TB) {
+func (s *Server) start(t TB) {
 	t.Helper()
 	emb, err := bus.StartEmbedded(context.Background(), bus.EmbeddedOptions{
 		StoreDir:     s.storeDir,
@@ -151,7 +150,7 @@ func (s *Server) Shutdown() {
 // Restart shuts the in-process server down and starts it again on the same
 // store dir and port, as after a crash-free restart of `the-loop up`.
 // It skips the test when the server is external.
-func (s *Server) Restart(t testing.TB) {
+func (s *Server) Restart(t TB) {
 	t.Helper()
 	if s.external {
 		t.Skip("bustest: cannot restart an external server")
@@ -163,7 +162,7 @@ func (s *Server) Restart(t testing.TB) {
 // Connect opens a TCP connection named name that reconnects quickly and is
 // closed when t ends. TCP, not an in-process pipe, so that it survives
 // Restart. With authorization on it connects as the operator.
-func (s *Server) Connect(t testing.TB, name string) *bus.Conn {
+func (s *Server) Connect(t TB, name string) *bus.Conn {
 	t.Helper()
 	return s.ConnectAs(t, bus.IdentityOperator, name)
 }
@@ -183,7 +182,7 @@ func (s *Server) Credentials(identity string) bus.Credentials {
 }
 
 // ConnectAs is Connect with identity's credential (with authorization on).
-func (s *Server) ConnectAs(t testing.TB, identity, name string) *bus.Conn {
+func (s *Server) ConnectAs(t TB, identity, name string) *bus.Conn {
 	t.Helper()
 	o := bus.Options{
 		URL:            s.URL(),
@@ -208,7 +207,7 @@ func (s *Server) ConnectAs(t testing.TB, identity, name string) *bus.Conn {
 }
 
 // Provision provisions topo through a short-lived connection.
-func (s *Server) Provision(t testing.TB, topo bus.Topology) {
+func (s *Server) Provision(t TB, topo bus.Topology) {
 	t.Helper()
 	c := s.Connect(t, "bustest-provision")
 	defer c.Close()
@@ -232,7 +231,7 @@ func FastTopology(n int) bus.Topology {
 }
 
 // wipe deletes the-loop's streams and KV buckets from an external server.
-func (s *Server) wipe(t testing.TB) {
+func (s *Server) wipe(t TB) {
 	t.Helper()
 	nc, err := nats.Connect(s.url, nats.Name("bustest-wipe"))
 	if err != nil {
@@ -272,7 +271,7 @@ func (s *Server) wipe(t testing.TB) {
 // cluster routes (a cluster's peers are not there). What the test is about —
 // authorization, limits, JetStream settings — stays as the file says. The
 // server stops when t ends.
-func StartFromConfig(t testing.TB, confPath string) *Server {
+func StartFromConfig(t TB, confPath string) *Server {
 	t.Helper()
 	opts, err := server.ProcessConfigFile(confPath)
 	if err != nil {
@@ -321,12 +320,13 @@ func Spread(n, perPart int, ref func(i int) string) []int {
 	return out
 }
 
-// BenchProbe reports whether b is the one-iteration run the testing package
-// makes before a benchmark run with a fixed count (-benchtime=Nx, N > 1).
-// A benchmark whose every round is costly to set up returns at once from
-// it: the counted run follows, and only its figures are reported.
-func BenchProbe(b *testing.B) bool {
-	if b.N != 1 {
+// benchProbe reports whether a benchmark run of n iterations is the
+// one-iteration run the testing package makes before a run with a fixed
+// count (-benchtime=Nx, N > 1). A benchmark whose every round is costly to
+// set up returns at once from it: the counted run follows, and only its
+// figures are reported.
+func benchProbe(n int) bool {
+	if n != 1 {
 		return false
 	}
 	f := flag.Lookup("test.benchtime")
@@ -341,12 +341,13 @@ func BenchProbe(b *testing.B) bool {
 // "replicas=N" and reports each one's events/s, its ratio to one replica
 // measured in the same run (x-1-replica, which make bench checks) and the
 // busiest replica's share (max-share). round returns events/s and that
-// share for n replicas.
-func ReplicaScaling(b *testing.B, round func(b *testing.B, n int) (rate, share float64)) {
+// share for n replicas. iterations returns a benchmark's b.N (a field, which
+// no interface can name).
+func ReplicaScaling[B Bench[B]](b B, iterations func(B) int, round func(b B, n int) (rate, share float64)) {
 	var one float64 // events/s with one replica, this run
 	for n := 1; n <= 4; n++ {
-		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
-			if BenchProbe(b) {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b B) {
+			if benchProbe(iterations(b)) {
 				return
 			}
 			rate, share := round(b, n)

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v4"
@@ -59,7 +58,7 @@ type appState struct {
 // JWTs are verified as GitHub does (RS256 with the app's key, issuer the
 // app id, issued at most 60 s ahead, valid at most 10 minutes); an
 // installation token is refused once expired, and cannot call GET /user.
-func (s *Server) InstallApp(t testing.TB, slug string, ttl time.Duration) App {
+func (s *Server) InstallApp(t TB, slug string, ttl time.Duration) App {
 	t.Helper()
 	s.mu.Lock()
 	if s.app != nil {

@@ -50,7 +50,6 @@ import (
 	"path"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -134,7 +133,7 @@ func WithTimeScale(factor float64) Option {
 
 // New starts a fake on a loopback port and stops it when the test ends.
 // It knows no repositories and no tokens until AddRepo and AddToken.
-func New(t testing.TB, opts ...Option) *Server {
+func New(t TB, opts ...Option) *Server {
 	t.Helper()
 	s := launch(t, opts...)
 	live.Store(s.ts.URL, s)

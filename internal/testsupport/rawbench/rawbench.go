@@ -6,19 +6,28 @@ package rawbench
 import (
 	"context"
 	"fmt"
-	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// B is what RoundTrip needs of a benchmark; *testing.B satisfies it, and
+// this package does not import testing outside its tests
+// (docs/decisions/081-test-support-tree.md).
+type B interface {
+	Helper()
+	Fatal(args ...any)
+	ResetTimer()
+	Loop() bool
+}
+
 // RoundTrip benchmarks the baseline: one message at a time, as a partition
 // is worked — publish with a Nats-Msg-Id, PubAck, pull, DoubleAck.
 // stream gives the stream's Name, Subjects and any SubjectTransform; the rest
 // is set here as the bus's inbox has it (work queue, file storage, discard
 // new, a 2 h duplicate window). Each op publishes data to subject.
-func RoundTrip(b *testing.B, nc *nats.Conn, stream jetstream.StreamConfig, subject string, data []byte) {
+func RoundTrip(b B, nc *nats.Conn, stream jetstream.StreamConfig, subject string, data []byte) {
 	b.Helper()
 	ctx := context.Background()
 	js, err := jetstream.New(nc)

@@ -39,7 +39,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/slack-go/slack/slacktest"
@@ -168,7 +167,7 @@ type fault struct {
 type hook struct{ fn func(Message) }
 
 // New starts a fake that is stopped when t ends.
-func New(t testing.TB, opts ...Option) *Server {
+func New(t TB, opts ...Option) *Server {
 	t.Helper()
 	s := Start(opts...)
 	t.Cleanup(s.Close)
@@ -347,7 +346,7 @@ func (s *Server) Count(method string, status int) int {
 
 // Wait polls cond, re-checking whenever the fake's state changes, until it is
 // true or timeout passes; it fails t on timeout.
-func (s *Server) Wait(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+func (s *Server) Wait(t TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()

@@ -27,7 +27,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -103,7 +102,7 @@ type conn struct {
 }
 
 // New starts a fake that is stopped when t ends.
-func New(t testing.TB, opts ...Option) *Server {
+func New(t TB, opts ...Option) *Server {
 	t.Helper()
 	s := Start(opts...)
 	t.Cleanup(s.Close)
@@ -193,7 +192,7 @@ func (s *Server) await(timeout time.Duration, what string, cond func() bool) err
 
 // WaitConnected waits until at least n connections were accepted and one is
 // live.
-func (s *Server) WaitConnected(t testing.TB, n int, timeout time.Duration) {
+func (s *Server) WaitConnected(t TB, n int, timeout time.Duration) {
 	t.Helper()
 	if err := s.AwaitConnected(n, timeout); err != nil {
 		t.Fatal(err)
@@ -329,7 +328,7 @@ func WithEnvelopeID(id string) SendOption { return func(m map[string]any) { m["e
 // Send sends an envelope of typ ("events_api", "interactive",
 // "slash_commands") carrying payload on the live connection, waiting up to
 // 10 s for one, and returns its envelope id.
-func (s *Server) Send(t testing.TB, typ string, payload json.RawMessage, opts ...SendOption) string {
+func (s *Server) Send(t TB, typ string, payload json.RawMessage, opts ...SendOption) string {
 	t.Helper()
 	id, err := s.SendEnvelope(typ, payload, opts...)
 	if err != nil {
@@ -362,7 +361,7 @@ func (s *Server) SendEnvelope(typ string, payload json.RawMessage, opts ...SendO
 // SendFrame sends a raw frame on the live connection: a recorded envelope,
 // a hello or disconnect frame, a malformed one. An envelope_id in it is
 // tracked like Send's.
-func (s *Server) SendFrame(t testing.TB, frame []byte) {
+func (s *Server) SendFrame(t TB, frame []byte) {
 	t.Helper()
 	var head struct {
 		EnvelopeID string `json:"envelope_id"`
@@ -407,7 +406,7 @@ func (s *Server) Envelope(id string) (Envelope, bool) {
 }
 
 // WaitAck waits up to timeout for the envelope's ack and returns it.
-func (s *Server) WaitAck(t testing.TB, id string, timeout time.Duration) Envelope {
+func (s *Server) WaitAck(t TB, id string, timeout time.Duration) Envelope {
 	t.Helper()
 	e, err := s.AwaitAck(id, timeout)
 	if err != nil {
@@ -428,7 +427,7 @@ func (s *Server) AwaitAck(id string, timeout time.Duration) (Envelope, error) {
 // Disconnect sends a disconnect frame with reason (Slack's "warning",
 // "refresh_requested", "too_many_websockets"…) and closes the connection once
 // the client opened its next one, as Slack does, or after 10 s.
-func (s *Server) Disconnect(t testing.TB, reason string) {
+func (s *Server) Disconnect(t TB, reason string) {
 	t.Helper()
 	s.mu.Lock()
 	c := s.live
@@ -461,7 +460,7 @@ func (s *Server) Disconnect(t testing.TB, reason string) {
 }
 
 // Drop closes the live connection abruptly, without a frame.
-func (s *Server) Drop(t testing.TB) {
+func (s *Server) Drop(t TB) {
 	t.Helper()
 	s.mu.Lock()
 	c := s.live

@@ -10,13 +10,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"testing"
 	"time"
 )
 
 // Golden compares got with testdata/name (relative to the test's package);
 // with UPDATE=1 in the environment it rewrites the file first.
-func Golden(t testing.TB, name string, got []byte) {
+func Golden(t TB, name string, got []byte) {
 	t.Helper()
 	path := filepath.Join("testdata", name)
 	if os.Getenv("UPDATE") == "1" {
@@ -54,13 +53,13 @@ func ReadRepoFile(rel string) string {
 
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // SharedTestdata returns the workspace's shared testdata folder joined with
 // elem (../shared/testdata from the repository root), or skips the test with
 // a clear message when it is absent: a clone outside the workspace has none.
-func SharedTestdata(t testing.TB, elem ...string) string {
+func SharedTestdata(t TB, elem ...string) string {
 	t.Helper()
 	path := filepath.Join(append([]string{RepoRoot(), "..", "shared", "testdata"}, elem...)...)
 	if _, err := os.Stat(path); err != nil {
@@ -98,7 +97,7 @@ func (s *SyncBuffer) Bytes() []byte {
 }
 
 // WaitFor polls cond every 20 ms until it holds, failing the test after d.
-func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+func WaitFor(t TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"sync/atomic"
-	"testing"
 
 	"github.com/the-loop/bus/internal/testsupport/standin"
 )
@@ -36,7 +35,7 @@ var seq atomic.Int64
 
 // Socket returns the name of a private tmux server (tmux -L) for t, killed
 // when t ends. It skips t when tmux is not installed.
-func Socket(t testing.TB) string {
+func Socket(t TB) string {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux is not installed (package tmux)")
@@ -61,7 +60,7 @@ func MaybeRunStandIn() {
 }
 
 // Boots reads the boot records in dir.
-func Boots(t testing.TB, dir string) []Boot {
+func Boots(t TB, dir string) []Boot {
 	t.Helper()
 	out, err := standin.ReadBoots(dir)
 	if err != nil {
@@ -71,7 +70,7 @@ func Boots(t testing.TB, dir string) []Boot {
 }
 
 // Inputs reads the submitted pastes in dir.
-func Inputs(t testing.TB, dir string) []Input {
+func Inputs(t TB, dir string) []Input {
 	t.Helper()
 	out, err := standin.ReadInputs(dir)
 	if err != nil {
