@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
@@ -201,13 +199,13 @@ func TestAuthInitKeepsSeeds(t *testing.T) {
 		t.Errorf("auth init again wrote another auth.conf:\n%s", rewritten)
 	}
 	main := writeFile(t, dir, "nats.conf", []byte("listen: 127.0.0.1:-1\ninclude ./auth.conf\n"))
-	opts, err := server.ProcessConfigFile(main)
+	nkeys, err := bustest.ConfigNkeys(main)
 	if err != nil {
 		t.Fatalf("nats-server refuses auth.conf: %v", err)
 	}
 	loaded := map[string]bool{}
-	for _, u := range opts.Nkeys {
-		loaded[u.Nkey] = true
+	for _, k := range nkeys {
+		loaded[k] = true
 	}
 	for _, id := range bus.Identities() {
 		pub, err := bus.PublicKey(again[id])
@@ -218,8 +216,8 @@ func TestAuthInitKeepsSeeds(t *testing.T) {
 			t.Errorf("auth.conf lacks the public key of %s", id)
 		}
 	}
-	if len(opts.Nkeys) != len(bus.Identities()) {
-		t.Errorf("auth.conf holds %d users, want %d", len(opts.Nkeys), len(bus.Identities()))
+	if len(nkeys) != len(bus.Identities()) {
+		t.Errorf("auth.conf holds %d users, want %d", len(nkeys), len(bus.Identities()))
 	}
 	if code, _, stderr := runVerb(t, config.Env{}, "auth", "init"); code != 2 || !strings.Contains(stderr, "auth init DIR") {
 		t.Errorf("auth init without DIR: %d %s", code, stderr)

@@ -11,7 +11,6 @@ import (
 	// The observer reads the bus's own traffic (acknowledgements on
 	// $JS.ACK, publishes on loop.ev) as a plain NATS client; only tests do
 	// (scripts/check-deps.sh checks non-test imports).
-	"github.com/nats-io/nats.go"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/envelope"
@@ -30,24 +29,8 @@ type busObserver struct {
 
 func observe(t *testing.T, e *env) *busObserver {
 	t.Helper()
-	nc, err := nats.Connect(e.srv.URL(), nats.Name("test-observer"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
 	o := &busObserver{}
-	// Both subjects feed one channel, which the connection's reader fills in
-	// the order the server sent the messages (a callback subscription each
-	// would run on its own goroutine and could reorder them).
-	ch := make(chan *nats.Msg, 4096)
-	for _, subject := range []string{"$JS.ACK." + bus.StreamInbox + ".>", "loop.ev.>"} {
-		if _, err := nc.ChanSubscribe(subject, ch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	ch := e.srv.Watch(t, "test-observer", "$JS.ACK."+bus.StreamInbox+".>", "loop.ev.>")
 	go func() {
 		for m := range ch {
 			o.mu.Lock()

@@ -6,8 +6,6 @@ import (
 
 	// The raw baseline talks to JetStream directly, as pkg/bus's does; only
 	// this benchmark does (scripts/check-deps.sh checks non-test imports).
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/internal/testsupport/ghfake"
@@ -55,13 +53,8 @@ func BenchmarkLedger(b *testing.B) {
 	})
 
 	b.Run("raw", func(b *testing.B) {
-		nc, err := nats.Connect(srv.URL(), nats.Name("bench-raw"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer nc.Close()
 		// The same bytes the writer's benchmark puts on the inbox.
-		rawbench.RoundTrip(b, nc, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.in.>"}},
+		rawbench.RoundTripAt(b, srv.URL(), "RAW", []string{"raw.in.>"},
 			"raw.in.key.gate.feedback", make([]byte, 420))
 	})
 }

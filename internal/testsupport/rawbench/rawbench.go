@@ -73,3 +73,16 @@ func RoundTrip(b B, nc *nats.Conn, stream jetstream.StreamConfig, subject string
 		<-done
 	}
 }
+
+// RoundTripAt is RoundTrip on a connection of its own to the server at url,
+// for a stream named name that holds subjects: for benchmarks outside
+// package bus, which import no NATS client.
+func RoundTripAt(b B, url, name string, subjects []string, subject string, data []byte) {
+	b.Helper()
+	nc, err := nats.Connect(url, nats.Name("bench-raw"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	RoundTrip(b, nc, jetstream.StreamConfig{Name: name, Subjects: subjects}, subject, data)
+}
