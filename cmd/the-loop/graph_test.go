@@ -93,7 +93,7 @@ func TestGraphVerbAsksTheDispatcher(t *testing.T) {
 
 	var code int
 	var stdout, stderr string
-	waitFor(t, time.Minute, "the dispatcher's endpoint", func() bool {
+	testkit.WaitWithin(t, time.Minute, "the dispatcher's endpoint", func() bool {
 		code, stdout, stderr = runVerb(t, env, "graph", "status", ref)
 		return !strings.Contains(stderr, "no dispatcher answered")
 	})

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 )
 
 const (
@@ -29,17 +31,6 @@ func replace(t *testing.T, path, body string) {
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -125,7 +116,7 @@ func TestWatcherKeepsLastGood(t *testing.T) {
 	defer cancel()
 
 	replace(t, path, broken)
-	eventually(t, "the broken edit to be refused", func() bool { return w.Err() != nil })
+	testkit.WaitFor(t, "the broken edit to be refused", func() bool { return w.Err() != nil })
 	if !errors.Is(w.Err(), ErrRemovedKey) || !strings.Contains(w.Err().Error(), "the-loop migrate-config") {
 		t.Errorf("Err = %v", w.Err())
 	}
@@ -137,7 +128,7 @@ func TestWatcherKeepsLastGood(t *testing.T) {
 		t.Fatalf("a broken edit was announced: %+v", cfg)
 	default:
 	}
-	eventually(t, "the refusal to be logged", func() bool {
+	testkit.WaitFor(t, "the refusal to be logged", func() bool {
 		return strings.Contains(logs.String(), "config change refused; keeping the last good config")
 	})
 
@@ -145,7 +136,7 @@ func TestWatcherKeepsLastGood(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the missing file to be reported", func() bool {
+	testkit.WaitFor(t, "the missing file to be reported", func() bool {
 		err := w.Err()
 		return err != nil && errors.Is(err, os.ErrNotExist)
 	})

@@ -169,7 +169,7 @@ func TestGatePausedNotice(t *testing.T) {
 	e.waitRecord("dispatch.dropped", map[string]any{"event_id": rec.GetId(), "reason": DropSessionPaused})
 	id := envelope.LoopID("gate-paused", rec.GetId())
 	var ev *loopv1.Event
-	waitFor(t, "the gate.paused notice on the inbox", func() bool { ev = box.get(id); return ev != nil })
+	testkit.WaitFor(t, "the gate.paused notice on the inbox", func() bool { ev = box.get(id); return ev != nil })
 	n := ev.GetNotification()
 	if ev.GetType() != string(catalog.GatePaused) || ev.GetSubject() != ref || ev.GetCausationId() != rec.GetId() ||
 		ev.GetConversation().GetChannel() != "C0LOOP" || ev.GetConversation().GetThreadTs() != "1700000000.000100" {

@@ -127,7 +127,7 @@ func (f *fleet) start(host string, concurrency int, mod func(*Settings)) *replic
 func (f *fleet) settled(hosts ...string) map[int]string {
 	f.tb.Helper()
 	var owner map[int]string
-	waitFor(f.tb, fmt.Sprintf("the partitions shared by %v", hosts), func() bool {
+	testkit.WaitFor(f.tb, fmt.Sprintf("the partitions shared by %v", hosts), func() bool {
 		ms, err := f.pub.Members(context.Background(), Name)
 		if err != nil || !bustest.Shared(ms, f.parts, len(hosts)) {
 			return false
@@ -172,7 +172,7 @@ func (f *fleet) startItems(refs []string) {
 			}
 		}
 	}
-	waitFor(f.tb, fmt.Sprintf("%d sessions booted", len(refs)), func() bool {
+	testkit.WaitFor(f.tb, fmt.Sprintf("%d sessions booted", len(refs)), func() bool {
 		boots := map[string]bool{}
 		for _, b := range tmuxtest.Boots(f.tb, f.dir) {
 			boots[b.SessionID] = true
@@ -248,7 +248,7 @@ func TestTwoReplicasRunSessionsOnBoth(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "host-b's sessions taken over by host-a", func() bool {
+	testkit.WaitFor(t, "host-b's sessions taken over by host-a", func() bool {
 		for _, ref := range moved {
 			r, _, err := f.store.Get(context.Background(), ref)
 			if err != nil || r.Session.Host != "host-a" || !slices.Contains(r.Session.Delivered, fmt.Sprintf("gh:issue-comment:%d", 2000+slices.Index(moved, ref))) {

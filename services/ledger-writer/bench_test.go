@@ -10,6 +10,7 @@ import (
 	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"github.com/the-loop/bus/internal/testsupport/rawbench"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 )
 
@@ -31,7 +32,7 @@ func BenchmarkLedger(b *testing.B) {
 		gh.AddRepo(testRepo)
 		gh.AddToken(testToken, botLogin)
 		gh.AddIssue(testRepo, "octocat", "bench", "")
-		e := &env{t: b, srv: srv, gh: gh, cfg: testConfig(b), logs: &logCapture{}, parts: topo.Partitions}
+		e := &env{t: b, srv: srv, gh: gh, cfg: testConfig(b), logs: &testkit.Logs{}, parts: topo.Partitions}
 		e.pub = srv.Connect(b, "bench-publisher")
 		done := make(chan struct{}, 1)
 		e.start("bench-writer", WithPacing(0, 0), withHook(func(s step, _ string) error {

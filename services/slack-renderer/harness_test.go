@@ -252,15 +252,3 @@ func (e *env) threadOf(ref string) (string, bool) {
 }
 
 const waitLong = 90 * time.Second
-
-// waitFor polls cond until it holds or the (generous) deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

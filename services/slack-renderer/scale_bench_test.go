@@ -13,6 +13,7 @@ import (
 
 	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
@@ -74,7 +75,7 @@ func rendererRound(b *testing.B, n int) (rate, share float64) {
 			}
 		}})
 	}
-	waitFor(b, "every replica consuming its share", func() bool {
+	testkit.WaitFor(b, "every replica consuming its share", func() bool {
 		ms, err := e.pub.Members(b.Context(), Name)
 		return err == nil && bustest.Shared(ms, scalePartitions, n)
 	})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"github.com/the-loop/bus/internal/testsupport/standin"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
@@ -88,17 +89,6 @@ func (s *buffer) String() string {
 	return s.b.String()
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func freePort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -127,7 +117,7 @@ func TestServiceProcessesAgainstNATSProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nats.Process.Kill(); nats.Wait() })
-	waitFor(t, 20*time.Second, "nats-server to listen", func() bool {
+	testkit.WaitWithin(t, 20*time.Second, "nats-server to listen", func() bool {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err == nil {
 			c.Close()

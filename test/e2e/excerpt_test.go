@@ -231,7 +231,7 @@ func TestSessionSeesTheExcerpt(t *testing.T) {
 		}
 		return out
 	}
-	if !waitUntil(2*time.Minute, func() bool { return len(missing()) == 0 }) {
+	if !testkit.Poll(2*time.Minute, func() bool { return len(missing()) == 0 }) {
 		var typed strings.Builder
 		for _, in := range tmuxtest.Inputs(t, c.standIn) {
 			fmt.Fprintf(&typed, "----\n%s\n", in.Text)

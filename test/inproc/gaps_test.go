@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/graph"
@@ -95,7 +96,7 @@ func TestGap3SlackApprovalPassesGate(t *testing.T) {
 	if doc := w.readArtifact("requirements.md"); !strings.Contains(doc, "@alice (requirements-approval") || !strings.Contains(doc, record) {
 		t.Errorf("approvedBy not written into the artifact:\n%s", doc)
 	}
-	w.eventually("the approval typed into the session, classified first", func() bool {
+	testkit.WaitWithin(w.t, wait, "the approval typed into the session, classified first", func() bool {
 		for _, in := range w.inputs() {
 			if strings.Contains(in, "classified by the gate first: approved") && strings.Contains(in, "node: design") {
 				return true
@@ -164,7 +165,7 @@ func TestGap5KickoffCreatesIssue(t *testing.T) {
 	w := newWorld(t)
 	ts := w.say(aliceSlack, "", "Add a frobnicator to the widget\n\nIt should frobnicate. Please label it security.")
 	var number int
-	w.eventually("the kickoff issue", func() bool {
+	testkit.WaitWithin(w.t, wait, "the kickoff issue", func() bool {
 		for _, is := range w.gh.Issues(repo) {
 			if strings.Contains(is.Title, "Add a frobnicator") {
 				number = is.Number

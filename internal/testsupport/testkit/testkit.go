@@ -96,14 +96,47 @@ func (s *SyncBuffer) Bytes() []byte {
 	return bytes.Clone(s.b.Bytes())
 }
 
-// WaitFor polls cond every 20 ms until it holds, failing the test after d.
-func WaitFor(t TB, d time.Duration, what string, cond func() bool) {
+// Failer is what a wait needs of a test: *testing.T and *testing.B satisfy
+// it, as does every other helper's TB.
+type Failer interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// Patience is how long WaitFor waits: generous, because a loaded machine
+// makes slow passes, and a wait that holds returns at once however long it
+// may take.
+const Patience = 90 * time.Second
+
+// WaitFor polls cond until it holds, failing t after Patience with what it
+// was waiting for.
+func WaitFor(t Failer, what string, cond func() bool) {
 	t.Helper()
+	WaitWithin(t, Patience, what, cond)
+}
+
+// WaitWithin is WaitFor with its own deadline d: for a wait whose deadline
+// is part of what the test asserts, or whose failure should come sooner.
+func WaitWithin(t Failer, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !Poll(d, cond) {
+		t.Fatalf("timed out after %s waiting for %s", d, what)
+	}
+}
+
+// Poll calls cond until it holds or d passes, and reports which. It checks
+// often at first and less often later (5 ms doubling to 100 ms): quick
+// conditions pass quickly, and slow ones (an HTTP round trip, a file read)
+// are not hammered.
+func Poll(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
+	pause := 5 * time.Millisecond
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(pause)
+		pause = min(2*pause, 100*time.Millisecond)
 	}
+	return true
 }
