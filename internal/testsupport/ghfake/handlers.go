@@ -224,6 +224,22 @@ func (s *Server) pageCommentsLocked(c *call, cs []*Comment, doc string) *respons
 		}
 		cs = kept
 	}
+	lo, hi, link := page(c, q, len(cs))
+	out := make([]commentJSON, 0, hi-lo)
+	for _, cm := range cs[lo:hi] {
+		out = append(out, s.renderCommentLocked(c.api, cm))
+	}
+	resp := s.jsonResponse(http.StatusOK, out)
+	if link != "" {
+		resp.header.Set("Link", link)
+	}
+	return resp
+}
+
+// page reads page and per_page (30 by default, at most 100) for a list of n
+// items: the slice [lo, hi) to answer and the Link header, empty when the
+// list fits one page.
+func page(c *call, q url.Values, n int) (lo, hi int, link string) {
 	perPage := 30
 	if v, err := strconv.Atoi(q.Get("per_page")); err == nil && v > 0 {
 		perPage = min(v, 100)
@@ -232,18 +248,13 @@ func (s *Server) pageCommentsLocked(c *call, cs []*Comment, doc string) *respons
 	if v, err := strconv.Atoi(q.Get("page")); err == nil && v > 0 {
 		page = v
 	}
-	last := max((len(cs)+perPage-1)/perPage, 1)
-	lo := min((page-1)*perPage, len(cs))
-	hi := min(lo+perPage, len(cs))
-	out := make([]commentJSON, 0, hi-lo)
-	for _, cm := range cs[lo:hi] {
-		out = append(out, s.renderCommentLocked(c.api, cm))
-	}
-	resp := s.jsonResponse(http.StatusOK, out)
+	last := max((n+perPage-1)/perPage, 1)
+	lo = min((page-1)*perPage, n)
+	hi = min(lo+perPage, n)
 	if last > 1 {
-		resp.header.Set("Link", linkHeader(c, q, page, last))
+		link = linkHeader(c, q, page, last)
 	}
-	return resp
+	return lo, hi, link
 }
 
 // linkHeader builds GitHub's pagination header, in GitHub's order: prev,

@@ -2,6 +2,7 @@ package ghfake
 
 import (
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -21,56 +22,89 @@ const docListRepoIssues = "https://docs.github.com/rest/issues/issues#list-repos
 // generic ETag / If-None-Match handling applies as for every GET.
 func (s *Server) listIssuesLocked(c *call, r *repo) *response {
 	q := c.r.URL.Query()
-	state := q.Get("state")
-	if state == "" {
-		state = "open"
+	f, e := s.issueFilterOf(q)
+	if e != nil {
+		return e
 	}
-	switch state {
-	case "open", "closed", "all":
-	default:
-		return s.validation(docListRepoIssues, "Issue", "state", "invalid", "")
-	}
-	var want []string
-	if v := q.Get("labels"); v != "" {
-		for _, l := range strings.Split(v, ",") {
-			if l = strings.TrimSpace(l); l != "" {
-				want = append(want, l)
-			}
-		}
-	}
-	var since time.Time
-	if v := q.Get("since"); v != "" {
-		t, err := time.Parse(time.RFC3339, v)
-		if err != nil {
-			return s.validation(docListRepoIssues, "Issue", "since", "invalid", "since must be an ISO 8601 timestamp")
-		}
-		since = t
-	}
-	creator := q.Get("creator")
 	var out []*Issue
 	for _, is := range r.issues {
-		if state != "all" && is.State != state {
-			continue
-		}
-		if !since.IsZero() && is.UpdatedAt.Before(since) {
-			continue
-		}
-		if creator != "" && !strings.EqualFold(is.Login, creator) {
-			continue
-		}
-		ok := true
-		for _, l := range want {
-			if !slices.ContainsFunc(is.Labels, func(x string) bool { return strings.EqualFold(x, l) }) {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if f.match(is) {
 			out = append(out, is)
 		}
 	}
+	sortIssues(out, q.Get("sort"), q.Get("direction"))
+	lo, hi, link := page(c, q, len(out))
+	body := make([]issueJSON, 0, hi-lo)
+	for _, is := range out[lo:hi] {
+		body = append(body, s.renderIssueLocked(c.api, r, is))
+	}
+	resp := s.jsonResponse(http.StatusOK, body)
+	if link != "" {
+		resp.header.Set("Link", link)
+	}
+	return resp
+}
+
+// issueFilter is what an issue list keeps.
+type issueFilter struct {
+	state   string // open, closed or all
+	labels  []string
+	since   time.Time
+	creator string
+}
+
+// issueFilterOf reads the filters of an issue list, refusing what GitHub
+// refuses.
+func (s *Server) issueFilterOf(q url.Values) (issueFilter, *response) {
+	f := issueFilter{state: q.Get("state"), creator: q.Get("creator")}
+	if f.state == "" {
+		f.state = "open"
+	}
+	switch f.state {
+	case "open", "closed", "all":
+	default:
+		return f, s.validation(docListRepoIssues, "Issue", "state", "invalid", "")
+	}
+	if v := q.Get("labels"); v != "" {
+		for _, l := range strings.Split(v, ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				f.labels = append(f.labels, l)
+			}
+		}
+	}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return f, s.validation(docListRepoIssues, "Issue", "since", "invalid", "since must be an ISO 8601 timestamp")
+		}
+		f.since = t
+	}
+	return f, nil
+}
+
+func (f issueFilter) match(is *Issue) bool {
+	if f.state != "all" && is.State != f.state {
+		return false
+	}
+	if !f.since.IsZero() && is.UpdatedAt.Before(f.since) {
+		return false
+	}
+	if f.creator != "" && !strings.EqualFold(is.Login, f.creator) {
+		return false
+	}
+	for _, l := range f.labels {
+		if !slices.ContainsFunc(is.Labels, func(x string) bool { return strings.EqualFold(x, l) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// sortIssues orders an issue list by created_at or (by "updated")
+// updated_at, ties by number, descending unless direction is "asc".
+func sortIssues(out []*Issue, by, direction string) {
 	key := func(is *Issue) time.Time { return is.CreatedAt }
-	if q.Get("sort") == "updated" {
+	if by == "updated" {
 		key = func(is *Issue) time.Time { return is.UpdatedAt }
 	}
 	slices.SortStableFunc(out, func(a, b *Issue) int {
@@ -79,40 +113,9 @@ func (s *Server) listIssuesLocked(c *call, r *repo) *response {
 		}
 		return a.Number - b.Number
 	})
-	if q.Get("direction") != "asc" {
+	if direction != "asc" {
 		slices.Reverse(out)
 	}
-	perPage := 30
-	if v := atoiOr(q.Get("per_page"), 0); v > 0 {
-		perPage = min(v, 100)
-	}
-	page := max(atoiOr(q.Get("page"), 1), 1)
-	last := max((len(out)+perPage-1)/perPage, 1)
-	lo := min((page-1)*perPage, len(out))
-	hi := min(lo+perPage, len(out))
-	body := make([]issueJSON, 0, hi-lo)
-	for _, is := range out[lo:hi] {
-		body = append(body, s.renderIssueLocked(c.api, r, is))
-	}
-	resp := s.jsonResponse(http.StatusOK, body)
-	if last > 1 {
-		resp.header.Set("Link", linkHeader(c, q, page, last))
-	}
-	return resp
-}
-
-func atoiOr(s string, def int) int {
-	n := 0
-	if s == "" {
-		return def
-	}
-	for _, ch := range s {
-		if ch < '0' || ch > '9' || n > 1<<20 {
-			return def
-		}
-		n = n*10 + int(ch-'0')
-	}
-	return n
 }
 
 // CloseIssue closes issue number of repo, as a person closing it on GitHub
@@ -122,12 +125,10 @@ func (s *Server) CloseIssue(repo string, number int) {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.st.repos[repoKey(repo)]
-	if r == nil || number < 1 || number > len(r.issues) {
-		s.t.Fatalf("ghfake: CloseIssue: no issue %s#%d", repo, number)
+	_, is := s.issueByNumberLocked("CloseIssue", repo, number)
+	if is == nil {
 		return
 	}
-	is := r.issues[number-1]
 	is.State = "closed"
 	is.UpdatedAt = s.stamp()
 	s.changedLocked()
@@ -139,23 +140,24 @@ func (s *Server) SetLabels(repo string, number int, labels ...string) {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.st.repos[repoKey(repo)]
-	if r == nil || number < 1 || number > len(r.issues) {
-		s.t.Fatalf("ghfake: SetLabels: no issue %s#%d", repo, number)
+	r, is := s.issueByNumberLocked("SetLabels", repo, number)
+	if is == nil {
 		return
 	}
-	is := r.issues[number-1]
 	is.Labels = nil
-	for _, l := range labels {
-		if l == "" || slices.Contains(is.Labels, l) {
-			continue
-		}
-		if _, ok := r.labels[l]; !ok {
-			s.st.lastLabelID++
-			r.labels[l] = s.st.lastLabelID
-		}
-		is.Labels = append(is.Labels, l)
-	}
+	s.addLabelsLocked(r, is, labels)
 	is.UpdatedAt = s.stamp()
 	s.changedLocked()
+}
+
+// issueByNumberLocked finds issue number of repo for a test helper (named
+// by who), failing the test when there is none.
+func (s *Server) issueByNumberLocked(who, repo string, number int) (*repo, *Issue) {
+	s.t.Helper()
+	r := s.st.repos[repoKey(repo)]
+	if r == nil || number < 1 || number > len(r.issues) {
+		s.t.Fatalf("ghfake: %s: no issue %s#%d", who, repo, number)
+		return nil, nil
+	}
+	return r, r.issues[number-1]
 }

@@ -41,20 +41,7 @@ type response struct {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c := &call{method: r.Method, r: r, now: s.clk.now()}
-	c.path, c.api = splitPrefix(r)
-	c.segs = strings.Split(strings.Trim(c.path, "/"), "/")
-	c.token = bearer(r.Header.Get("Authorization"))
-	entry := Request{Method: r.Method, Path: c.path, Query: r.URL.RawQuery, Time: c.now}
-
-	s.mu.Lock()
-	s.seq++
-	c.requestID = fmt.Sprintf("FA4E:%X:%X", s.seq, c.now.Unix())
-	s.counts.Requests++
-	entry.Login = s.st.tokens[c.token]
-	down, hook := s.down, s.onRequest
-	s.mu.Unlock()
-
+	c, entry, down, hook := s.begin(r)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
 	if err != nil {
 		s.finish(w, c, entry, s.plainError(http.StatusRequestEntityTooLarge, "Request body too large"))
@@ -81,49 +68,81 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	rl := s.matchRuleLocked(r.Method, c.path)
 	s.mu.Unlock()
-	if rl != nil {
-		if rl.Hang {
-			s.mu.Lock()
-			s.counts.Injected++
-			s.changedLocked() // lets a test Wait until the request is held
-			s.mu.Unlock()
-			select {
-			case <-r.Context().Done():
-			case <-s.closing:
-			}
-			entry.Injected = true
-			s.log(entry)
-			// Never an answer, not even the empty 200 net/http would send.
+	if rl != nil && s.applyRule(w, r, c, entry, rl) {
+		return
+	}
+	s.answer(w, c, entry)
+}
+
+// begin numbers a request and reads what it meets: whether the fake is down
+// and the test's request hook.
+func (s *Server) begin(r *http.Request) (c *call, entry Request, down bool, hook func(*http.Request) (int, bool)) {
+	c = &call{method: r.Method, r: r, now: s.clk.now()}
+	c.path, c.api = splitPrefix(r)
+	c.segs = strings.Split(strings.Trim(c.path, "/"), "/")
+	c.token = bearer(r.Header.Get("Authorization"))
+	entry = Request{Method: r.Method, Path: c.path, Query: r.URL.RawQuery, Time: c.now}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	c.requestID = fmt.Sprintf("FA4E:%X:%X", s.seq, c.now.Unix())
+	s.counts.Requests++
+	entry.Login = s.st.tokens[c.token]
+	return c, entry, s.down, s.onRequest
+}
+
+// applyRule carries out a fault rule that matched: a hang, a delay, an
+// injected status. It reports whether the request is answered (or dropped);
+// after a bare delay the request goes on to be handled.
+func (s *Server) applyRule(w http.ResponseWriter, r *http.Request, c *call, entry Request, rl *Rule) bool {
+	if rl.Hang {
+		s.mu.Lock()
+		s.counts.Injected++
+		s.changedLocked() // lets a test Wait until the request is held
+		s.mu.Unlock()
+		select {
+		case <-r.Context().Done():
+		case <-s.closing:
+		}
+		entry.Injected = true
+		s.log(entry)
+		// Never an answer, not even the empty 200 net/http would send.
+		dropConnection(w)
+		return true
+	}
+	if rl.Delay > 0 {
+		tm := time.NewTimer(rl.Delay)
+		select {
+		case <-tm.C:
+		case <-s.closing:
+			tm.Stop()
 			dropConnection(w)
-			return
-		}
-		if rl.Delay > 0 {
-			tm := time.NewTimer(rl.Delay)
-			select {
-			case <-tm.C:
-			case <-s.closing:
-				tm.Stop()
-				dropConnection(w)
-				return
-			}
-		}
-		if rl.Status != 0 {
-			entry.Injected = true
-			resp := s.plainError(rl.Status, http.StatusText(rl.Status))
-			// Rate headers first, so that a rule can override them (an
-			// injected 403 with X-RateLimit-Remaining: 0).
-			s.peekRateHeaders(resp, c)
-			for k, vs := range rl.Header {
-				resp.header.Del(k) // canonicalises k, whatever case the test wrote
-				for _, v := range vs {
-					resp.header.Add(k, v)
-				}
-			}
-			s.finish(w, c, entry, resp)
-			return
+			return true
 		}
 	}
+	if rl.Status == 0 {
+		return false
+	}
+	entry.Injected = true
+	resp := s.plainError(rl.Status, http.StatusText(rl.Status))
+	// Rate headers first, so that a rule can override them (an injected 403
+	// with X-RateLimit-Remaining: 0).
+	s.peekRateHeaders(resp, c)
+	for k, vs := range rl.Header {
+		resp.header.Del(k) // canonicalises k, whatever case the test wrote
+		for _, v := range vs {
+			resp.header.Add(k, v)
+		}
+	}
+	s.finish(w, c, entry, resp)
+	return true
+}
 
+// answer handles the request as GitHub would, runs the write hooks on what
+// it changed, and writes the answer (or drops the connection when a test
+// asked for the next write's answer to be lost).
+func (s *Server) answer(w http.ResponseWriter, c *call, entry Request) {
 	s.mu.Lock()
 	// Read the clock again under the lock: budgets are charged in the
 	// order requests are handled, so their times must be in that order too.

@@ -232,6 +232,14 @@ func (s *Server) createIssueLocked(r *repo, login, title, body string, labels []
 		CreatedAt: now,
 		UpdatedAt: now,
 	}
+	s.addLabelsLocked(r, is, labels)
+	r.issues = append(r.issues, is)
+	return is
+}
+
+// addLabelsLocked adds labels to is once each, skipping empty ones, and
+// gives a label new to the repository its id.
+func (s *Server) addLabelsLocked(r *repo, is *Issue, labels []string) {
 	for _, l := range labels {
 		if l == "" || slices.Contains(is.Labels, l) {
 			continue
@@ -242,8 +250,6 @@ func (s *Server) createIssueLocked(r *repo, login, title, body string, labels []
 		}
 		is.Labels = append(is.Labels, l)
 	}
-	r.issues = append(r.issues, is)
-	return is
 }
 
 func (s *Server) createCommentLocked(r *repo, is *Issue, login, body string) *Comment {
