@@ -83,6 +83,44 @@ type Input struct {
 // records every submitted paste read from in until in ends. Each record is
 // echoed to out, so a person attached to the session sees what it was told.
 func Run(dir string, args []string, in io.Reader, out io.Writer) error {
+	boot := bootOf(args)
+	obey := boot.Env[EnvObey] == "1"
+	// On a terminal (tmux), raw mode first, so nothing typed later is
+	// cooked by the line discipline; the boot record is the signal that
+	// input is safe. A pipe (the process runner) has no line discipline.
+	if f, ok := in.(*os.File); ok && isTerminal(f) {
+		stty := exec.Command("stty", "raw", "-echo")
+		stty.Stdin = f
+		if err := stty.Run(); err != nil {
+			return fmt.Errorf("stty: %w", err)
+		}
+		_, _ = io.WriteString(out, "\x1b[?2004h") // bracketed paste on
+	}
+	if err := appendJSON(filepath.Join(dir, BootsFile), boot); err != nil {
+		return err
+	}
+	echo(out, "stand-in agent "+boot.Mode+" "+boot.SessionID+", boot prompt", boot.Prompt)
+	if obey {
+		if err := runAll(dir, boot.SessionID, boot.Prompt); err != nil {
+			return err
+		}
+	}
+	return readSubmitted(in, func(text string) error {
+		if err := appendJSON(filepath.Join(dir, InputsFile), Input{SessionID: boot.SessionID, Text: text, At: time.Now()}); err != nil {
+			return err
+		}
+		echo(out, "typed into the session", text)
+		if obey {
+			return runAll(dir, boot.SessionID, text)
+		}
+		return nil
+	})
+}
+
+// bootOf is the boot record of a harness started with args (Claude Code's
+// argv: --session-id or --resume, the prompt last) in this process's
+// environment and working directory.
+func bootOf(args []string) Boot {
 	boot := Boot{}
 	for i := 0; i < len(args); i++ {
 		switch args[i] {
@@ -106,27 +144,14 @@ func Run(dir string, args []string, in io.Reader, out io.Writer) error {
 		}
 	}
 	boot.Dir, _ = os.Getwd()
-	obey := boot.Env[EnvObey] == "1"
-	// On a terminal (tmux), raw mode first, so nothing typed later is
-	// cooked by the line discipline; the boot record is the signal that
-	// input is safe. A pipe (the process runner) has no line discipline.
-	if f, ok := in.(*os.File); ok && isTerminal(f) {
-		stty := exec.Command("stty", "raw", "-echo")
-		stty.Stdin = f
-		if err := stty.Run(); err != nil {
-			return fmt.Errorf("stty: %w", err)
-		}
-		_, _ = io.WriteString(out, "\x1b[?2004h") // bracketed paste on
-	}
-	if err := appendJSON(filepath.Join(dir, BootsFile), boot); err != nil {
-		return err
-	}
-	echo(out, "stand-in agent "+boot.Mode+" "+boot.SessionID+", boot prompt", boot.Prompt)
-	if obey {
-		if err := runAll(dir, boot.SessionID, boot.Prompt); err != nil {
-			return err
-		}
-	}
+	return boot
+}
+
+// readSubmitted reads in as a terminal sees typing: bracketed pastes are
+// collected, and a carriage return outside a paste submits what was
+// collected, which submit receives (newlines given back). It returns nil
+// when in ends.
+func readSubmitted(in io.Reader, submit func(text string) error) error {
 	const start, end = "\x1b[200~", "\x1b[201~"
 	r := bufio.NewReader(in)
 	var pending, paste bytes.Buffer
@@ -160,14 +185,8 @@ func Run(dir string, args []string, in io.Reader, out io.Writer) error {
 			// tmux pastes newlines as carriage returns; give them back.
 			text := strings.ReplaceAll(pending.String(), "\r", "\n")
 			pending.Reset()
-			if err := appendJSON(filepath.Join(dir, InputsFile), Input{SessionID: boot.SessionID, Text: text, At: time.Now()}); err != nil {
+			if err := submit(text); err != nil {
 				return err
-			}
-			echo(out, "typed into the session", text)
-			if obey {
-				if err := runAll(dir, boot.SessionID, text); err != nil {
-					return err
-				}
 			}
 		default:
 			pending.Write(paste.Bytes())
