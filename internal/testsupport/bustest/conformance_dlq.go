@@ -8,13 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/catalog"
 )
 
 func dlqHarness(t TB, opts ConformanceOptions) (*harness, *recorder, func(d *bus.Delivery) error) {
