@@ -23,7 +23,8 @@
 // message and answering, so a test can kill its client in that window.
 //
 // Every method is safe for concurrent use. The fake never logs or echoes the
-// token it is called with. It is test support: only tests may import it.
+// token it is called with. It is test support: tests and `the-loop demo` (through
+// Start) use it, and it imports no testing framework.
 package slackfake
 
 import (

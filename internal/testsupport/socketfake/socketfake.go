@@ -15,7 +15,8 @@
 //
 // Unlike slack-go's slacktest, whose socket speaks the retired RTM protocol,
 // this fake speaks Socket Mode. It never logs or echoes a token. It is test
-// support: only tests may import it.
+// support: tests and `the-loop demo` (through Start) use it, and it imports
+// no testing framework.
 package socketfake
 
 import (

@@ -1,7 +1,8 @@
 // Package testkit holds the helpers every test package of this module shares:
 // golden files that rewrite themselves on request, the shared testdata folder
 // of the workspace, a buffer safe to read while a goroutine writes it, and
-// polling with a deadline instead of sleeping. It is imported by tests only.
+// polling with a deadline instead of sleeping (WaitFor), and a log capture
+// (Logs). It is imported by tests only.
 package testkit
 
 import (
