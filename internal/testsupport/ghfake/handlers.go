@@ -306,16 +306,26 @@ func (s *Server) commentBody(c *call, doc string) (string, *response) {
 	return *in.Body, nil
 }
 
+// commentWriteLocked is the body of a comment write, validated as GitHub
+// does, with the write charged to the secondary limit.
+func (s *Server) commentWriteLocked(c *call, doc string) (string, *response) {
+	body, e := s.commentBody(c, doc)
+	if e != nil {
+		return "", e
+	}
+	if e := s.secondaryLocked(c); e != nil {
+		return "", e
+	}
+	return body, nil
+}
+
 func (s *Server) createCommentHTTPLocked(c *call, r *repo) *response {
 	is, e := s.issueLocked(c, r, docCreateComment)
 	if e != nil {
 		return e
 	}
-	body, e := s.commentBody(c, docCreateComment)
+	body, e := s.commentWriteLocked(c, docCreateComment)
 	if e != nil {
-		return e
-	}
-	if e := s.secondaryLocked(c); e != nil {
 		return e
 	}
 	cm := s.createCommentLocked(r, is, c.login, body)
@@ -331,11 +341,8 @@ func (s *Server) updateCommentLocked(c *call, r *repo) *response {
 	if e != nil {
 		return e
 	}
-	body, e := s.commentBody(c, docUpdateComment)
+	body, e := s.commentWriteLocked(c, docUpdateComment)
 	if e != nil {
-		return e
-	}
-	if e := s.secondaryLocked(c); e != nil {
 		return e
 	}
 	cm.Body = body

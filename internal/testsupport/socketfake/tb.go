@@ -1,16 +1,11 @@
 package socketfake
 
-// TB is what the helpers need of a test or a benchmark. *testing.T and
-// *testing.B satisfy it; declaring it here rather than naming testing.TB keeps
-// the testing package out of the product binary, which links the fakes for
-// `the-loop demo` (docs/decisions/081-test-support-tree.md).
+// TB is what New (and the Send and Wait helpers) needs of a test; *testing.T
+// and *testing.B satisfy it. Naming no testing type keeps testing out of every
+// binary that links this package (docs/decisions/081-test-support-tree.md).
 type TB interface {
 	Helper()
 	Cleanup(f func())
 	Fatal(args ...any)
 	Fatalf(format string, args ...any)
-	Errorf(format string, args ...any)
-	Skip(args ...any)
-	Skipf(format string, args ...any)
-	TempDir() string
 }
