@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -34,10 +33,10 @@ func replace(t *testing.T, path, body string) {
 	}
 }
 
-func startWatcher(t *testing.T, body string, opts ...WatcherOption) (*Watcher, string, *logBuffer) {
+func startWatcher(t *testing.T, body string, opts ...WatcherOption) (*Watcher, string, *testkit.SyncBuffer) {
 	t.Helper()
 	path := writeFile(t, t.TempDir(), "cli-config.yaml", []byte(body))
-	logs := &logBuffer{}
+	logs := &testkit.SyncBuffer{}
 	w, err := NewWatcher(path, slog.New(slog.NewTextHandler(logs, nil)), append([]WatcherOption{WithDebounce(10 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatalf("NewWatcher: %v", err)
@@ -189,24 +188,6 @@ func TestNewWatcherRefusesBadFile(t *testing.T) {
 	if _, err := NewWatcher(path, nil); !errors.Is(err, ErrRemovedKey) {
 		t.Errorf("NewWatcher(old) = %v", err)
 	}
-}
-
-// logBuffer lets the watcher's goroutine log while the test reads.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestLedgerLoginRefused: attack 4. A config listing the ledger's own login
