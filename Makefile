@@ -85,7 +85,7 @@ tidy:
 verify-tidy:
 	$(GO) mod tidy -diff
 
-## check-deps: pkg never imports services; only pkg/bus imports NATS.
+## check-deps: pkg never imports services; only pkg/bus and internal/testsupport import NATS; no testing in the binary.
 check-deps:
 	./scripts/check-deps.sh
 
