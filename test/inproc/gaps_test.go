@@ -93,7 +93,13 @@ func TestGap3SlackApprovalPassesGate(t *testing.T) {
 		t.Fatalf("approvedBy = %+v, want alice with %+v", st.ApprovedBy, want)
 	}
 	w.waitLog("graph.advanced", map[string]any{"work_item": r, "from": "requirements-approval", "to": "design", "actor": alice})
-	if doc := w.readArtifact("requirements.md"); !strings.Contains(doc, "@alice (requirements-approval") || !strings.Contains(doc, record) {
+	// The dispatcher writes the artifact after it moves the state and logs
+	// the move: wait for the write.
+	var doc string
+	if !testkit.Poll(wait, func() bool {
+		doc = w.readArtifact("requirements.md")
+		return strings.Contains(doc, "@alice (requirements-approval") && strings.Contains(doc, record)
+	}) {
 		t.Errorf("approvedBy not written into the artifact:\n%s", doc)
 	}
 	testkit.WaitWithin(w.t, wait, "the approval typed into the session, classified first", func() bool {
@@ -116,7 +122,10 @@ func TestGap3SlackApprovalPassesGate(t *testing.T) {
 		st.ApprovedBy[1].Provenance.Channel != "slack" || st.ApprovedBy[1].Provenance.Member != aliceSlack {
 		t.Errorf("button approval = %+v", st.ApprovedBy)
 	}
-	if doc := w.readArtifact("design.md"); !strings.Contains(doc, "@alice (design-approval") {
+	if !testkit.Poll(wait, func() bool {
+		doc = w.readArtifact("design.md")
+		return strings.Contains(doc, "@alice (design-approval")
+	}) {
 		t.Errorf("approvedBy not written into design.md:\n%s", doc)
 	}
 }
