@@ -10,6 +10,7 @@ import (
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/slackmsg"
 )
 
 // pollEnv is an env in poll mode whose bound thread and kickoff channel live
@@ -43,7 +44,7 @@ func TestPoll(t *testing.T) {
 	s := e.start()
 	e.waitReady(s)
 	testkit.WaitWithin(e.t, waitFor, "the kickoff cursor", func() bool { return e.cursor(kickoffCursorKey(testChannel)) != "" })
-	if c := e.cursor(kickoffCursorKey(testChannel)); tsCompare(c, old) < 0 {
+	if c := e.cursor(kickoffCursorKey(testChannel)); slackmsg.CompareTS(c, old) < 0 {
 		t.Errorf("kickoff cursor %s starts before the channel's newest message %s", c, old)
 	}
 	e.waitEvent(messageID(testChannel, early))
@@ -58,7 +59,7 @@ func TestPoll(t *testing.T) {
 		t.Errorf("top-level: %s", ev.GetType())
 	}
 	testkit.WaitWithin(e.t, waitFor, "the thread cursor to pass the bot's reply", func() bool {
-		return tsCompare(e.cursor(threadCursorKey(testChannel, root)), own) >= 0
+		return slackmsg.CompareTS(e.cursor(threadCursorKey(testChannel, root)), own) >= 0
 	})
 	// Several more cycles: nothing is published again.
 	n := e.stored()

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/the-loop/bus/pkg/slackmsg"
 )
 
 // page applies oldest/latest/inclusive, limit and cursor to msgs (already in
@@ -17,10 +19,10 @@ func (s *Server) pageLocked(c *call, msgs []*Message) response {
 	incl := truthy(c.args.Get("inclusive"))
 	var in []*Message
 	for _, m := range msgs {
-		if oldest != "" && (tsLess(m.TS, oldest) || (!incl && m.TS == oldest)) {
+		if oldest != "" && (slackmsg.CompareTS(m.TS, oldest) < 0 || (!incl && m.TS == oldest)) {
 			continue
 		}
-		if latest != "" && (tsLess(latest, m.TS) || (!incl && m.TS == latest)) {
+		if latest != "" && (slackmsg.CompareTS(latest, m.TS) < 0 || (!incl && m.TS == latest)) {
 			continue
 		}
 		in = append(in, m)
@@ -94,19 +96,6 @@ func (s *Server) history(c *call) response {
 		}
 	}
 	// conversations.history answers newest first.
-	sort.SliceStable(msgs, func(i, j int) bool { return tsLess(msgs[j].TS, msgs[i].TS) })
+	sort.SliceStable(msgs, func(i, j int) bool { return slackmsg.CompareTS(msgs[j].TS, msgs[i].TS) < 0 })
 	return s.pageLocked(c, msgs)
-}
-
-// tsLess compares two Slack ts values numerically ("seconds.micros").
-func tsLess(a, b string) bool {
-	as, af, _ := strings.Cut(a, ".")
-	bs, bf, _ := strings.Cut(b, ".")
-	ai, _ := strconv.ParseInt(as, 10, 64)
-	bi, _ := strconv.ParseInt(bs, 10, 64)
-	if ai != bi {
-		return ai < bi
-	}
-	af, bf = (af + "000000")[:6], (bf + "000000")[:6]
-	return af < bf
 }
