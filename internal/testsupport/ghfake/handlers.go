@@ -169,10 +169,20 @@ func (s *Server) createIssueHTTPLocked(c *call, r *repo) *response {
 		return e
 	}
 	is := s.createIssueLocked(r, c.login, title, body, labels)
-	s.commitLocked(WriteIssue)
-	resp := s.jsonResponse(http.StatusCreated, s.renderIssueLocked(c.api, r, is))
-	resp.header.Set("Location", fmt.Sprintf("%srepos/%s/issues/%d", c.api, r.name, is.Number))
-	resp.write = &Write{Kind: WriteIssue, Repo: r.name, IssueNumber: is.Number, ID: is.ID, Login: c.login}
+	return s.wroteLocked(http.StatusCreated, s.renderIssueLocked(c.api, r, is),
+		fmt.Sprintf("%srepos/%s/issues/%d", c.api, r.name, is.Number),
+		Write{Kind: WriteIssue, Repo: r.name, IssueNumber: is.Number, ID: is.ID, Login: c.login})
+}
+
+// wroteLocked commits a write and answers status with body, carrying the
+// write for the test's hooks and, when it created something, its Location.
+func (s *Server) wroteLocked(status int, body any, location string, w Write) *response {
+	s.commitLocked(w.Kind)
+	resp := s.jsonResponse(status, body)
+	if location != "" {
+		resp.header.Set("Location", location)
+	}
+	resp.write = &w
 	return resp
 }
 
@@ -329,11 +339,9 @@ func (s *Server) createCommentHTTPLocked(c *call, r *repo) *response {
 		return e
 	}
 	cm := s.createCommentLocked(r, is, c.login, body)
-	s.commitLocked(WriteComment)
-	resp := s.jsonResponse(http.StatusCreated, s.renderCommentLocked(c.api, cm))
-	resp.header.Set("Location", fmt.Sprintf("%srepos/%s/issues/comments/%d", c.api, r.name, cm.ID))
-	resp.write = &Write{Kind: WriteComment, Repo: r.name, IssueNumber: is.Number, ID: cm.ID, Login: c.login}
-	return resp
+	return s.wroteLocked(http.StatusCreated, s.renderCommentLocked(c.api, cm),
+		fmt.Sprintf("%srepos/%s/issues/comments/%d", c.api, r.name, cm.ID),
+		Write{Kind: WriteComment, Repo: r.name, IssueNumber: is.Number, ID: cm.ID, Login: c.login})
 }
 
 func (s *Server) updateCommentLocked(c *call, r *repo) *response {
@@ -347,10 +355,8 @@ func (s *Server) updateCommentLocked(c *call, r *repo) *response {
 	}
 	cm.Body = body
 	cm.UpdatedAt = s.stamp()
-	s.commitLocked(WriteCommentEdit)
-	resp := s.jsonResponse(http.StatusOK, s.renderCommentLocked(c.api, cm))
-	resp.write = &Write{Kind: WriteCommentEdit, Repo: r.name, IssueNumber: cm.IssueNumber, ID: cm.ID, Login: c.login}
-	return resp
+	return s.wroteLocked(http.StatusOK, s.renderCommentLocked(c.api, cm), "",
+		Write{Kind: WriteCommentEdit, Repo: r.name, IssueNumber: cm.IssueNumber, ID: cm.ID, Login: c.login})
 }
 
 func (s *Server) reactCommentLocked(c *call, r *repo) *response {
@@ -402,10 +408,8 @@ func (s *Server) reactLocked(c *call, r *repo, number int, commentID int64, doc 
 	}
 	s.st.reactions[key] = re
 	s.st.reactList = append(s.st.reactList, re)
-	s.commitLocked(WriteReaction)
-	resp := s.jsonResponse(http.StatusCreated, s.renderReactionLocked(c.api, re))
-	resp.write = &Write{Kind: WriteReaction, Repo: r.name, IssueNumber: number, ID: re.ID, Login: c.login}
-	return resp
+	return s.wroteLocked(http.StatusCreated, s.renderReactionLocked(c.api, re), "",
+		Write{Kind: WriteReaction, Repo: r.name, IssueNumber: number, ID: re.ID, Login: c.login})
 }
 
 func (s *Server) commitLocked(k WriteKind) {
