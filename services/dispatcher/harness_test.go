@@ -133,7 +133,13 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 	e.store = store
 	// Tests that call handle directly need the registry Run opens; handle is
 	// otherwise reached only through the consumer, which starts after it.
-	testkit.WaitFor(t, "the dispatcher's registry", func() bool { return svc.store.Load() != nil })
+	// One that cannot run sessions never opens it, and says why instead.
+	testkit.WaitFor(t, "the dispatcher's registry", func() bool {
+		svc.mu.Lock()
+		why := svc.unavailable
+		svc.mu.Unlock()
+		return svc.store.Load() != nil || why != ""
+	})
 	return e
 }
 
