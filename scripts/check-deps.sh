@@ -4,7 +4,8 @@
 #   - pkg/ never imports services/ (nor cmd/);
 #   - a service never imports another service;
 #   - only pkg/bus (and the test-support tree's bus helpers) import NATS;
-#   - the product binary does not link the testing package.
+#   - internal/testsupport imports testing only in test files, and the
+#     product binary does not link the testing package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mod=github.com/the-loop/bus
@@ -30,6 +31,11 @@ while read -r pkg imports; do
 		esac
 	done
 done < <(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./...)
+# The test-support tree imports testing only in its test files
+# (docs/decisions/081-test-support-tree.md).
+while read -r pkg imports; do
+	case " $imports " in *" testing "*) echo "$pkg imports testing outside its test files"; fail=1 ;; esac
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}}' ./internal/testsupport/...)
 # The product binary carries no test code: fakes and stand-ins the demo uses
 # import nothing from testing outside their test files.
 if go list -deps ./cmd/the-loop | grep -x testing >/dev/null; then

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/config"
 )
 
@@ -199,7 +199,10 @@ func TestAuthInitKeepsSeeds(t *testing.T) {
 		t.Errorf("auth init again wrote another auth.conf:\n%s", rewritten)
 	}
 	main := writeFile(t, dir, "nats.conf", []byte("listen: 127.0.0.1:-1\ninclude ./auth.conf\n"))
-	nkeys := bustest.ConfigNkeys(t, main)
+	nkeys, err := bustest.ConfigNkeys(main)
+	if err != nil {
+		t.Fatalf("nats-server refuses auth.conf: %v", err)
+	}
 	loaded := map[string]bool{}
 	for _, k := range nkeys {
 		loaded[k] = true

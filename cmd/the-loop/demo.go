@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/internal/demo"
+	"github.com/the-loop/bus/internal/testsupport/standin"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/pkg/harness/standin"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/services/dispatcher"
 )

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/config"
 )
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
@@ -60,7 +61,7 @@ func (f *follower) records(t *testing.T) []eventlog.Record {
 func (f *follower) wait(t *testing.T, name, source string, match map[string]string) eventlog.Record {
 	t.Helper()
 	var found eventlog.Record
-	waitFor(t, 60*time.Second, name+" on loop.log", func() bool {
+	testkit.WaitWithin(t, 60*time.Second, name+" on loop.log", func() bool {
 	next:
 		for _, r := range f.records(t) {
 			if r.Event != name || source != "" && r.Source != source {
@@ -110,7 +111,7 @@ func TestHostRecordsReadBack(t *testing.T) {
 		done := make(chan int, 1)
 		go func() { done <- run(ctx, []string{"up"}, upEnv, &out, &errb) }()
 		var m []string
-		waitFor(t, 60*time.Second, "up running its services", func() bool {
+		testkit.WaitWithin(t, 60*time.Second, "up running its services", func() bool {
 			m = regexp.MustCompile(`NATS on (nats://\S+)`).FindStringSubmatch(out.String())
 			return m != nil && strings.Contains(out.String(), "the-loop up: running")
 		})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/config"
 )
 
@@ -161,7 +162,7 @@ func TestUpOnATerminal(t *testing.T) {
 		}
 	}()
 	text := func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
-	waitFor(t, 60*time.Second, "up to start and log on the terminal", func() bool {
+	testkit.WaitWithin(t, 60*time.Second, "up to start and log on the terminal", func() bool {
 		s := text()
 		return strings.Contains(s, "running ledger-writer") && strings.Contains(s, "level=")
 	})

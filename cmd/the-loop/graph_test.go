@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/internal/testkit"
-	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/graphstate"
@@ -93,7 +93,7 @@ func TestGraphVerbAsksTheDispatcher(t *testing.T) {
 
 	var code int
 	var stdout, stderr string
-	waitFor(t, time.Minute, "the dispatcher's endpoint", func() bool {
+	testkit.WaitWithin(t, time.Minute, "the dispatcher's endpoint", func() bool {
 		code, stdout, stderr = runVerb(t, env, "graph", "status", ref)
 		return !strings.Contains(stderr, "no dispatcher answered")
 	})

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/the-loop/bus/internal/testkit"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,24 +19,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
 // syncBuffer is a buffer a verb writes while the test reads it.
 type syncBuffer = testkit.SyncBuffer
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	testkit.WaitFor(t, d, what, cond)
-}
 
 func runVerb(t *testing.T, env config.Env, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -246,7 +242,7 @@ func TestServeConsumes(t *testing.T) {
 
 	conn := srv.Connect(t, "test-publisher")
 	publishReply(t, conn, "slack:EvServe1")
-	waitFor(t, 10*time.Second, "the ledger-writer to consume the event", func() bool {
+	testkit.WaitWithin(t, 10*time.Second, "the ledger-writer to consume the event", func() bool {
 		return strings.Contains(errb.String(), `"event_id":"slack:EvServe1"`)
 	})
 	cancel()
@@ -286,7 +282,7 @@ var adminRE = regexp.MustCompile(`admin on (http://\S+) `)
 func adminURL(t *testing.T, out *syncBuffer) string {
 	t.Helper()
 	var url string
-	waitFor(t, 20*time.Second, "the admin address", func() bool {
+	testkit.WaitWithin(t, 20*time.Second, "the admin address", func() bool {
 		m := adminRE.FindStringSubmatch(out.String())
 		if m != nil {
 			url = m[1]
@@ -298,7 +294,7 @@ func adminURL(t *testing.T, out *syncBuffer) string {
 
 func waitReady(t *testing.T, admin string) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "/readyz to answer 200", func() bool {
+	testkit.WaitWithin(t, 20*time.Second, "/readyz to answer 200", func() bool {
 		resp, err := http.Get(admin + "/readyz")
 		if err != nil {
 			return false
@@ -333,7 +329,7 @@ func TestUpRunsAndCtrlCExitsZero(t *testing.T) {
 	// webhook secret, Slack off): /readyz must still cover all five, and the
 	// bus itself must be up.
 	var body []byte
-	waitFor(t, 20*time.Second, "/readyz to cover every service with NATS connected", func() bool {
+	testkit.WaitWithin(t, 20*time.Second, "/readyz to cover every service with NATS connected", func() bool {
 		resp, err := http.Get(admin + "/readyz")
 		if err != nil {
 			return false
@@ -380,7 +376,7 @@ func TestUpRunsAndCtrlCExitsZero(t *testing.T) {
 	}
 	publishReply(t, conn, "slack:EvUp1")
 	conn.Close()
-	waitFor(t, 10*time.Second, "the ledger-writer under up to consume", func() bool {
+	testkit.WaitWithin(t, 10*time.Second, "the ledger-writer under up to consume", func() bool {
 		return strings.Contains(errb.String(), `"event_id":"slack:EvUp1"`)
 	})
 	for _, f := range []string{"envelope.key", "nats/operator.nk", "nats/observer.nk"} {
@@ -478,9 +474,9 @@ func TestEventsFollow(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"events", "--follow", "--last", "10"}, config.Env{"LOOP_NATS_URL": srv.URL()}, &out, &errb)
 	}()
-	waitFor(t, 10*time.Second, "the earlier record", func() bool { return strings.Contains(out.String(), "event_id=slack:EvFollow1") })
+	testkit.WaitWithin(t, 10*time.Second, "the earlier record", func() bool { return strings.Contains(out.String(), "event_id=slack:EvFollow1") })
 	log.Emit(context.Background(), "channel.dropped", slog.String("reason", "unauthorized-actor"))
-	waitFor(t, 10*time.Second, "a record published while following", func() bool {
+	testkit.WaitWithin(t, 10*time.Second, "a record published while following", func() bool {
 		return strings.Contains(out.String(), "channel.dropped") && strings.Contains(out.String(), "reason=unauthorized-actor")
 	})
 	cancel()
@@ -527,7 +523,7 @@ func TestMalformedEventIsDeadLetteredAndReplayable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var list string
-	waitFor(t, 15*time.Second, "the forged message in the DLQ", func() bool {
+	testkit.WaitWithin(t, 15*time.Second, "the forged message in the DLQ", func() bool {
 		var code int
 		code, list, _ = runVerb(t, env, "dlq", "list")
 		return code == 0 && strings.Contains(list, "slack:EvForged")

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/config"
 )
 
@@ -155,7 +156,7 @@ func scrapeUp(t *testing.T) map[string]bool {
 		}
 	}()
 	admin := adminURL(t, &out)
-	waitFor(t, 60*time.Second, "/readyz to cover every service", func() bool {
+	testkit.WaitWithin(t, 60*time.Second, "/readyz to cover every service", func() bool {
 		resp, err := http.Get(admin + "/readyz")
 		if err != nil {
 			return false
@@ -167,7 +168,7 @@ func scrapeUp(t *testing.T) map[string]bool {
 		return json.NewDecoder(resp.Body).Decode(&r) == nil && len(r.Checks) >= 6
 	})
 	names := map[string]bool{}
-	waitFor(t, 30*time.Second, "the bus state on /metrics", func() bool {
+	testkit.WaitWithin(t, 30*time.Second, "the bus state on /metrics", func() bool {
 		resp, err := http.Get(admin + "/metrics")
 		if err != nil {
 			return false

@@ -11,12 +11,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/standin"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/graphstate"
-	"github.com/the-loop/bus/pkg/harness/standin"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/threads"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )

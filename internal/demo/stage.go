@@ -27,9 +27,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/the-loop/bus/pkg/github/ghfake"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
-	"github.com/the-loop/bus/pkg/slack/socketfake"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/socketfake"
 )
 
 // The cast and the set.

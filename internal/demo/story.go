@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/standin"
 	"github.com/the-loop/bus/pkg/catalog"
-	"github.com/the-loop/bus/pkg/harness/standin"
 	"github.com/the-loop/bus/pkg/slackmsg"
 )
 

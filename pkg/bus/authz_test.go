@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 )
 

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 )
 
 // TestPublishAll: messages published together are each stored once and

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/the-loop/bus/pkg/bus/rawbench"
+	"github.com/the-loop/bus/internal/testsupport/rawbench"
 )
 
 // BenchmarkPublishConsume measures one event's round trip, publish (with

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 )
 
@@ -39,11 +40,11 @@ func TestDLQReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	var entries []bus.DLQEntry
-	waitFor(t, 10*time.Second, func() bool {
+	testkit.WaitWithin(t, 10*time.Second, "dead letter", func() bool {
 		var err error
 		entries, err = c.ListDLQ(ctx, 0)
 		return err == nil && len(entries) == 1
-	}, "dead letter")
+	})
 	e := entries[0]
 	if e.CEID != "slack:Ev1" || e.MsgID != "slack:Ev1" || e.PublishSubject != subject ||
 		e.Reason != "permanent: 404 not found" || e.Time.IsZero() || string(e.Data) != "body" {
@@ -58,7 +59,7 @@ func TestDLQReplay(t *testing.T) {
 	if res.MsgID != "slack:Ev1:replay:"+strconv.FormatUint(e.Seq, 10) || res.Subject != subject || res.PubAck.Duplicate {
 		t.Fatalf("replay = %+v", res)
 	}
-	waitFor(t, 10*time.Second, func() bool { return len(got.get()) == 1 }, "replayed message handled")
+	testkit.WaitWithin(t, 10*time.Second, "replayed message handled", func() bool { return len(got.get()) == 1 })
 	d := got.get()[0]
 	if d.MsgID != res.MsgID || d.Header.Get("ce-id") != "slack:Ev1" || string(d.Data) != "body" ||
 		d.Header.Get(bus.HeaderDLQReason) != "" || d.Key != catalog.SubjectKey("github:octo/repo#15") {

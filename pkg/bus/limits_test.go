@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 )
 
 // TestProvisionCapsEveryStream: every stream Provision creates — the five

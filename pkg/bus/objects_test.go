@@ -6,8 +6,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 )
 
 func TestObjects(t *testing.T) {

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 )
 
@@ -85,7 +86,7 @@ func TestChangingThePartitionCount(t *testing.T) {
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- r.Run(rctx) }()
-		waitFor(t, 10*time.Second, r.Ready, "runner ready")
+		testkit.WaitWithin(t, 10*time.Second, "runner ready", r.Ready)
 		return func() {
 			cancel()
 			if err := <-done; err != nil {
@@ -101,7 +102,7 @@ func TestChangingThePartitionCount(t *testing.T) {
 
 	stop := start(4)
 	want := publish(3)
-	waitFor(t, 20*time.Second, func() bool { return total() == want }, "first events handled with 4 partitions")
+	testkit.WaitWithin(t, 20*time.Second, "first events handled with 4 partitions", func() bool { return total() == want })
 	stop()
 
 	// Events waiting in the inbox: the change is refused, naming them.
@@ -112,7 +113,7 @@ func TestChangingThePartitionCount(t *testing.T) {
 	}
 	// A replica still running with the old count: refused too.
 	stop = start(4)
-	waitFor(t, 20*time.Second, func() bool { return total() == want }, "pending events drained")
+	testkit.WaitWithin(t, 20*time.Second, "pending events drained", func() bool { return total() == want })
 	err = provision(8)
 	if !errors.Is(err, bus.ErrPartitionChange) || !strings.Contains(err.Error(), "runs with 4") {
 		t.Fatalf("provision to 8 with a replica running with 4: %v, want ErrPartitionChange naming the replica", err)
@@ -139,7 +140,7 @@ func TestChangingThePartitionCount(t *testing.T) {
 	}
 	stop = start(8)
 	want = publish(3)
-	waitFor(t, 20*time.Second, func() bool { return total() == want }, "events handled with 8 partitions")
+	testkit.WaitWithin(t, 20*time.Second, "events handled with 8 partitions", func() bool { return total() == want })
 	stop()
 
 	// And back down, the same way.
@@ -148,7 +149,7 @@ func TestChangingThePartitionCount(t *testing.T) {
 	}
 	stop = start(4)
 	want = publish(2)
-	waitFor(t, 20*time.Second, func() bool { return total() == want }, "events handled with 4 partitions again")
+	testkit.WaitWithin(t, 20*time.Second, "events handled with 4 partitions again", func() bool { return total() == want })
 	stop()
 
 	mu.Lock()

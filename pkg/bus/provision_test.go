@@ -11,8 +11,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 )
 
@@ -95,17 +96,6 @@ func (d *delivered) get() []*bus.Delivery {
 	return append([]*bus.Delivery(nil), d.ds...)
 }
 
-func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // runRunner runs a runner until the test ends.
 func runRunner(t *testing.T, c *bus.Conn, spec bus.ConsumerSpec, h bus.Handler) *bus.Runner {
 	t.Helper()
@@ -122,7 +112,7 @@ func runRunner(t *testing.T, c *bus.Conn, spec bus.ConsumerSpec, h bus.Handler) 
 			t.Errorf("runner: %v", err)
 		}
 	})
-	waitFor(t, 10*time.Second, r.Ready, "runner ready")
+	testkit.WaitWithin(t, 10*time.Second, "runner ready", r.Ready)
 	return r
 }
 
@@ -162,7 +152,7 @@ func TestPartitionTransform(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, 20*time.Second, func() bool { return len(got.get()) == keys*len(types) }, "all delivered")
+	testkit.WaitWithin(t, 20*time.Second, "all delivered", func() bool { return len(got.get()) == keys*len(types) })
 	partOf := map[string]int{}
 	used := map[int]bool{}
 	for _, d := range got.get() {
@@ -206,12 +196,12 @@ func TestStoredSubjectIsTransformedAgain(t *testing.T) {
 	if _, err := c.Publish(ctx, bus.Message{Subject: "loop.in.k.t", MsgID: "1"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return len(got.get()) == 1 }, "first delivery")
+	testkit.WaitWithin(t, 10*time.Second, "first delivery", func() bool { return len(got.get()) == 1 })
 	stored := got.get()[0].Subject
 	if _, err := c.Publish(ctx, bus.Message{Subject: stored, MsgID: "2"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return len(got.get()) == 2 }, "second delivery")
+	testkit.WaitWithin(t, 10*time.Second, "second delivery", func() bool { return len(got.get()) == 2 })
 	again := got.get()[1].Subject
 	if strings.Count(again, ".") != strings.Count(stored, ".")+1 || !strings.HasSuffix(again, strings.TrimPrefix(stored, "loop.in")) {
 		t.Fatalf("republished %q stored as %q, want one more partition token", stored, again)

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 )
 
 func TestPublishRefusesReservedHeaders(t *testing.T) {
@@ -43,7 +44,7 @@ func TestPublishRefusesReservedHeaders(t *testing.T) {
 	}
 	var got delivered
 	runRunner(t, c, fastSpec(bus.ServiceLedgerWriter, bus.StreamInbox, 2), got.handler())
-	waitFor(t, 10*time.Second, func() bool { return len(got.get()) == 1 }, "delivery")
+	testkit.WaitWithin(t, 10*time.Second, "delivery", func() bool { return len(got.get()) == 1 })
 	d := got.get()[0]
 	if d.Header.Get("traceparent") != "00-x" || d.Header.Get("Loop-Thing") != "y" || d.MsgID != "ok" {
 		t.Fatalf("delivery header %v, msg id %q", d.Header, d.MsgID)

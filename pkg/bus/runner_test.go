@@ -10,8 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 )
 
@@ -84,7 +85,7 @@ func TestRunnerDrainsAndCounts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	waitFor(t, 10*time.Second, r.Ready, "ready")
+	testkit.WaitWithin(t, 10*time.Second, "ready", r.Ready)
 
 	pub := func(key, data string) {
 		t.Helper()
@@ -118,9 +119,9 @@ func TestRunnerDrainsAndCounts(t *testing.T) {
 		}
 		return 0
 	}
-	waitFor(t, 10*time.Second, func() bool {
+	testkit.WaitWithin(t, 10*time.Second, "flaky and panicking messages acked on their retry, bad one dead-lettered", func() bool {
 		return count("loop_bus_acked_total") == 2 && count("loop_bus_dlq_total") == 1
-	}, "flaky and panicking messages acked on their retry, bad one dead-lettered")
+	})
 
 	pub("k4", "slow")
 	<-entered
@@ -171,7 +172,7 @@ func TestRunnerReturnsErrClosed(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	waitFor(t, 10*time.Second, r.Ready, "ready")
+	testkit.WaitWithin(t, 10*time.Second, "ready", r.Ready)
 	c.Close()
 	select {
 	case err := <-done:
@@ -278,9 +279,9 @@ func TestRunnerReportsPending(t *testing.T) {
 		}
 		return -1
 	}
-	waitFor(t, 15*time.Second, func() bool { return pending() == 5 }, "5 pending behind the stuck handler")
+	testkit.WaitWithin(t, 15*time.Second, "5 pending behind the stuck handler", func() bool { return pending() == 5 })
 	close(release)
-	waitFor(t, 15*time.Second, func() bool { return pending() == 0 }, "none pending once handled")
+	testkit.WaitWithin(t, 15*time.Second, "none pending once handled", func() bool { return pending() == 0 })
 }
 
 // TestHandlerAcksFirst: a handler that acknowledges its message itself
@@ -323,7 +324,7 @@ func TestHandlerAcksFirst(t *testing.T) {
 	}
 	go func() { done <- r.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, 10*time.Second, r.Ready, "ready")
+	testkit.WaitWithin(t, 10*time.Second, "ready", r.Ready)
 	for _, data := range []string{"ack-then-fail", "fail"} {
 		if _, err := c.Publish(context.Background(), bus.Message{
 			Subject: catalog.InboxSubject(data, catalog.GateFeedback), MsgID: data, Data: []byte(data),

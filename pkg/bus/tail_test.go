@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 )
 
@@ -29,10 +30,10 @@ func TestTailLog(t *testing.T) {
 		logRec("ledger-writer", i)
 		logRec("dispatcher", 100+i)
 	}
-	waitFor(t, 5*time.Second, func() bool {
+	testkit.WaitWithin(t, 5*time.Second, "log stored", func() bool {
 		st, err := c.StreamStats(ctx, bus.StreamLog)
 		return err == nil && st.Msgs == 10
-	}, "log stored")
+	})
 
 	tail := func(opts bus.TailOptions, want int) ([]string, func(int)) {
 		var mu sync.Mutex
@@ -58,9 +59,9 @@ func TestTailLog(t *testing.T) {
 			defer mu.Unlock()
 			return append([]string(nil), got...)
 		}
-		waitFor(t, 5*time.Second, func() bool { return len(snapshot()) >= want }, "tail records")
+		testkit.WaitWithin(t, 5*time.Second, "tail records", func() bool { return len(snapshot()) >= want })
 		return snapshot(), func(n int) {
-			waitFor(t, 5*time.Second, func() bool { return len(snapshot()) >= n }, "followed records")
+			testkit.WaitWithin(t, 5*time.Second, "followed records", func() bool { return len(snapshot()) >= n })
 			got := snapshot()
 			if len(got) != n {
 				t.Fatalf("followed %v", got)

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 )
 
 const (
@@ -32,21 +33,10 @@ func replace(t *testing.T, path, body string) {
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func startWatcher(t *testing.T, body string, opts ...WatcherOption) (*Watcher, string, *logBuffer) {
+func startWatcher(t *testing.T, body string, opts ...WatcherOption) (*Watcher, string, *testkit.SyncBuffer) {
 	t.Helper()
 	path := writeFile(t, t.TempDir(), "cli-config.yaml", []byte(body))
-	logs := &logBuffer{}
+	logs := &testkit.SyncBuffer{}
 	w, err := NewWatcher(path, slog.New(slog.NewTextHandler(logs, nil)), append([]WatcherOption{WithDebounce(10 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatalf("NewWatcher: %v", err)
@@ -125,7 +115,7 @@ func TestWatcherKeepsLastGood(t *testing.T) {
 	defer cancel()
 
 	replace(t, path, broken)
-	eventually(t, "the broken edit to be refused", func() bool { return w.Err() != nil })
+	testkit.WaitFor(t, "the broken edit to be refused", func() bool { return w.Err() != nil })
 	if !errors.Is(w.Err(), ErrRemovedKey) || !strings.Contains(w.Err().Error(), "the-loop migrate-config") {
 		t.Errorf("Err = %v", w.Err())
 	}
@@ -137,7 +127,7 @@ func TestWatcherKeepsLastGood(t *testing.T) {
 		t.Fatalf("a broken edit was announced: %+v", cfg)
 	default:
 	}
-	eventually(t, "the refusal to be logged", func() bool {
+	testkit.WaitFor(t, "the refusal to be logged", func() bool {
 		return strings.Contains(logs.String(), "config change refused; keeping the last good config")
 	})
 
@@ -145,7 +135,7 @@ func TestWatcherKeepsLastGood(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the missing file to be reported", func() bool {
+	testkit.WaitFor(t, "the missing file to be reported", func() bool {
 		err := w.Err()
 		return err != nil && errors.Is(err, os.ErrNotExist)
 	})
@@ -198,24 +188,6 @@ func TestNewWatcherRefusesBadFile(t *testing.T) {
 	if _, err := NewWatcher(path, nil); !errors.Is(err, ErrRemovedKey) {
 		t.Errorf("NewWatcher(old) = %v", err)
 	}
-}
-
-// logBuffer lets the watcher's goroutine log while the test reads.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestLedgerLoginRefused: attack 4. A config listing the ledger's own login

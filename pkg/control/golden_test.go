@@ -2,7 +2,7 @@ package control
 
 import (
 	"fmt"
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"os"
 	"path/filepath"
 	"strings"

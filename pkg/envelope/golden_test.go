@@ -1,7 +1,7 @@
 package envelope
 
 import (
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"testing"
 )
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"github.com/the-loop/bus/pkg/githubapp"
 )
 

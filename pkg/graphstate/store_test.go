@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/pkg/graph"
 )
 

@@ -1,7 +1,7 @@
 package redact
 
 import (
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"os"
 	"path/filepath"
 	"strings"

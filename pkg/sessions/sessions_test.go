@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/internal/testsupport/bustest"
 )
 
 // TestMutateIsCompareAndSet: concurrent writers each see the other's step;

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 )
 
 func newStore(t *testing.T) (*Store, *bus.KV) {

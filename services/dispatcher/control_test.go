@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/graph"
@@ -50,7 +51,7 @@ func TestControlEffects(t *testing.T) {
 		e.waitRecord("dispatch.dropped", map[string]any{"event_id": early.GetId(), "reason": DropAwaitingStart})
 		sess := e.start(ref, 1021)
 		e.publish(comment(ref, 1022, alice, "after start"))
-		waitFor(t, "one input", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 1 })
+		testkit.WaitFor(t, "one input", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 1 })
 		if got := e.inputsOf(sess.HarnessSessionID)[0]; strings.Contains(got, "do this early") {
 			t.Error("an event refused before start was replayed")
 		}
@@ -105,7 +106,7 @@ func TestControlEffects(t *testing.T) {
 		e.publish(ev)
 		e.waitRecord("control.command", map[string]any{"event_id": ev.GetId(), "command": "execute", "effect": "handed-to-graph"})
 		e.waitRecord("dispatch.succeeded", map[string]any{"event_id": ev.GetId()})
-		waitFor(t, "the execute comment typed", func() bool {
+		testkit.WaitFor(t, "the execute comment typed", func() bool {
 			in := e.inputsOf(sess.HarnessSessionID)
 			// execute answered the phase-selection gate before the
 			// comment was typed: the prompt says so and shows the next node.
@@ -141,7 +142,7 @@ func TestControlEffects(t *testing.T) {
 		ev := comment(ref, 1051, "", "just a thought")
 		e.publish(ev, comment(ref, 1052, alice, "marker"))
 		e.waitRecord("dispatch.dropped", map[string]any{"event_id": ev.GetId(), "reason": DropUnauthorized})
-		waitFor(t, "the marker comment", func() bool { return len(e.inputsOf(s5.HarnessSessionID)) == 1 })
+		testkit.WaitFor(t, "the marker comment", func() bool { return len(e.inputsOf(s5.HarnessSessionID)) == 1 })
 	})
 }
 
@@ -199,7 +200,7 @@ func TestRespawnWithResume(t *testing.T) {
 	e.publish(ev)
 	e.waitRecord("session.respawned", map[string]any{"work_item": ref, "resumed": true})
 	boots := e.bootsOf(sess.HarnessSessionID)
-	waitFor(t, "the resumed boot", func() bool { boots = e.bootsOf(sess.HarnessSessionID); return len(boots) == 2 })
+	testkit.WaitFor(t, "the resumed boot", func() bool { boots = e.bootsOf(sess.HarnessSessionID); return len(boots) == 2 })
 	if boots[1].Mode != "resume" || boots[1].Prompt != e.expected(ev, false) {
 		t.Errorf("respawn boot = %+v, want resume with the event prompt", boots[1])
 	}
@@ -219,7 +220,7 @@ func TestRedeliveryTypesOnce(t *testing.T) {
 	sess := e.start(ref, 5000)
 	ev := comment(ref, 5001, alice, "once")
 	e.publish(ev)
-	waitFor(t, "one input", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 1 })
+	testkit.WaitFor(t, "one input", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 1 })
 	ctx := context.Background()
 	if err := e.svc.handle(ctx, ev, &bus.Delivery{}); err != nil {
 		t.Fatal(err)
@@ -240,8 +241,8 @@ func TestRedeliveryTypesOnce(t *testing.T) {
 	if err := e.svc.tmux.Deliver(ctx, sess.TmuxTarget, e.expected(pasted, false)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the pasted input", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 2 })
-	waitFor(t, "the paste on screen", func() bool {
+	testkit.WaitFor(t, "the pasted input", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 2 })
+	testkit.WaitFor(t, "the paste on screen", func() bool {
 		ok, err := e.svc.tmux.Shows(ctx, sess.TmuxTarget, deliveryMarker(&input{deliveryID: pasted.GetId()}))
 		return err == nil && ok
 	})
@@ -257,7 +258,7 @@ func TestRedeliveryTypesOnce(t *testing.T) {
 	if err := e.svc.handle(ctx, lost, &bus.Delivery{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the claimed input", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) >= 3 })
+	testkit.WaitFor(t, "the claimed input", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) >= 3 })
 	got := e.inputsOf(sess.HarnessSessionID)
 	if len(got) != 3 || got[1] != e.expected(pasted, false) || got[2] != e.expected(lost, false) {
 		t.Errorf("inputs = %d, want once, the pasted one and the claimed one, each once", len(got))
@@ -313,7 +314,7 @@ func TestHostedElsewhere(t *testing.T) {
 	if r.Session.Host != hostA || !slices.Contains(r.Session.Delivered, ev.GetId()) {
 		t.Errorf("after takeover: %+v", r.Session)
 	}
-	waitFor(t, "the resumed boot", func() bool {
+	testkit.WaitFor(t, "the resumed boot", func() bool {
 		// Both work items' sessions (which share the harness id here) were
 		// resumed on this host.
 		b := e.bootsOf("11111111-2222-4333-8444-555555555555")
@@ -325,7 +326,7 @@ func TestHostedElsewhere(t *testing.T) {
 // why on /readyz, and stops cleanly.
 func TestUnavailableKeepsRunning(t *testing.T) {
 	e := newEnv(t, func(s *Settings) { s.TmuxBinary = "/nonexistent/tmux" })
-	waitFor(t, "readiness to say why", func() bool {
+	testkit.WaitFor(t, "readiness to say why", func() bool {
 		return strings.Contains(e.ready.Check()[Name], "tmux not found")
 	})
 	ev := comment("github:octo/repo#30", 7000, alice, "the-loop pause")

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
@@ -169,7 +169,7 @@ func TestGatePausedNotice(t *testing.T) {
 	e.waitRecord("dispatch.dropped", map[string]any{"event_id": rec.GetId(), "reason": DropSessionPaused})
 	id := envelope.LoopID("gate-paused", rec.GetId())
 	var ev *loopv1.Event
-	waitFor(t, "the gate.paused notice on the inbox", func() bool { ev = box.get(id); return ev != nil })
+	testkit.WaitFor(t, "the gate.paused notice on the inbox", func() bool { ev = box.get(id); return ev != nil })
 	n := ev.GetNotification()
 	if ev.GetType() != string(catalog.GatePaused) || ev.GetSubject() != ref || ev.GetCausationId() != rec.GetId() ||
 		ev.GetConversation().GetChannel() != "C0LOOP" || ev.GetConversation().GetThreadTs() != "1700000000.000100" {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/excerpt"
@@ -155,7 +155,7 @@ func TestOversizedActivityShowsTheWholePayload(t *testing.T) {
 	}
 	e.publish(summary("big-1", kept))
 	want, _ := excerpt.Excerpt("check_run", whole)
-	waitFor(t, "the whole payload's excerpt typed", func() bool {
+	testkit.WaitFor(t, "the whole payload's excerpt typed", func() bool {
 		for _, in := range e.inputsOf(sess.HarnessSessionID) {
 			if strings.Contains(in, want) {
 				return true
@@ -169,7 +169,7 @@ func TestOversizedActivityShowsTheWholePayload(t *testing.T) {
 	e.publish(gone)
 	in, _ := e.svc.read(gone)
 	left, _ := excerpt.Excerpt("check_run", in.payload)
-	waitFor(t, "the summary's excerpt typed", func() bool {
+	testkit.WaitFor(t, "the summary's excerpt typed", func() bool {
 		for _, in := range e.inputsOf(sess.HarnessSessionID) {
 			if strings.Contains(in, left) && strings.Contains(in, "big-2") {
 				return true

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/envelope"
@@ -62,7 +63,7 @@ func (e *env) waitNotification(box *inbox, ref, node string, attempt int, typ ca
 	e.t.Helper()
 	id := graphstate.NotificationID(ref, node, attempt, typ)
 	var ev *loopv1.Event
-	waitFor(e.t, fmt.Sprintf("%s of %s on the inbox", typ, node), func() bool { ev = box.get(id); return ev != nil })
+	testkit.WaitFor(e.t, fmt.Sprintf("%s of %s on the inbox", typ, node), func() bool { ev = box.get(id); return ev != nil })
 	if ev.GetSource() != "loop" || ev.GetType() != string(typ) || ev.GetSubject() != ref {
 		e.t.Errorf("notification %s: source %q type %q subject %q", id, ev.GetSource(), ev.GetType(), ev.GetSubject())
 	}
@@ -72,7 +73,7 @@ func (e *env) waitNotification(box *inbox, ref, node string, attempt int, typ ca
 func (e *env) waitNode(ref, node string) *graph.State {
 	e.t.Helper()
 	var st *graph.State
-	waitFor(e.t, ref+" at "+node, func() bool { st = e.graphState(ref); return st != nil && st.Current == node })
+	testkit.WaitFor(e.t, ref+" at "+node, func() bool { st = e.graphState(ref); return st != nil && st.Current == node })
 	return st
 }
 
@@ -113,7 +114,7 @@ func TestGraphWiring(t *testing.T) {
 	}
 
 	e.publish(comment(ref, 7001, alice, "Looks good to me, go on."))
-	waitFor(t, "the first comment typed", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 1 })
+	testkit.WaitFor(t, "the first comment typed", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 1 })
 	if st := e.graphState(ref); st.Current != "phase-selection" || st.Reason != graph.ReasonNoKeyword {
 		t.Errorf("a comment without the execute keyword moved phase selection: %+v", st)
 	}
@@ -122,7 +123,7 @@ func TestGraphWiring(t *testing.T) {
 	if len(st.Decisions) != 1 || st.Decisions[0].Outcome != graph.OutcomeExecute || st.Decisions[0].By[0] != alice {
 		t.Errorf("decisions = %+v", st.Decisions)
 	}
-	waitFor(t, "the execute comment typed", func() bool {
+	testkit.WaitFor(t, "the execute comment typed", func() bool {
 		in := e.inputsOf(sess.HarnessSessionID)
 		return len(in) == 2 && strings.Contains(in[1], "classified by the gate first: execute") && strings.Contains(in[1], "node: requirements")
 	})
@@ -149,7 +150,7 @@ func TestGraphWiring(t *testing.T) {
 
 	// Neither an objection nor a collaborator passes the gate.
 	e.publish(comment(ref, 7003, alice, "Not approved: what about errors?"))
-	waitFor(t, "the objection typed", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 3 })
+	testkit.WaitFor(t, "the objection typed", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 3 })
 	collab := comment(ref, 7004, "", "approved")
 	e.publish(collab)
 	e.waitRecord("dispatch.dropped", map[string]any{"event_id": collab.GetId(), "reason": DropUnauthorized})
@@ -168,7 +169,7 @@ func TestGraphWiring(t *testing.T) {
 	if a.Login != alice || a.Node != "requirements-approval" || a.Provenance != want {
 		t.Errorf("approval = %+v, want alice at requirements-approval with %+v", a, want)
 	}
-	waitFor(t, "approvedBy in the artifact", func() bool {
+	testkit.WaitFor(t, "approvedBy in the artifact", func() bool {
 		b, _ := os.ReadFile(filepath.Join(work, "requirements.md"))
 		return strings.Contains(string(b), "@alice (requirements-approval, ") && strings.Contains(string(b), "via slack U0ALICE")
 	})

@@ -14,16 +14,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/graphstate"
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/service"
@@ -135,7 +135,7 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 	// otherwise reached only through the consumer, which starts after it.
 	// A service that cannot run sessions here never opens it.
 	if svc.check() == nil {
-		waitFor(t, "the dispatcher's registry", func() bool { return svc.store.Load() != nil })
+		testkit.WaitFor(t, "the dispatcher's registry", func() bool { return svc.store.Load() != nil })
 	}
 	return e
 }
@@ -175,7 +175,7 @@ func (e *env) tmuxState(ref string) tmux.State {
 func (e *env) waitRecord(name string, match map[string]any) eventlog.Record {
 	e.t.Helper()
 	var got []eventlog.Record
-	waitFor(e.t, fmt.Sprintf("%s %v", name, match), func() bool {
+	testkit.WaitFor(e.t, fmt.Sprintf("%s %v", name, match), func() bool {
 		got = e.recs.Find(name, match)
 		return len(got) > 0
 	})
@@ -204,18 +204,6 @@ func (e *env) bootsOf(sessionID string) []tmuxtest.Boot {
 }
 
 const waitLong = 90 * time.Second
-
-// waitFor polls cond until it holds or the (generous) deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 var evTime = envelope.NewTime(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
 
@@ -342,7 +330,7 @@ func (e *env) start(ref string, commentID int64) *sessions.Session {
 	if !sess.Live() {
 		e.t.Fatalf("no live session for %s after start", ref)
 	}
-	waitFor(e.t, "the stand-in's boot", func() bool { return len(e.bootsOf(sess.HarnessSessionID)) > 0 })
+	testkit.WaitFor(e.t, "the stand-in's boot", func() bool { return len(e.bootsOf(sess.HarnessSessionID)) > 0 })
 	return sess
 }
 

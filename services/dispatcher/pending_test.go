@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/sessions"
 )
@@ -32,7 +33,7 @@ func TestSettlePendingAtStart(t *testing.T) {
 	if err := e.svc.tmux.Deliver(ctx, sess.TmuxTarget, e.expected(received, false)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the paste on screen", func() bool {
+	testkit.WaitFor(t, "the paste on screen", func() bool {
 		ok, err := e.svc.tmux.Shows(ctx, sess.TmuxTarget, marker)
 		return err == nil && ok
 	})
@@ -96,7 +97,7 @@ func TestPendingOnAnotherHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := e.expected(ev, false)
-	waitFor(t, "the event typed here", func() bool {
+	testkit.WaitFor(t, "the event typed here", func() bool {
 		for _, b := range e.bootsOf(sess.HarnessSessionID) {
 			if b.Prompt == want {
 				return true

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/excerpt"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
@@ -131,7 +131,7 @@ func TestHostileCIReachesSessionEscaped(t *testing.T) {
 	sess := e.start(ref, 9100)
 	ev := hostileCI(ref)
 	e.publish(ev)
-	waitFor(t, "the CI event typed", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 1 })
+	testkit.WaitFor(t, "the CI event typed", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 1 })
 	got := e.inputsOf(sess.HarnessSessionID)[0]
 	if want := e.expected(ev, false); got != want {
 		t.Errorf("the session received:\n%q\nwant:\n%q", got, want)

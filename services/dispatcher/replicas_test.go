@@ -18,14 +18,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/service"
@@ -127,7 +127,7 @@ func (f *fleet) start(host string, concurrency int, mod func(*Settings)) *replic
 func (f *fleet) settled(hosts ...string) map[int]string {
 	f.tb.Helper()
 	var owner map[int]string
-	waitFor(f.tb, fmt.Sprintf("the partitions shared by %v", hosts), func() bool {
+	testkit.WaitFor(f.tb, fmt.Sprintf("the partitions shared by %v", hosts), func() bool {
 		ms, err := f.pub.Members(context.Background(), Name)
 		if err != nil || !bustest.Shared(ms, f.parts, len(hosts)) {
 			return false
@@ -172,7 +172,7 @@ func (f *fleet) startItems(refs []string) {
 			}
 		}
 	}
-	waitFor(f.tb, fmt.Sprintf("%d sessions booted", len(refs)), func() bool {
+	testkit.WaitFor(f.tb, fmt.Sprintf("%d sessions booted", len(refs)), func() bool {
 		boots := map[string]bool{}
 		for _, b := range tmuxtest.Boots(f.tb, f.dir) {
 			boots[b.SessionID] = true
@@ -248,7 +248,7 @@ func TestTwoReplicasRunSessionsOnBoth(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "host-b's sessions taken over by host-a", func() bool {
+	testkit.WaitFor(t, "host-b's sessions taken over by host-a", func() bool {
 		for _, ref := range moved {
 			r, _, err := f.store.Get(context.Background(), ref)
 			if err != nil || r.Session.Host != "host-a" || !slices.Contains(r.Session.Delivered, fmt.Sprintf("gh:issue-comment:%d", 2000+slices.Index(moved, ref))) {
@@ -293,7 +293,7 @@ const (
 // registry — is CPU, and on a shared 2-core machine the CPU, not the
 // terminals, would otherwise bound every replica count alike.
 func BenchmarkDispatcherReplicas(b *testing.B) {
-	bustest.ReplicaScaling(b, dispatcherRound)
+	bustest.ReplicaScaling(b, func(b *testing.B) int { return b.N }, dispatcherRound)
 }
 
 func dispatcherRound(b *testing.B, n int) (rate, share float64) {

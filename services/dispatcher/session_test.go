@@ -18,9 +18,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/internal/agent"
@@ -38,7 +39,7 @@ import (
 func (e *env) bootEnv(id string, n int) map[string]string {
 	e.t.Helper()
 	var boots []tmuxtest.Boot
-	waitFor(e.t, fmt.Sprintf("boot %d of %s", n, id), func() bool { boots = e.bootsOf(id); return len(boots) > n })
+	testkit.WaitFor(e.t, fmt.Sprintf("boot %d of %s", n, id), func() bool { boots = e.bootsOf(id); return len(boots) > n })
 	return boots[n].Env
 }
 
@@ -238,7 +239,7 @@ func TestSessionEnvironmentIsBuilt(t *testing.T) {
 func (e *env) inboxFind(box *inbox, what string, match func(*loopv1.Event) bool) *loopv1.Event {
 	e.t.Helper()
 	var found *loopv1.Event
-	waitFor(e.t, what, func() bool {
+	testkit.WaitFor(e.t, what, func() bool {
 		box.mu.Lock()
 		defer box.mu.Unlock()
 		for _, ev := range box.evs {
@@ -337,7 +338,7 @@ func TestSessionAsk(t *testing.T) {
 	if err := json.Unmarshal(body, &pending); err != nil || status != http.StatusAccepted || !pending.Pending || pending.ID == "" {
 		t.Fatalf("ask with a 1ns wait: %d %s", status, body)
 	}
-	waitFor(t, "the pending question on the inbox", func() bool { return box.get(pending.ID) != nil })
+	testkit.WaitFor(t, "the pending question on the inbox", func() bool { return box.get(pending.ID) != nil })
 
 	if n := len(e.recs.Find("session.refused", nil)); n != 0 {
 		t.Errorf("%d requests of the session refused", n)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
@@ -27,7 +28,7 @@ func TestTmuxDeliversThreeEventsInOrder(t *testing.T) {
 	e.publish(start)
 	e.waitRecord("session.spawned", map[string]any{"work_item": ref})
 	sess := e.record(ref).Session
-	waitFor(t, "boot", func() bool { return len(e.bootsOf(sess.HarnessSessionID)) == 1 })
+	testkit.WaitFor(t, "boot", func() bool { return len(e.bootsOf(sess.HarnessSessionID)) == 1 })
 
 	events := []*loopv1.Event{
 		comment(ref, 101, alice, "First: please look at the parser."),
@@ -35,7 +36,7 @@ func TestTmuxDeliversThreeEventsInOrder(t *testing.T) {
 		comment(ref, 103, alice, "Third: `code` <b>&amp;</b> ünïcode."),
 	}
 	e.publish(events...)
-	waitFor(t, "three inputs", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) >= 3 })
+	testkit.WaitFor(t, "three inputs", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) >= 3 })
 
 	whilePaused := comment(ref, 105, alice, "this arrives while paused")
 	e.publish(comment(ref, 104, alice, "the-loop pause"), whilePaused)

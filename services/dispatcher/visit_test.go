@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/envelope"
@@ -73,7 +74,7 @@ func TestStaleGateAnswerRefused(t *testing.T) {
 		t.Fatalf("approvedBy = %+v", st.ApprovedBy)
 	}
 	var moved *loopv1.Event
-	waitFor(t, "gate.moved on the inbox", func() bool {
+	testkit.WaitFor(t, "gate.moved on the inbox", func() bool {
 		moved = box.get(envelope.LoopID("gate-moved", ref, first))
 		return moved != nil
 	})
@@ -84,7 +85,7 @@ func TestStaleGateAnswerRefused(t *testing.T) {
 		t.Errorf("gate.moved = %v", moved)
 	}
 	// Only the current answer was typed into the session.
-	waitFor(t, "the approval typed", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == typed+1 })
+	testkit.WaitFor(t, "the approval typed", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == typed+1 })
 	// Its redelivery finds the gate moved by itself: not stale.
 	if err := e.svc.handle(ctx, cur, &bus.Delivery{NumDelivered: 2}); err != nil {
 		t.Fatal(err)

@@ -141,7 +141,7 @@ func TestCopiedEnvelopeIsNotARecord(t *testing.T) {
 			body:   issueCommentJSON("created", 804, "bob", "MEMBER", fromIssue16),
 			status: 202, want: []wantEvent{{"comment.human", ref15, "bob"}}, logs: []string{route.NoteForgedEnvelope}},
 	})
-	recs := e.logs.records("routing.forged_envelope")
+	recs := e.logs.Events("routing.forged_envelope")
 	if len(recs) != 4 {
 		t.Fatalf("%d routing.forged_envelope records, want 4", len(recs))
 	}

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
 )
 
@@ -96,7 +96,7 @@ func TestCIEventsAuthorized(t *testing.T) {
 			status: 202, want: activity(ref15)},
 	})
 	// The records say who sent it and why it was let in.
-	dropped := e.logs.records("routing.dropped")
+	dropped := e.logs.Events("routing.dropped")
 	found := false
 	for _, r := range dropped {
 		if r["reason"] == route.DropForkCI && r["sender"] == "mallory" {
@@ -107,7 +107,7 @@ func TestCIEventsAuthorized(t *testing.T) {
 		t.Errorf("no routing.dropped fork-ci record naming the sender mallory")
 	}
 	admitted := map[string]bool{}
-	for _, r := range e.logs.records("routing.routed") {
+	for _, r := range e.logs.Events("routing.routed") {
 		if a, ok := r["admitted"].(string); ok {
 			admitted[a] = true
 		}

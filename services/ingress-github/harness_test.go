@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,12 +19,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/service"
@@ -82,44 +82,6 @@ var people = []identity.Person{
 	{GitHub: "Codertocat"}, // the sender of the shared example payloads
 }
 
-// logCapture records every slog record (the event log writes through slog).
-type logCapture struct {
-	mu   sync.Mutex
-	recs []map[string]any
-}
-
-func (c *logCapture) Enabled(context.Context, slog.Level) bool { return true }
-func (c *logCapture) WithAttrs([]slog.Attr) slog.Handler       { return c }
-func (c *logCapture) WithGroup(string) slog.Handler            { return c }
-func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
-	m := map[string]any{"msg": r.Message, "level": r.Level.String()}
-	r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.Resolve().Any(); return true })
-	c.mu.Lock()
-	c.recs = append(c.recs, m)
-	c.mu.Unlock()
-	return nil
-}
-
-// records returns the event-log records of the types events, in order.
-func (c *logCapture) records(events ...string) []map[string]any {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []map[string]any
-	for _, r := range c.recs {
-		if ev, ok := r["event"].(string); ok && slices.Contains(events, ev) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func (c *logCapture) all() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	b, _ := json.Marshal(c.recs)
-	return string(b)
-}
-
 // env is one ingress-github on a real in-process JetStream, served over
 // real HTTP, with a consumer that collects what reaches the inbox.
 type env struct {
@@ -128,7 +90,7 @@ type env struct {
 	conn  *bus.Conn
 	svc   *Service
 	http  *httptest.Server
-	logs  *logCapture
+	logs  *testkit.Logs
 	ready *httpserver.Readiness
 	reg   *prometheus.Registry
 
@@ -166,7 +128,7 @@ func newEnvBare(t testing.TB, opts ...envOption) *env {
 	t.Helper()
 	srv := bustest.StartServer(t, bustest.Options{InProcessOnly: true})
 	srv.Provision(t, bustest.FastTopology(parts))
-	e := &env{t: t, srv: srv, conn: srv.Connect(t, "ingress-github-test"), logs: &logCapture{},
+	e := &env{t: t, srv: srv, conn: srv.Connect(t, "ingress-github-test"), logs: &testkit.Logs{},
 		events: map[string]*loopv1.Event{}, change: make(chan struct{})}
 	dir, problems := identity.New(people)
 	if len(problems) > 0 {
@@ -184,7 +146,7 @@ func (e *env) newService(opts ...envOption) *Service {
 	e.t.Helper()
 	e.ready = httpserver.NewReadiness()
 	e.reg = prometheus.NewRegistry()
-	log := slog.New(e.logs)
+	log := slog.New(e.logs.Handler())
 	deps := service.Deps{
 		Conn:     e.conn,
 		Log:      log,
@@ -376,7 +338,7 @@ func (e *env) postTo(url, event, delivery string, body []byte, sig, ctype string
 // "forged-envelope" for each routing.forged_envelope record among them.
 func (e *env) drops() []string {
 	var out []string
-	for _, r := range e.logs.records("routing.dropped", "routing.forged_envelope") {
+	for _, r := range e.logs.Events("routing.dropped", "routing.forged_envelope") {
 		switch r["event"] {
 		case "routing.dropped":
 			out = append(out, fmt.Sprint(r["reason"]))

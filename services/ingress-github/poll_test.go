@@ -13,9 +13,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
 )
 
@@ -98,7 +98,7 @@ func TestPollAndWebhookSameEventsOnce(t *testing.T) {
 	if got := e.stored() - before; got != 1 {
 		t.Fatalf("first cycle stored %d events, want 1 (the label's first sight)", got)
 	}
-	if slices.ContainsFunc(e.logs.records("bus.published"), func(r map[string]any) bool {
+	if slices.ContainsFunc(e.logs.Events("bus.published"), func(r map[string]any) bool {
 		return r["event_id"] == fmt.Sprintf("gh:issue-comment:%d", old.ID)
 	}) {
 		t.Error("the first cycle replayed a comment made before polling began")
@@ -168,7 +168,7 @@ func TestPollAndWebhookSameEventsOnce(t *testing.T) {
 		t.Fatalf("after the close: %d events, want 5", got)
 	}
 	var closeID string
-	for _, r := range e.logs.records("bus.published") {
+	for _, r := range e.logs.Events("bus.published") {
 		if s, _ := r["event_id"].(string); strings.HasPrefix(s, "gh:poll-close-") {
 			closeID = s
 		}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/service"
 )
 
@@ -44,7 +44,7 @@ func TestNoSecretUnderUp(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v, want nil", err)
 	}
-	if !strings.Contains(e.logs.all(), "WEBHOOK LISTENER OFF") {
+	if !strings.Contains(e.logs.String(), "WEBHOOK LISTENER OFF") {
 		t.Error("no loud log line")
 	}
 	// The handler itself is fail-closed too.
@@ -146,7 +146,7 @@ func TestLedgerLoginFromGitHub(t *testing.T) {
 	if ev.GetType() != "ledger.record" || ev.GetActor().GetGithub() != "alice" {
 		t.Errorf("%s by %v", ev.GetType(), ev.GetActor())
 	}
-	if strings.Contains(e.logs.all(), "ledger-token") {
+	if strings.Contains(e.logs.String(), "ledger-token") {
 		t.Error("the token appears in the logs")
 	}
 }

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
@@ -85,7 +86,7 @@ func TestWebhookRejections(t *testing.T) {
 	if r := e.postTo(e.http.URL+WebhookPath, "issue_comment", "d-form", form, "", "application/x-www-form-urlencoded"); r.Code != http.StatusAccepted {
 		t.Errorf("form-encoded delivery = %d %q, want 202", r.Code, r.Status)
 	}
-	if strings.Contains(e.logs.all(), testSecret) {
+	if strings.Contains(e.logs.String(), testSecret) {
 		t.Error("the webhook secret appears in the logs")
 	}
 }
@@ -111,7 +112,7 @@ func TestWebhookBusDown(t *testing.T) {
 	body := issueCommentJSON("created", 3, "alice", "OWNER", "while down")
 	before := e.stored()
 	e.srv.Shutdown()
-	waitFor(t, func() bool { return !e.conn.Connected() })
+	testkit.WaitWithin(t, 30*time.Second, "the connection to drop", func() bool { return !e.conn.Connected() })
 	r := e.post("issue_comment", "down-1", body, "")
 	if r.Code != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("bus down: %d %q (Retry-After %q), want 503 with Retry-After", r.Code, r.Status, r.Header.Get("Retry-After"))
@@ -159,17 +160,6 @@ func TestWebhookPublishTimeout(t *testing.T) {
 	}
 	if seen, _ := e.svc.intake.isSeen(ctx, deliveryKey("full-1")); seen {
 		t.Error("a delivery answered 503 was remembered as seen: GitHub's redelivery would be dropped")
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 30s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/slack/slackfake"
-	"github.com/the-loop/bus/pkg/slack/socketfake"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/socketfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/slackmsg"
 )
 
@@ -58,7 +59,7 @@ func TestSignatureFailClosed(t *testing.T) {
 	if e.stored() != before+1 {
 		t.Errorf("the correctly signed message was not published")
 	}
-	if !strings.Contains(e.logs.all(), "stale-timestamp") {
+	if !strings.Contains(e.logs.String(), "stale-timestamp") {
 		t.Errorf("no rejection recorded as stale-timestamp")
 	}
 }
@@ -115,10 +116,10 @@ func TestSlackRetryPublishesOnce(t *testing.T) {
 func TestNotReadyWithoutTokens(t *testing.T) {
 	e := newEnv(t)
 	s := e.start(func(c *Config, _ *Options) { c.AppToken = noSecret })
-	e.eventually("readiness to name the missing app token", func() bool {
+	testkit.WaitWithin(e.t, waitFor, "readiness to name the missing app token", func() bool {
 		return strings.Contains(s.ready.Check()[Name], "LOOP_SLACK_APP_TOKEN")
 	})
-	if strings.Contains(e.logs.all(), slackfake.Token) || strings.Contains(e.logs.all(), testSecret) {
+	if strings.Contains(e.logs.String(), slackfake.Token) || strings.Contains(e.logs.String(), testSecret) {
 		t.Errorf("a secret reached the log")
 	}
 	if e.sock.Opens() != 0 {
@@ -130,10 +131,10 @@ func TestNotReadyWithoutTokens(t *testing.T) {
 	// readiness says so; the process carries on.
 	s2 := e.start(func(c *Config, _ *Options) { c.AppToken = secret("xapp-wrong") })
 	e.update(func(c *cfgT) { c.Channels.Slack.Enabled = true })
-	e.eventually("readiness to report the failing reader", func() bool {
+	testkit.WaitWithin(e.t, waitFor, "readiness to report the failing reader", func() bool {
 		return strings.Contains(s2.ready.Check()[Name], "failed")
 	})
-	if strings.Contains(e.logs.all(), "xapp-wrong") {
+	if strings.Contains(e.logs.String(), "xapp-wrong") {
 		t.Errorf("the app token reached the log")
 	}
 	_ = socketfake.AppToken

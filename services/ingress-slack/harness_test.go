@@ -21,8 +21,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/socketfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
@@ -31,8 +34,6 @@ import (
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/service"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
-	"github.com/the-loop/bus/pkg/slack/socketfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
@@ -59,51 +60,6 @@ var people = []identity.Person{
 	{GitHub: "monalisa", Slack: "U111"},
 }
 
-// logCapture records every slog record (the event log writes through slog).
-type logCapture struct {
-	mu   sync.Mutex
-	recs []map[string]any
-}
-
-func (c *logCapture) Enabled(context.Context, slog.Level) bool { return true }
-func (c *logCapture) WithAttrs([]slog.Attr) slog.Handler       { return c }
-func (c *logCapture) WithGroup(string) slog.Handler            { return c }
-func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
-	m := map[string]any{"msg": r.Message, "level": r.Level.String()}
-	r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.Resolve().Any(); return true })
-	c.mu.Lock()
-	c.recs = append(c.recs, m)
-	c.mu.Unlock()
-	return nil
-}
-
-func (c *logCapture) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.recs)
-}
-
-// since returns the event-log records (channel.dropped, bus.published) from
-// index i on.
-func (c *logCapture) since(i int) []map[string]any {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []map[string]any
-	for _, r := range c.recs[i:] {
-		if r["event"] == "channel.dropped" || r["event"] == "bus.published" {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func (c *logCapture) all() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	b, _ := json.Marshal(c.recs)
-	return string(b)
-}
-
 // env is one or more ingress-slack services on a real in-process JetStream,
 // a Slack Web API fake, a Socket Mode fake in front of it, and a consumer
 // (the ledger-writer's real partitioned consumers) collecting what reaches
@@ -114,7 +70,7 @@ type env struct {
 	conn  *bus.Conn
 	slack *slackfake.Server
 	sock  *socketfake.Server
-	logs  *logCapture
+	logs  *testkit.Logs
 
 	cfgMu sync.Mutex
 	cfg   *config.Config
@@ -129,7 +85,7 @@ func newEnv(t testing.TB) *env {
 	t.Helper()
 	srv := bustest.StartServer(t, bustest.Options{InProcessOnly: true})
 	srv.Provision(t, bustest.FastTopology(parts))
-	e := &env{t: t, srv: srv, conn: srv.Connect(t, "ingress-slack-test"), logs: &logCapture{},
+	e := &env{t: t, srv: srv, conn: srv.Connect(t, "ingress-slack-test"), logs: &testkit.Logs{},
 		events: map[string]*loopv1.Event{}, change: make(chan struct{})}
 	e.slack = slackfake.New(t)
 	e.sock = socketfake.New(t, socketfake.WithAPI(e.slack.URL()))
@@ -182,7 +138,7 @@ type svcOption func(*Config, *Options)
 func (e *env) start(opts ...svcOption) *svc {
 	e.t.Helper()
 	reg, ready := prometheus.NewRegistry(), httpserver.NewReadiness()
-	log := slog.New(e.logs)
+	log := slog.New(e.logs.Handler())
 	deps := service.Deps{
 		Conn: e.conn, Log: log, Events: eventlog.New(Name, log, nil), Registry: reg, Ready: ready,
 		Partitions: parts, Config: e.config,
@@ -232,18 +188,7 @@ func (e *env) start(opts ...svcOption) *svc {
 // waitReady waits until /readyz would say ready.
 func (e *env) waitReady(s *svc) {
 	e.t.Helper()
-	e.eventually("the service to be ready", func() bool { return len(s.ready.Check()) == 0 })
-}
-
-func (e *env) eventually(what string, cond func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitWithin(e.t, waitFor, "the service to be ready", func() bool { return len(s.ready.Check()) == 0 })
 }
 
 func (e *env) kv(bucket string) *bus.KV {
@@ -368,7 +313,7 @@ func (e *env) waitEvent(id string) *loopv1.Event {
 		select {
 		case <-ch:
 		case <-deadline:
-			e.t.Fatalf("event %s did not reach the inbox; log: %s", id, e.logs.all())
+			e.t.Fatalf("event %s did not reach the inbox; log: %s", id, e.logs.String())
 		}
 	}
 }
@@ -481,7 +426,7 @@ func (o outcome) String() string {
 // message.
 func (e *env) settledSince(i int) (outcome, map[string]any) {
 	e.t.Helper()
-	recs := e.logs.since(i)
+	recs := e.logs.Since(i, "channel.dropped", "bus.published")
 	if len(recs) != 1 {
 		e.t.Fatalf("want exactly one channel.dropped or bus.published record, got %d: %v", len(recs), recs)
 	}

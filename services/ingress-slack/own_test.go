@@ -35,7 +35,7 @@ func TestOwnPayloads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		i := e.logs.len()
+		i := e.logs.Len()
 		path, body := PathEvents, raw
 		if strings.HasPrefix(name, "interactions.") {
 			path, body = PathInteractions, form(raw)

@@ -4,10 +4,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/graph"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 )
 
@@ -28,7 +28,7 @@ var seq int
 func (e *env) send(s *svc, ev map[string]any) (outcome, map[string]any) {
 	e.t.Helper()
 	seq++
-	i := e.logs.len()
+	i := e.logs.Len()
 	if r := e.post(s, PathEvents, messageBody("EvTest"+itoa(seq), ev)); r.status != 200 {
 		e.t.Fatalf("POST %s = %d %s, want 200", PathEvents, r.status, r.body)
 	}
@@ -37,7 +37,7 @@ func (e *env) send(s *svc, ev map[string]any) (outcome, map[string]any) {
 
 func (e *env) press(s *svc, body []byte) (outcome, map[string]any) {
 	e.t.Helper()
-	i := e.logs.len()
+	i := e.logs.Len()
 	if r := e.post(s, PathInteractions, form(body)); r.status != 200 {
 		e.t.Fatalf("POST %s = %d %s, want 200", PathInteractions, r.status, r.body)
 	}

@@ -7,14 +7,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/slack-go/slack"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
 )
 
@@ -307,7 +306,7 @@ func (p *poller) kickoff(ctx context.Context, channel string) error {
 // settle runs the messages newer than cur through the pipeline, oldest first,
 // moving the cursor past each one settled.
 func (p *poller) settle(ctx context.Context, key, cur string, msgs []slack.Message, build func(slack.Message) *inbound) error {
-	slices.SortStableFunc(msgs, func(a, b slack.Message) int { return tsCompare(a.Timestamp, b.Timestamp) })
+	slices.SortStableFunc(msgs, func(a, b slack.Message) int { return slackmsg.CompareTS(a.Timestamp, b.Timestamp) })
 	for _, m := range msgs {
 		if !tsAfter(m.Timestamp, cur) {
 			continue
@@ -383,23 +382,7 @@ func (p *poller) advance(ctx context.Context, key, ts string) error {
 	return fmt.Errorf("cursor %s: too much contention", key)
 }
 
-// tsCompare orders Slack ts values ("seconds.micros") numerically.
-func tsCompare(a, b string) int {
-	as, af, _ := strings.Cut(a, ".")
-	bs, bf, _ := strings.Cut(b, ".")
-	ai, _ := strconv.ParseInt(as, 10, 64)
-	bi, _ := strconv.ParseInt(bs, 10, 64)
-	if ai != bi {
-		if ai < bi {
-			return -1
-		}
-		return 1
-	}
-	af, bf = (af + "000000")[:6], (bf + "000000")[:6]
-	return strings.Compare(af, bf)
-}
-
-func tsAfter(a, b string) bool { return tsCompare(a, b) > 0 }
+func tsAfter(a, b string) bool { return slackmsg.CompareTS(a, b) > 0 }
 
 func tsOf(t time.Time) string {
 	us := t.UnixMicro()

@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
+	"github.com/the-loop/bus/pkg/slackmsg"
 )
 
 // pollEnv is an env in poll mode whose bound thread and kickoff channel live
@@ -41,8 +43,8 @@ func TestPoll(t *testing.T) {
 	early := e.slack.AddMessage(testChannel, root, "UALICE", "a reply while no reader ran")
 	s := e.start()
 	e.waitReady(s)
-	e.eventually("the kickoff cursor", func() bool { return e.cursor(kickoffCursorKey(testChannel)) != "" })
-	if c := e.cursor(kickoffCursorKey(testChannel)); tsCompare(c, old) < 0 {
+	testkit.WaitWithin(e.t, waitFor, "the kickoff cursor", func() bool { return e.cursor(kickoffCursorKey(testChannel)) != "" })
+	if c := e.cursor(kickoffCursorKey(testChannel)); slackmsg.CompareTS(c, old) < 0 {
 		t.Errorf("kickoff cursor %s starts before the channel's newest message %s", c, old)
 	}
 	e.waitEvent(messageID(testChannel, early))
@@ -56,13 +58,13 @@ func TestPoll(t *testing.T) {
 	if ev := e.waitEvent(messageID(testChannel, top)); ev.GetType() != string(catalog.WorkItemCreate) {
 		t.Errorf("top-level: %s", ev.GetType())
 	}
-	e.eventually("the thread cursor to pass the bot's reply", func() bool {
-		return tsCompare(e.cursor(threadCursorKey(testChannel, root)), own) >= 0
+	testkit.WaitWithin(e.t, waitFor, "the thread cursor to pass the bot's reply", func() bool {
+		return slackmsg.CompareTS(e.cursor(threadCursorKey(testChannel, root)), own) >= 0
 	})
 	// Several more cycles: nothing is published again.
 	n := e.stored()
 	calls := e.slack.Count("conversations.replies", 0)
-	e.eventually("more poll cycles", func() bool { return e.slack.Count("conversations.replies", 0) >= calls+3 })
+	testkit.WaitWithin(e.t, waitFor, "more poll cycles", func() bool { return e.slack.Count("conversations.replies", 0) >= calls+3 })
 	if e.stored() != n {
 		t.Errorf("later cycles published %d more", e.stored()-n)
 	}
@@ -150,7 +152,7 @@ func TestModeChange(t *testing.T) {
 	if addr == nil {
 		t.Fatal("the events listener never came up")
 	}
-	e.eventually("the socket to close", func() bool { return !e.sock.Live() })
+	testkit.WaitWithin(e.t, waitFor, "the socket to close", func() bool { return !e.sock.Live() })
 	e.waitReady(s)
 	listener := &svc{Service: s.Service, http: httptestServerAt(addr.String())}
 	if got, _ := e.send(listener, reply("UALICE", thread1, "via the events listener")); got.typ != catalog.WorkItemReply {

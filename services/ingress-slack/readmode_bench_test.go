@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/socketfake"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/slack/socketfake"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 

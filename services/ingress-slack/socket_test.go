@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/socketfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/catalog"
-	"github.com/the-loop/bus/pkg/slack/socketfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 )
 
@@ -17,7 +18,7 @@ const ackWithin = 3 * time.Second
 // became of its message.
 func (e *env) sendEnvelope(typ string, payload []byte, opts ...socketfake.SendOption) (outcome, map[string]any, socketfake.Envelope) {
 	e.t.Helper()
-	i := e.logs.len()
+	i := e.logs.Len()
 	id := e.sock.Send(e.t, typ, json.RawMessage(payload), opts...)
 	env := e.sock.WaitAck(e.t, id, waitFor)
 	if env.Latency() > ackWithin {
@@ -104,12 +105,12 @@ func TestSocketUnsettledIsNotAcked(t *testing.T) {
 	msg := reply("UALICE", thread1, "lost?")
 	payload := messageBody("EvUnsettled", msg)
 	id := e.sock.Send(t, "events_api", payload)
-	e.eventually("the failed attempt to be counted", func() bool { return metric(t, s.m.retried.WithLabelValues(viaSocket)) >= 1 })
+	testkit.WaitWithin(e.t, waitFor, "the failed attempt to be counted", func() bool { return metric(t, s.m.retried.WithLabelValues(viaSocket)) >= 1 })
 	if env, _ := e.sock.Envelope(id); env.Acked {
 		t.Fatalf("an envelope whose message was not published was acked")
 	}
 	e.srv.Restart(t)
-	e.eventually("the bus to reconnect", e.conn.Connected)
+	testkit.WaitWithin(e.t, waitFor, "the bus to reconnect", e.conn.Connected)
 	e.sock.Send(t, "events_api", payload, socketfake.WithEnvelopeID(id), socketfake.WithRetry(1, "timeout"))
 	e.sock.WaitAck(t, id, waitFor)
 	e.waitEvent(messageID(testChannel, msg["ts"].(string)))

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/envelope"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
@@ -27,18 +27,21 @@ type busObserver struct {
 func observe(t *testing.T, e *env) *busObserver {
 	t.Helper()
 	o := &busObserver{}
-	bustest.Observe(t, e.srv.URL(), []string{"$JS.ACK." + bus.StreamInbox + ".>", "loop.ev.>"}, func(m bustest.Observed) {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		switch {
-		case strings.HasPrefix(m.Subject, "$JS.ACK."):
-			if seq, ok := ackedSeq(m.Subject, bus.StreamInbox); ok && strings.HasPrefix(string(m.Data), "+ACK") {
-				o.log = append(o.log, "ack "+strconv.FormatUint(seq, 10))
+	ch := e.srv.Watch(t, "test-observer", "$JS.ACK."+bus.StreamInbox+".>", "loop.ev.>")
+	go func() {
+		for m := range ch {
+			o.mu.Lock()
+			switch {
+			case strings.HasPrefix(m.Subject, "$JS.ACK."):
+				if seq, ok := ackedSeq(m.Subject, bus.StreamInbox); ok && strings.HasPrefix(string(m.Data), "+ACK") {
+					o.log = append(o.log, "ack "+strconv.FormatUint(seq, 10))
+				}
+			default:
+				o.log = append(o.log, "pub "+m.Header.Get("Nats-Msg-Id"))
 			}
-		default:
-			o.log = append(o.log, "pub "+m.Header.Get("Nats-Msg-Id"))
+			o.mu.Unlock()
 		}
-	})
+	}()
 	return o
 }
 
@@ -101,9 +104,9 @@ func TestAcksBeforeFanOut(t *testing.T) {
 	}
 	for _, ev := range evs {
 		id := ev.GetId()
-		waitFor(t, "the fan-out of "+id, 60*time.Second, func() bool { return len(e.fan.byID(id)) == 1 })
+		testkit.WaitWithin(t, 60*time.Second, "the fan-out of "+id, func() bool { return len(e.fan.byID(id)) == 1 })
 		ackEntry, pubEntry := "ack "+strconv.FormatUint(seqs[id], 10), "pub "+id
-		waitFor(t, "the observer to see "+id, 10*time.Second, func() bool { return o.index(ackEntry) >= 0 && o.index(pubEntry) >= 0 })
+		testkit.WaitWithin(t, 10*time.Second, "the observer to see "+id, func() bool { return o.index(ackEntry) >= 0 && o.index(pubEntry) >= 0 })
 		ack, pub := o.index(ackEntry), o.index(pubEntry)
 		if pub < ack {
 			t.Errorf("%s: fan-out published (#%d on the bus) before the inbox acknowledgement (#%d)", id, pub, ack)
@@ -151,7 +154,7 @@ func TestOutboxAfterAcknowledgedCrash(t *testing.T) {
 			case <-time.After(60 * time.Second):
 				t.Fatal("the writer never acknowledged")
 			}
-			waitFor(t, "the inbox to drain", 30*time.Second, e.inboxEmpty)
+			testkit.WaitWithin(t, 30*time.Second, "the inbox to drain", e.inboxEmpty)
 			b := e.start("writer-b", append(crashOpts(), tc.opts...)...)
 			want := []string{first.GetId()}
 			if tc.next {
@@ -159,8 +162,8 @@ func TestOutboxAfterAcknowledgedCrash(t *testing.T) {
 				e.publish(second)
 				want = append(want, second.GetId())
 			}
-			waitFor(t, "every fan-out", 60*time.Second, func() bool { return len(e.fan.all()) >= len(want) })
-			waitFor(t, "the inbox to drain", 30*time.Second, e.inboxEmpty)
+			testkit.WaitWithin(t, 60*time.Second, "every fan-out", func() bool { return len(e.fan.all()) >= len(want) })
+			testkit.WaitWithin(t, 30*time.Second, "the inbox to drain", e.inboxEmpty)
 			var got []string
 			for _, r := range e.fan.all() {
 				got = append(got, r.ev.GetId())
@@ -177,7 +180,7 @@ func TestOutboxAfterAcknowledgedCrash(t *testing.T) {
 			if n := counter(t, b, "loop_ledger_writer_outbox_recovered_total"); n != 1 {
 				t.Errorf("outbox recoveries = %v, want 1 (by %s)", n, tc.via)
 			}
-			if r := e.logs.find("ledger-writer: published a fan-out a stopped delivery left in the outbox"); len(r) != 1 || r[0].attrs["via"] != tc.via {
+			if r := e.logs.WithMessage("ledger-writer: published a fan-out a stopped delivery left in the outbox"); len(r) != 1 || r[0]["via"] != tc.via {
 				t.Errorf("recovery log = %+v, want one by %s", r, tc.via)
 			}
 		})
@@ -195,8 +198,8 @@ func TestLargeFanOutPassesTheOutbox(t *testing.T) {
 	ev := notifyEv("loop:EvLarge", "github:"+testRepo+"#1")
 	ev.GetNotification().Text = strings.Repeat("design waits for approval. ", 760<<10/27)
 	e.publish(ev)
-	waitFor(t, "the large fan-out", 60*time.Second, func() bool { return len(e.fan.byID(ev.GetId())) == 1 })
-	waitFor(t, "the inbox to drain", 30*time.Second, e.inboxEmpty)
+	testkit.WaitWithin(t, 60*time.Second, "the large fan-out", func() bool { return len(e.fan.byID(ev.GetId())) == 1 })
+	testkit.WaitWithin(t, 30*time.Second, "the inbox to drain", e.inboxEmpty)
 	if got := len(e.fan.byID(ev.GetId())[0].ev.GetNotification().GetText()); got != len(ev.GetNotification().Text) {
 		t.Errorf("fan-out text is %d bytes, want %d", got, len(ev.GetNotification().Text))
 	}

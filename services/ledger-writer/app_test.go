@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 )
 
 // TestAppTokenExpiresMidRunNoWriteLost: the writer authenticates as a
@@ -25,13 +27,13 @@ func TestAppTokenExpiresMidRunNoWriteLost(t *testing.T) {
 	ref := "github:" + testRepo + "#2"
 	for i := range n {
 		if i == n/2 {
-			waitFor(t, "the first half recorded", 30*time.Second, func() bool { return len(e.gh.Comments(testRepo, 2)) >= n/2 })
+			testkit.WaitWithin(t, 30*time.Second, "the first half recorded", func() bool { return len(e.gh.Comments(testRepo, 2)) >= n/2 })
 			e.gh.ExpireAppTokens()
 		}
 		e.publish(gateEv(fmt.Sprintf("slack:EvApp%02d", i), ref, fmt.Sprintf("LGTM %d", i)))
 		time.Sleep(150 * time.Millisecond)
 	}
-	waitFor(t, "every event recorded and fanned out", 60*time.Second, func() bool {
+	testkit.WaitWithin(t, 60*time.Second, "every event recorded and fanned out", func() bool {
 		for i := range n {
 			if len(e.fan.byID(fmt.Sprintf("slack:EvApp%02d", i))) != 1 {
 				return false

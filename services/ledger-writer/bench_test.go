@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/rawbench"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
-	"github.com/the-loop/bus/pkg/bus/rawbench"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 )
 
 // BenchmarkLedger measures one event's round trip through the ledger, one in
@@ -28,7 +29,7 @@ func BenchmarkLedger(b *testing.B) {
 		gh.AddRepo(testRepo)
 		gh.AddToken(testToken, botLogin)
 		gh.AddIssue(testRepo, "octocat", "bench", "")
-		e := &env{t: b, srv: srv, gh: gh, cfg: testConfig(b), logs: &logCapture{}, parts: topo.Partitions}
+		e := &env{t: b, srv: srv, gh: gh, cfg: testConfig(b), logs: &testkit.Logs{}, parts: topo.Partitions}
 		e.pub = srv.Connect(b, "bench-publisher")
 		done := make(chan struct{}, 1)
 		e.start("bench-writer", WithPacing(0, 0), withHook(func(s step, _ string) error {

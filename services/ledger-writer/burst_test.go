@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 )
 
 // burst publishes n gate answers over 20 work items and waits until every one
@@ -19,8 +20,8 @@ func burst(t *testing.T, e *env, n int) {
 	for i := range n {
 		e.publish(gateEv(fmt.Sprintf("slack:EvBurst-%04d", i), fmt.Sprintf("github:%s#%d", testRepo, i%20+1), "LGTM"))
 	}
-	waitFor(t, "every fan-out", 180*time.Second, func() bool { return len(e.fan.all()) >= n })
-	waitFor(t, "the inbox to drain", 60*time.Second, e.inboxEmpty)
+	testkit.WaitWithin(t, 180*time.Second, "every fan-out", func() bool { return len(e.fan.all()) >= n })
+	testkit.WaitWithin(t, 60*time.Second, "the inbox to drain", e.inboxEmpty)
 	if w := e.gh.Counts().Comments; w != n {
 		t.Errorf("%d comments, want %d", w, n)
 	}
@@ -127,8 +128,8 @@ func TestGitHubFailuresWithinTheBound(t *testing.T) {
 	for i := range n {
 		e.publish(replyEv(fmt.Sprintf("slack:EvDown-%02d", i), fmt.Sprintf("github:%s#%d", testRepo, i%4+1), "r"))
 	}
-	waitFor(t, "every fan-out", 90*time.Second, func() bool { return len(e.fan.all()) >= n })
-	waitFor(t, "the inbox to drain", 60*time.Second, e.inboxEmpty)
+	testkit.WaitWithin(t, 90*time.Second, "every fan-out", func() bool { return len(e.fan.all()) >= n })
+	testkit.WaitWithin(t, 60*time.Second, "the inbox to drain", e.inboxEmpty)
 	if c := e.gh.Counts(); c.Injected != 4*(topo.MaxDeliver-1) {
 		t.Fatalf("the fake failed %d requests, want %d", c.Injected, 4*(topo.MaxDeliver-1))
 	}
@@ -187,7 +188,7 @@ func TestGitHubFailingForeverDeadLetters(t *testing.T) {
 			next := gateEv("slack:EvNext", "github:"+testRepo+"#2", "ship it")
 			e.publish(stuck)
 			e.publish(next)
-			waitFor(t, "the DLQ entry", 120*time.Second, func() bool { return len(e.dlq()) == 1 })
+			testkit.WaitWithin(t, 120*time.Second, "the DLQ entry", func() bool { return len(e.dlq()) == 1 })
 			remove()
 			d := e.dlq()[0]
 			if d.CEID != stuck.GetId() || !strings.Contains(d.Reason, tc.reason) || d.Deliveries != uint64(topo.MaxDeliver) {
@@ -200,15 +201,15 @@ func TestGitHubFailingForeverDeadLetters(t *testing.T) {
 				// before it is lifted)
 				t.Errorf("%d writes refused in %d deliveries: a 5xx was retried inside a delivery", c.Injected, topo.MaxDeliver)
 			}
-			var failed []logRec
-			waitFor(t, "bus.record_failed", 30*time.Second, func() bool { failed = e.logs.find("bus.record_failed"); return len(failed) == 1 })
-			if failed[0].attrs["event_id"] != stuck.GetId() || failed[0].attrs["reason"] != tc.reason {
-				t.Errorf("bus.record_failed = %v", failed[0].attrs)
+			var failed []testkit.LogRecord
+			testkit.WaitWithin(t, 30*time.Second, "bus.record_failed", func() bool { failed = e.logs.WithMessage("bus.record_failed"); return len(failed) == 1 })
+			if failed[0]["event_id"] != stuck.GetId() || failed[0]["reason"] != tc.reason {
+				t.Errorf("bus.record_failed = %v", failed[0])
 			}
 			notice := envelope.LoopID("record-failed", stuck.GetId())
-			waitFor(t, "the failure notice", 30*time.Second, func() bool { return len(e.fan.byID(notice)) == 1 })
-			waitFor(t, "the next event of the partition", 60*time.Second, func() bool { return len(e.fan.byID(next.GetId())) == 1 })
-			waitFor(t, "the inbox to drain", 60*time.Second, e.inboxEmpty)
+			testkit.WaitWithin(t, 30*time.Second, "the failure notice", func() bool { return len(e.fan.byID(notice)) == 1 })
+			testkit.WaitWithin(t, 60*time.Second, "the next event of the partition", func() bool { return len(e.fan.byID(next.GetId())) == 1 })
+			testkit.WaitWithin(t, 60*time.Second, "the inbox to drain", e.inboxEmpty)
 			if len(e.fan.byID(stuck.GetId())) != 0 {
 				t.Error("the dead-lettered event was fanned out unrecorded")
 			}

@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
@@ -47,8 +48,8 @@ func (e *env) records(ev *loopv1.Event) int {
 // on GitHub and one fan-out event stored and delivered.
 func (e *env) checkExactlyOnce(t *testing.T, ev *loopv1.Event) {
 	t.Helper()
-	waitFor(t, "the fan-out event", 90*time.Second, func() bool { return len(e.fan.byID(ev.GetId())) >= 1 })
-	waitFor(t, "the inbox to drain", 90*time.Second, e.inboxEmpty)
+	testkit.WaitWithin(t, 90*time.Second, "the fan-out event", func() bool { return len(e.fan.byID(ev.GetId())) >= 1 })
+	testkit.WaitWithin(t, 90*time.Second, "the inbox to drain", e.inboxEmpty)
 	if n := e.records(ev); n != 1 {
 		t.Errorf("%d records on GitHub, want exactly 1", n)
 	}
@@ -160,7 +161,7 @@ func TestAmbiguousWriteIsReadBack(t *testing.T) {
 				// high-water mark rather than at issue 1.
 				first := createEv("slack:EvFirstKick", "first")
 				e.publish(first)
-				waitFor(t, "the first kickoff", 60*time.Second, func() bool { return len(e.fan.byID(first.GetId())) == 1 })
+				testkit.WaitWithin(t, 60*time.Second, "the first kickoff", func() bool { return len(e.fan.byID(first.GetId())) == 1 })
 				e.gh.AddIssue(kickRepo, "someone", "a human's issue", "no envelope here")
 			}
 			var ev *loopv1.Event
@@ -171,8 +172,8 @@ func TestAmbiguousWriteIsReadBack(t *testing.T) {
 			}
 			e.gh.DropResponseAfterWrite(1)
 			e.publish(ev)
-			waitFor(t, "the fan-out", 60*time.Second, func() bool { return len(e.fan.byID(ev.GetId())) == 1 })
-			waitFor(t, "the inbox to drain", 60*time.Second, e.inboxEmpty)
+			testkit.WaitWithin(t, 60*time.Second, "the fan-out", func() bool { return len(e.fan.byID(ev.GetId())) == 1 })
+			testkit.WaitWithin(t, 60*time.Second, "the inbox to drain", e.inboxEmpty)
 			if c := e.gh.Counts(); c.Dropped != 1 {
 				t.Fatalf("the fake dropped %d responses, want 1", c.Dropped)
 			}
@@ -231,8 +232,8 @@ func TestLeaseKeepsSecondWriterOut(t *testing.T) {
 				t.Fatal("writer A never claimed")
 			}
 			e.start("writer-b", WithHTTPTimeout(5*time.Second), WithClaimLease(tc.lease))
-			waitFor(t, "the fan-out", 90*time.Second, func() bool { return len(e.fan.byID(ev.GetId())) == 1 })
-			waitFor(t, "the inbox to drain", 60*time.Second, e.inboxEmpty)
+			testkit.WaitWithin(t, 90*time.Second, "the fan-out", func() bool { return len(e.fan.byID(ev.GetId())) == 1 })
+			testkit.WaitWithin(t, 60*time.Second, "the inbox to drain", e.inboxEmpty)
 			select {
 			case <-aWrote:
 			case <-time.After(60 * time.Second):
@@ -266,7 +267,7 @@ func TestReadBackIgnoresACopiedEnvelope(t *testing.T) {
 	e.gh.Inject(ghfake.Rule{Method: "POST", Path: "/repos/*/*/issues/*/comments", Times: 1, Status: http.StatusBadGateway})
 	e.start("writer", crashOpts()...)
 	e.publish(ev)
-	waitFor(t, "the fan-out", 60*time.Second, func() bool { return len(e.fan.byID(ev.GetId())) == 1 })
+	testkit.WaitWithin(t, 60*time.Second, "the fan-out", func() bool { return len(e.fan.byID(ev.GetId())) == 1 })
 	if c := e.gh.Counts(); c.Injected != 1 {
 		t.Fatalf("the fake failed %d writes, want 1: the read-back was never exercised", c.Injected)
 	}

@@ -3,23 +3,22 @@ package ledgerwriter
 import (
 	"context"
 	"fmt"
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/redact"
@@ -91,7 +90,7 @@ type env struct {
 	srv   *bustest.Server
 	gh    *ghfake.Server
 	cfg   *config.Config
-	logs  *logCapture
+	logs  *testkit.Logs
 	pub   *bus.Conn
 	fan   *collector
 	parts int
@@ -121,7 +120,7 @@ func newEnvOn(t testing.TB, sopts bustest.Options, topo bus.Topology, ghOpts ...
 	for i := 1; i <= 20; i++ {
 		gh.AddIssue(testRepo, "octocat", fmt.Sprintf("work item %d", i), "body")
 	}
-	e := &env{t: t, srv: srv, gh: gh, cfg: testConfig(t), logs: &logCapture{}, parts: topo.Partitions, app: app}
+	e := &env{t: t, srv: srv, gh: gh, cfg: testConfig(t), logs: &testkit.Logs{}, parts: topo.Partitions, app: app}
 	e.pub = srv.Connect(t, "test-publisher")
 	e.fan = newCollector(t, srv.Connect(t, "test-fanout-reader"), topo.Partitions)
 	return e
@@ -157,7 +156,7 @@ func (e *env) startWith(name string, mutate func(*service.Deps, *Config), opts .
 	conn := e.srv.Connect(e.t, name)
 	reg := prometheus.NewRegistry()
 	ready := httpserver.NewReadiness()
-	log := slog.New(e.logs.handler())
+	log := slog.New(e.logs.Handler())
 	deps := service.Deps{
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, nil), Registry: reg,
 		Ready: ready, Partitions: e.parts,
@@ -218,18 +217,6 @@ func (e *env) tryPublish(ev *loopv1.Event) error {
 	defer cancel()
 	_, err = e.pub.Publish(ctx, bus.FromEnvelope(m))
 	return err
-}
-
-// waitFor polls cond until it holds or the (generous) deadline passes.
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // collector reads LOOP_EVENTS through the dispatcher's partition consumers,
@@ -310,63 +297,6 @@ func (e *env) dlq() []bus.DLQEntry {
 	}
 	return l
 }
-
-// logCapture keeps every log record's message and attributes.
-type logCapture struct {
-	mu   sync.Mutex
-	recs []logRec
-}
-
-type logRec struct {
-	msg   string
-	attrs map[string]string
-}
-
-func (l *logCapture) handler() slog.Handler { return &capHandler{l: l} }
-
-func (l *logCapture) find(msg string) []logRec {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []logRec
-	for _, r := range l.recs {
-		if r.msg == msg {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func (l *logCapture) text() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var b strings.Builder
-	for _, r := range l.recs {
-		fmt.Fprintf(&b, "%s %v\n", r.msg, r.attrs)
-	}
-	return b.String()
-}
-
-type capHandler struct {
-	l     *logCapture
-	attrs []slog.Attr
-}
-
-func (h *capHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *capHandler) Handle(_ context.Context, r slog.Record) error {
-	m := map[string]string{}
-	for _, a := range h.attrs {
-		m[a.Key] = a.Value.String()
-	}
-	r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
-	h.l.mu.Lock()
-	h.l.recs = append(h.l.recs, logRec{msg: r.Message, attrs: m})
-	h.l.mu.Unlock()
-	return nil
-}
-func (h *capHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &capHandler{l: h.l, attrs: append(slices.Clone(h.attrs), as...)}
-}
-func (h *capHandler) WithGroup(string) slog.Handler { return h }
 
 // Event builders.
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/service"
 )
@@ -21,9 +22,9 @@ func TestHeldWithoutToken(t *testing.T) {
 	ref := "github:" + testRepo + "#1"
 	e.publish(notifyEv("loop:notify:held", "github:"+testRepo+"#5"))
 	e.publish(gateEv("slack:EvHeld", ref, "LGTM"))
-	waitFor(t, "the notification to pass through", 30*time.Second, func() bool { return len(e.fan.byID("loop:notify:held")) == 1 })
-	waitFor(t, "the gate answer to be held", 30*time.Second, func() bool {
-		return len(e.logs.find("ledger-writer: event held, GitHub is not configured")) > 0
+	testkit.WaitWithin(t, 30*time.Second, "the notification to pass through", func() bool { return len(e.fan.byID("loop:notify:held")) == 1 })
+	testkit.WaitWithin(t, 30*time.Second, "the gate answer to be held", func() bool {
+		return len(e.logs.WithMessage("ledger-writer: event held, GitHub is not configured")) > 0
 	})
 	time.Sleep(2 * testTopology().AckWait)
 	if len(e.fan.byID("slack:EvHeld")) != 0 || len(e.dlq()) != 0 || e.inboxEmpty() {
@@ -42,7 +43,7 @@ func TestHeldWithoutToken(t *testing.T) {
 
 func (e *env) checkHeld(t *testing.T) {
 	t.Helper()
-	waitFor(t, "the held event to be recorded", 60*time.Second, func() bool { return len(e.fan.byID("slack:EvHeld")) == 1 })
+	testkit.WaitWithin(t, 60*time.Second, "the held event to be recorded", func() bool { return len(e.fan.byID("slack:EvHeld")) == 1 })
 	if n := len(e.gh.Comments(testRepo, 1)); n != 1 {
 		t.Errorf("%d comments, want 1", n)
 	}
@@ -59,9 +60,9 @@ func TestRejectedTokenHoldsAndNeverLeaks(t *testing.T) {
 		c.Token, c.App = config.NewSecret("ghp_revoked_token_must_not_leak_987654321"), config.App{}
 	}, WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
 	e.publish(gateEv("slack:EvHeld", "github:"+testRepo+"#1", "LGTM"))
-	waitFor(t, "the 401 to be waited out", 30*time.Second, func() bool {
-		for _, r := range e.logs.find("ledger-writer: GitHub failed; waiting to retry") {
-			if r.attrs["reason"] == "unauthorized-token" {
+	testkit.WaitWithin(t, 30*time.Second, "the 401 to be waited out", func() bool {
+		for _, r := range e.logs.WithMessage("ledger-writer: GitHub failed; waiting to retry") {
+			if r["reason"] == "unauthorized-token" {
 				return true
 			}
 		}
@@ -70,7 +71,7 @@ func TestRejectedTokenHoldsAndNeverLeaks(t *testing.T) {
 	if len(e.dlq()) != 0 || len(e.fan.byID("slack:EvHeld")) != 0 {
 		t.Fatal("a 401 dead-lettered or fanned out the event")
 	}
-	if strings.Contains(e.logs.text(), "ghp_revoked_token_must_not_leak") {
+	if strings.Contains(e.logs.String(), "ghp_revoked_token_must_not_leak") {
 		t.Error("the token reached the log")
 	}
 }

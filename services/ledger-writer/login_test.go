@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/service"
 )
@@ -67,8 +68,8 @@ func TestLedgerLoginInAuthorizedUsersRefused(t *testing.T) {
 		e := newEnv(t, testTopology())
 		cw, path := watchedConfig(t, false)
 		e.startWith("writer", func(d *service.Deps, _ *Config) { d.Config, d.Checks = cw.Current, cw })
-		waitFor(t, "the writer to learn its login", 30*time.Second, func() bool {
-			return len(e.logs.find("ledger-writer: the operator config may not list the ledger's own login")) == 1
+		testkit.WaitWithin(t, 30*time.Second, "the writer to learn its login", func() bool {
+			return len(e.logs.WithMessage("ledger-writer: the operator config may not list the ledger's own login")) == 1
 		})
 		good := cw.Current()
 		writeUsers(t, path, true)

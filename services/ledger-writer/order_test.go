@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
@@ -40,8 +41,8 @@ func TestTwoReplicasKeepOrder(t *testing.T) {
 			go a.stop()
 		}
 	}
-	waitFor(t, "every fan-out", 120*time.Second, func() bool { return len(e.fan.all()) >= total })
-	waitFor(t, "the inbox to drain", 60*time.Second, e.inboxEmpty)
+	testkit.WaitWithin(t, 120*time.Second, "every fan-out", func() bool { return len(e.fan.all()) >= total })
+	testkit.WaitWithin(t, 60*time.Second, "the inbox to drain", e.inboxEmpty)
 
 	seen := map[string]bool{}
 	for n := 1; n <= items; n++ {

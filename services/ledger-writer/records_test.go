@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/envelope"
@@ -49,7 +50,7 @@ func TestRecordPerKind(t *testing.T) {
 	e.publish(create)
 	e.publish(notifyEv("loop:notify:n1", ref))
 
-	waitFor(t, "six fan-out events", 60*time.Second, func() bool { return len(e.fan.all()) >= 6 })
+	testkit.WaitWithin(t, 60*time.Second, "six fan-out events", func() bool { return len(e.fan.all()) >= 6 })
 
 	comments := e.gh.Comments(testRepo, 3)
 	if len(comments) != len(cases) {
@@ -157,17 +158,17 @@ func TestRecordPerKind(t *testing.T) {
 	})
 
 	t.Run("log events", func(t *testing.T) {
-		if n := len(e.logs.find("bus.recorded")); n != 5 {
+		if n := len(e.logs.WithMessage("bus.recorded")); n != 5 {
 			t.Errorf("%d bus.recorded, want 5", n)
 		}
-		if n := len(e.logs.find("bus.published")); n != 6 {
+		if n := len(e.logs.WithMessage("bus.published")); n != 6 {
 			t.Errorf("%d bus.published, want 6", n)
 		}
-		if strings.Contains(e.logs.text(), testToken) {
+		if strings.Contains(e.logs.String(), testToken) {
 			t.Error("the token reached the log")
 		}
-		for _, r := range e.logs.find("bus.recorded") {
-			for k := range r.attrs {
+		for _, r := range e.logs.WithMessage("bus.recorded") {
+			for k := range r {
 				if k == "text" || k == "body" {
 					t.Errorf("bus.recorded carries %s", k)
 				}
@@ -342,8 +343,8 @@ func TestPermanentFailure(t *testing.T) {
 	gate := gateEv("slack:EvMissing", "github:"+testRepo+"#404", "LGTM")
 	e.publish(gate)
 	notice := envelope.LoopID("record-failed", gate.GetId())
-	waitFor(t, "the failure notice", 60*time.Second, func() bool { return len(e.fan.byID(notice)) == 1 })
-	waitFor(t, "the DLQ entry", 30*time.Second, func() bool { return len(e.dlq()) == 1 })
+	testkit.WaitWithin(t, 60*time.Second, "the failure notice", func() bool { return len(e.fan.byID(notice)) == 1 })
+	testkit.WaitWithin(t, 30*time.Second, "the DLQ entry", func() bool { return len(e.dlq()) == 1 })
 	d := e.dlq()[0]
 	if d.CEID != gate.GetId() || !strings.Contains(d.Reason, "not-found") {
 		t.Errorf("DLQ entry = %s %q", d.CEID, d.Reason)
@@ -355,7 +356,7 @@ func TestPermanentFailure(t *testing.T) {
 	if len(e.fan.byID(gate.GetId())) != 0 {
 		t.Error("an unrecorded gate event was fanned out")
 	}
-	if len(e.logs.find("bus.record_failed")) == 0 {
+	if len(e.logs.WithMessage("bus.record_failed")) == 0 {
 		t.Error("no bus.record_failed")
 	}
 	if e.gh.Counts().Writes != 0 {
@@ -388,7 +389,7 @@ func TestQuestionIsScrubbed(t *testing.T) {
 		"MY_API_TOKEN=" + secrets[4]
 	ev := questionEv("loop:ask:env", "github:"+testRepo+"#4", text)
 	e.publish(ev)
-	waitFor(t, "the question's fan-out", 60*time.Second, func() bool { return len(e.fan.byID(ev.GetId())) == 1 })
+	testkit.WaitWithin(t, 60*time.Second, "the question's fan-out", func() bool { return len(e.fan.byID(ev.GetId())) == 1 })
 	cs := e.gh.Comments(testRepo, 4)
 	if len(cs) != 1 {
 		t.Fatalf("%d comments, want 1", len(cs))

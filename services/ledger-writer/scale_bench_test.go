@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/service"
 	"golang.org/x/sync/errgroup"
 )
@@ -72,7 +73,7 @@ const (
 // In production the per-credential GitHub pacing (DefaultPerMinute, split
 // over the replicas sharing the credential) binds long before either.
 func BenchmarkLedgerReplicas(b *testing.B) {
-	bustest.ReplicaScaling(b, scaleRound)
+	bustest.ReplicaScaling(b, func(b *testing.B) int { return b.N }, scaleRound)
 }
 
 // scaleRound runs one round of b.N events through n fresh replicas and
@@ -121,7 +122,7 @@ func scaleRound(b *testing.B, n int) (rate, share float64) {
 			}))
 	}
 	// Every replica has joined and pulls its share before the first event.
-	waitFor(b, "every replica consuming its share", time.Minute, func() bool {
+	testkit.WaitWithin(b, time.Minute, "every replica consuming its share", func() bool {
 		for _, w := range writers {
 			if len(w.ready.Names()) == 0 || len(w.ready.Check()) > 0 {
 				return false
@@ -163,7 +164,7 @@ func scaleRound(b *testing.B, n int) (rate, share float64) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 
-	waitFor(b, "the fan-out", 2*time.Minute, func() bool { return len(e.fan.all()) >= b.N })
+	testkit.WaitWithin(b, 2*time.Minute, "the fan-out", func() bool { return len(e.fan.all()) >= b.N })
 	checkScaleOrder(b, e, items, id)
 	var wg sync.WaitGroup
 	for _, w := range writers {

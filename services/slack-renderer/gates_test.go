@@ -5,10 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
@@ -83,7 +84,7 @@ func TestOldGateMessageLosesItsButtons(t *testing.T) {
 	// gate.moved redelivered once the retirement is recorded: nothing to
 	// edit any more. (Redelivered before that, it edits again, to the same
 	// text.)
-	waitFor(t, "the retirement recorded", func() bool {
+	testkit.WaitFor(t, "the retirement recorded", func() bool {
 		return len(e.recs.Find("channel.posted", map[string]any{"op": "retired", "event_id": "loop:notify:v1"})) == 1
 	})
 	if err := in.svc.handle(ctx, moved, &bus.Delivery{NumDelivered: 2}); err != nil {

@@ -15,16 +15,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/the-loop/bus/internal/testkit"
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/service"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
@@ -253,15 +253,3 @@ func (e *env) threadOf(ref string) (string, bool) {
 }
 
 const waitLong = 90 * time.Second
-
-// waitFor polls cond until it holds or the (generous) deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

@@ -11,12 +11,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
@@ -43,7 +44,7 @@ const (
 // In production Slack's own pace (about one post per second per channel,
 // LOOP_SLACK_POST_INTERVAL, kept by each replica for itself) binds first.
 func BenchmarkRendererReplicas(b *testing.B) {
-	bustest.ReplicaScaling(b, rendererRound)
+	bustest.ReplicaScaling(b, func(b *testing.B) int { return b.N }, rendererRound)
 }
 
 func rendererRound(b *testing.B, n int) (rate, share float64) {
@@ -74,7 +75,7 @@ func rendererRound(b *testing.B, n int) (rate, share float64) {
 			}
 		}})
 	}
-	waitFor(b, "every replica consuming its share", func() bool {
+	testkit.WaitFor(b, "every replica consuming its share", func() bool {
 		ms, err := e.pub.Members(b.Context(), Name)
 		return err == nil && bustest.Shared(ms, scalePartitions, n)
 	})

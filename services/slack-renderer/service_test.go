@@ -11,11 +11,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/eventlog"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
@@ -227,7 +228,7 @@ func TestKickoffAndRecordFailedAnsweredInOriginatingThread(t *testing.T) {
 	if !strings.Contains(string(answer.Blocks), "https://github.com/octo/repo/issues/42") || !strings.Contains(answer.Text, "issues/42") {
 		t.Errorf("kickoff answer lacks the issue link: %s", answer.Blocks)
 	}
-	waitFor(t, "the kickoff thread bound to the new issue", func() bool {
+	testkit.WaitFor(t, "the kickoff thread bound to the new issue", func() bool {
 		ts, ok := e.threadOf("github:octo/repo#42")
 		return ok && ts == root
 	})
@@ -292,7 +293,7 @@ func TestOffOrTokenlessChannelAcksAndMovesOn(t *testing.T) {
 	for i := range 3 {
 		e.publish(ask(fmt.Sprintf("loop:off-%d", i), workItem, "q"))
 	}
-	waitFor(t, "3 events skipped as disabled", func() bool { return testutil.ToFloat64(e.m.skipped.WithLabelValues(skipDisabled)) == 3 })
+	testkit.WaitFor(t, "3 events skipped as disabled", func() bool { return testutil.ToFloat64(e.m.skipped.WithLabelValues(skipDisabled)) == 3 })
 	first.stop()
 
 	e.setSlack(func(s *config.SlackChannel) { s.Enabled = true })
@@ -300,7 +301,7 @@ func TestOffOrTokenlessChannelAcksAndMovesOn(t *testing.T) {
 	for i := range 3 {
 		e.publish(ask(fmt.Sprintf("loop:notoken-%d", i), workItem, "q"))
 	}
-	waitFor(t, "3 post_failed records without a token", func() bool { return len(e.recs.Find("channel.post_failed", nil)) == 3 })
+	testkit.WaitFor(t, "3 post_failed records without a token", func() bool { return len(e.recs.Find("channel.post_failed", nil)) == 3 })
 	for _, r := range e.recs.Find("channel.post_failed", nil) {
 		if r.Fields["error"] != "no-bot-token" {
 			t.Errorf("post_failed error = %v, want no-bot-token", r.Fields["error"])
@@ -354,7 +355,7 @@ func TestPermanentSlackErrorGoesToTheDLQ(t *testing.T) {
 	if got := ids(e.fake.Messages(testChannel)); !slices.Equal(got, []string{"loop:dead-1"}) {
 		t.Errorf("messages = %v", got)
 	}
-	waitFor(t, "the DLQ copy", func() bool {
+	testkit.WaitFor(t, "the DLQ copy", func() bool {
 		st, err := e.pub.StreamStats(t.Context(), bus.StreamDLQ)
 		return err == nil && st.Msgs == 1
 	})

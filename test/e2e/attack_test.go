@@ -27,17 +27,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/socketfake"
+	"github.com/the-loop/bus/internal/testsupport/standin"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/graphstate"
-	"github.com/the-loop/bus/pkg/harness/standin"
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
-	"github.com/the-loop/bus/pkg/slack/socketfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
@@ -211,7 +212,7 @@ func (s *attackSuite) slackReply(t *testing.T, n int, text string) string {
 func (s *attackSuite) waitLog(t *testing.T, what, event string, match map[string]any) eventlog.Record {
 	t.Helper()
 	var got []eventlog.Record
-	if !waitUntil(attackWait, func() bool { got = s.log.find(event, match); return len(got) > 0 }) {
+	if !testkit.Poll(attackWait, func() bool { got = s.log.find(event, match); return len(got) > 0 }) {
 		t.Fatalf("%s: no %s record with %v", what, event, match)
 	}
 	return got[0]
@@ -233,7 +234,7 @@ func (s *attackSuite) state(t *testing.T, n int) *graph.State {
 func (s *attackSuite) waitNode(t *testing.T, n int, node string) *graph.State {
 	t.Helper()
 	var st *graph.State
-	if !waitUntil(attackWait, func() bool { st = s.state(t, n); return st != nil && st.Current == node }) {
+	if !testkit.Poll(attackWait, func() bool { st = s.state(t, n); return st != nil && st.Current == node }) {
 		t.Fatalf("%s is at %+v, want %s", ref(n), st, node)
 	}
 	return st
@@ -287,7 +288,7 @@ func (s *attackSuite) inputsWith(t *testing.T, texts ...string) []standin.Input 
 func (s *attackSuite) sentinel(t *testing.T, n int, tok string) {
 	t.Helper()
 	s.comment(t, n, "Sentinel "+tok+": carry on.")
-	if !waitUntil(attackWait, func() bool { return len(s.inputsWith(t, tok)) > 0 }) {
+	if !testkit.Poll(attackWait, func() bool { return len(s.inputsWith(t, tok)) > 0 }) {
 		t.Fatalf("the sentinel %s never reached %s's session", tok, ref(n))
 	}
 }
@@ -313,7 +314,7 @@ func (s *attackSuite) run(t *testing.T, n int, name, script string) standin.Ran 
 	}
 	s.comment(t, n, standin.RunMarker+"sh "+path+" #")
 	var ran *standin.Ran
-	if !waitUntil(attackWait, func() bool {
+	if !testkit.Poll(attackWait, func() bool {
 		for _, r := range s.runs(t) {
 			if strings.Contains(r.Command, path) {
 				ran = &r
@@ -404,7 +405,7 @@ func (s *attackSuite) deliverWebhook(t *testing.T, event, delivery string, paylo
 func (s *attackSuite) ledgerRecord(t *testing.T, n int, text string) ghfake.Comment {
 	t.Helper()
 	var found *ghfake.Comment
-	if !waitUntil(attackWait, func() bool {
+	if !testkit.Poll(attackWait, func() bool {
 		for _, cm := range s.c.gh.Comments(repoName, n) {
 			if cm.Login == ledgerLogin && strings.Contains(cm.Body, text) {
 				found = &cm
@@ -490,14 +491,14 @@ func (s *attackSuite) startItems(t *testing.T, ns ...int) {
 		s.comment(t, n, fmt.Sprintf("the-loop start\n\nPlease work on this (%s).", tokenFor(n, 0)))
 	}
 	for _, n := range ns {
-		if !waitUntil(attackWait, func() bool {
+		if !testkit.Poll(attackWait, func() bool {
 			ts, ok := s.c.threadOf(n)
 			s.threads[n] = ts
 			return ok
 		}) {
 			t.Fatalf("no Slack thread for %s", ref(n))
 		}
-		if !waitUntil(attackWait, func() bool {
+		if !testkit.Poll(attackWait, func() bool {
 			for _, b := range tmuxtest.Boots(t, s.c.standIn) {
 				if strings.Contains(b.Prompt, tokenFor(n, 0)) {
 					return true
@@ -696,7 +697,7 @@ func (s *attackSuite) attackAskScrubbed(t *testing.T) {
 	}
 	record := s.ledgerRecord(t, s.w1, marker)
 	var msg string
-	if !waitUntil(attackWait, func() bool {
+	if !testkit.Poll(attackWait, func() bool {
 		for _, m := range s.c.slack.Thread(slackChannel, s.threads[s.w1]) {
 			if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), marker) {
 				msg = m.Text + string(m.Blocks)
@@ -746,7 +747,7 @@ func (s *attackSuite) attackPaste(t *testing.T) {
 	// record, later than a comment), then a sentinel behind them: a second
 	// input of either, or the rest of a split one, would be typed before it.
 	for tok := range texts {
-		if !waitUntil(attackWait, func() bool { return len(s.inputsWith(t, tok)) > 0 }) {
+		if !testkit.Poll(attackWait, func() bool { return len(s.inputsWith(t, tok)) > 0 }) {
 			t.Fatalf("%s never reached the session", tok)
 		}
 	}
@@ -870,7 +871,7 @@ func (s *attackSuite) attackEnvelopeCopies(t *testing.T) {
 // Approve button answers gate visit, and returns it with the button's value.
 func (s *attackSuite) gateMessage(t *testing.T, n int, visit string) (msg slackfake.Message, value string) {
 	t.Helper()
-	if !waitUntil(attackWait, func() bool {
+	if !testkit.Poll(attackWait, func() bool {
 		for _, m := range s.c.slack.Thread(slackChannel, s.threads[n]) {
 			v, ok := slackmsg.ButtonValue(m.Blocks, slackmsg.ApproveActionID)
 			if m.BotID != "" && ok && strings.HasSuffix(v, " "+visit) {
@@ -1061,7 +1062,7 @@ func (s *attackSuite) attackLedgerLogin(t *testing.T) {
 	mark := s.log.len()
 	replaceFile(t, s.c.config, []byte(edited))
 	var failed []string
-	if !waitUntil(attackWait, func() bool {
+	if !testkit.Poll(attackWait, func() bool {
 		failed = failed[:0]
 		for _, r := range s.log.since(mark, "config.reload_failed") {
 			if strings.Contains(fmt.Sprint(r.Fields["error"]), "ledger's own GitHub login") {
@@ -1094,7 +1095,7 @@ func (s *attackSuite) attackLedgerLogin(t *testing.T) {
 	// Put the config back, and wait until ingress-github has it again.
 	mark = s.log.len()
 	replaceFile(t, s.c.config, orig)
-	if !waitUntil(attackWait, func() bool {
+	if !testkit.Poll(attackWait, func() bool {
 		return len(s.log.since(mark, "config.reloaded")) > 0 && func() bool {
 			for _, r := range s.log.since(mark, "config.reloaded") {
 				if r.Source == bus.IdentityIngressGitHub {
@@ -1199,14 +1200,14 @@ func (s *attackSuite) attackFlood(t *testing.T) {
 		t.Errorf("ingress-github's VmHWM grew by %d MiB (%d → %d KiB), more than %d MiB", (hwm1-hwm0)>>20, hwm0>>10, hwm1>>10, bound>>20)
 	}
 	var rejected float64
-	if !waitUntil(attackWait, func() bool {
+	if !testkit.Poll(attackWait, func() bool {
 		rejected = s.metric(t, p, "loop_ingress_github_rejected_total") - rejected0
 		return rejected >= posts
 	}) || rejected != posts {
 		t.Errorf("loop_ingress_github_rejected_total grew by %v, want %d", rejected, posts)
 	}
 	var recs []eventlog.Record
-	if !waitUntil(attackWait, func() bool { recs = s.log.since(mark, "webhook.rejected"); return len(recs) > 0 }) {
+	if !testkit.Poll(attackWait, func() bool { recs = s.log.since(mark, "webhook.rejected"); return len(recs) > 0 }) {
 		t.Error("no webhook.rejected record")
 	}
 	reasons := map[string]bool{}

@@ -22,8 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
 // BenchmarkEndToEnd measures "webhook sent → Slack message posted" through

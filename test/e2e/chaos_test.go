@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 )
 
@@ -337,7 +338,7 @@ func (c *cluster) settledPartitions(replicas int, d time.Duration) (string, erro
 func (c *cluster) streamLeader(stream string) *proc {
 	c.t.Helper()
 	var leader string
-	if !waitUntil(30*time.Second, func() bool {
+	if !testkit.Poll(30*time.Second, func() bool {
 		for _, mon := range c.natsMon {
 			resp, err := c.client.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz?accounts=true&streams=true", mon))
 			if err != nil {

@@ -26,10 +26,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/github/ghfake"
-	"github.com/the-loop/bus/pkg/harness/standin"
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/standin"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
 // The world every end-to-end test shares: one repository on the GitHub
@@ -635,7 +636,7 @@ func (c *cluster) waitNATS(d time.Duration) {
 	if len(c.natsProcs) > 1 {
 		for i, mon := range c.natsMon {
 			url := fmt.Sprintf("http://127.0.0.1:%d/healthz", mon)
-			if !waitUntil(d, func() bool {
+			if !testkit.Poll(d, func() bool {
 				resp, err := c.client.Get(url)
 				if err != nil {
 					return false
@@ -1090,16 +1091,4 @@ func outOfOrder(order map[int][]int) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// waitUntil polls cond until it holds or d passes; it reports which.
-func waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return true
 }

@@ -20,13 +20,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/standin"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/graphstate"
-	"github.com/the-loop/bus/pkg/harness/standin"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 )
 
@@ -370,7 +371,7 @@ func (r *composeRun) agentRuns(t *testing.T, c *cluster, n int, cmd string) stan
 	before := len(r.runs(t))
 	r.comment(t, c, n, standin.RunMarker+cmd+" #")
 	var ran *standin.Ran
-	if !waitUntil(composeWait, func() bool {
+	if !testkit.Poll(composeWait, func() bool {
 		rs := r.runs(t)
 		for i := before; i < len(rs); i++ {
 			if strings.Contains(rs[i].Command, cmd) {
@@ -425,7 +426,7 @@ func (r *composeRun) runs(t *testing.T) []standin.Ran {
 func (r *composeRun) waitBoot(t *testing.T, n int) standin.Boot {
 	t.Helper()
 	var found *standin.Boot
-	if !waitUntil(composeWait, func() bool {
+	if !testkit.Poll(composeWait, func() bool {
 		r.syncStandIn(t)
 		bs, _ := standin.ReadBoots(r.c.standIn)
 		for _, b := range bs {
@@ -442,7 +443,7 @@ func (r *composeRun) waitBoot(t *testing.T, n int) standin.Boot {
 
 func (r *composeRun) waitInput(t *testing.T, text string) {
 	t.Helper()
-	if !waitUntil(composeWait, func() bool {
+	if !testkit.Poll(composeWait, func() bool {
 		r.syncStandIn(t)
 		in, _ := standin.ReadInputs(r.c.standIn)
 		for _, i := range in {
@@ -469,7 +470,7 @@ func (r *composeRun) waitNode(t *testing.T, n int, node string) *graph.State {
 		r.graphs = store
 	}
 	var st *graph.State
-	if !waitUntil(composeWait, func() bool {
+	if !testkit.Poll(composeWait, func() bool {
 		var err error
 		st, _, err = r.graphs.Get(ctx, ref(n))
 		return err == nil && st != nil && st.Current == node
@@ -482,7 +483,7 @@ func (r *composeRun) waitNode(t *testing.T, n int, node string) *graph.State {
 func (r *composeRun) waitThread(t *testing.T, c *cluster, n int) string {
 	t.Helper()
 	var ts string
-	if !waitUntil(composeWait, func() bool {
+	if !testkit.Poll(composeWait, func() bool {
 		var ok bool
 		ts, ok = c.threadOf(n)
 		return ok
@@ -495,7 +496,7 @@ func (r *composeRun) waitThread(t *testing.T, c *cluster, n int) string {
 func (r *composeRun) waitSlack(t *testing.T, c *cluster, root, text string) slackfake.Message {
 	t.Helper()
 	var found slackfake.Message
-	if !waitUntil(composeWait, func() bool {
+	if !testkit.Poll(composeWait, func() bool {
 		for _, m := range c.slack.Thread(slackChannel, root) {
 			if m.BotID != "" && strings.Contains(m.Text+string(m.Blocks), text) {
 				found = m
@@ -513,7 +514,7 @@ func (r *composeRun) gateMessage(t *testing.T, c *cluster, root, visit string) (
 	t.Helper()
 	var msg slackfake.Message
 	var value string
-	if !waitUntil(composeWait, func() bool {
+	if !testkit.Poll(composeWait, func() bool {
 		for _, m := range c.slack.Thread(slackChannel, root) {
 			v, ok := slackmsg.ButtonValue(m.Blocks, slackmsg.ApproveActionID)
 			if m.BotID != "" && ok && strings.HasSuffix(v, " "+visit) {
@@ -679,7 +680,7 @@ func (r *composeRun) settle(c *cluster, sent []sentEvent) (o observed, gh, sl, p
 		gh, sl, pr = count("github", wantGH, o.github), count("slack", wantSlack, o.slack), count("prompts", wantPrompts, o.prompts)
 		return gh.lost == 0 && sl.lost == 0 && pr.lost == 0
 	}
-	if waitUntil(settleStall+time.Minute, check) {
+	if testkit.Poll(settleStall+time.Minute, check) {
 		time.Sleep(5 * time.Second)
 		check()
 	}
@@ -709,7 +710,7 @@ func (r *composeRun) killOne(t *testing.T, svc string) (string, int) {
 // than before, and answers /readyz (its healthcheck) again.
 func (r *composeRun) waitRestarted(id string, before int) (int, bool) {
 	var after int
-	ok := waitUntil(composeWait, func() bool {
+	ok := testkit.Poll(composeWait, func() bool {
 		out, err := dockerCmd(nil, "inspect", "--format", "{{.RestartCount}} {{.State.Running}} {{if .State.Health}}{{.State.Health.Status}}{{end}}", id).Output()
 		if err != nil {
 			return false
@@ -761,7 +762,7 @@ func (r *composeRun) scaleLedgerWriter(t *testing.T) {
 			ids[fmt.Sprintf("gh:issue-comment:%d", cm.ID)] = true
 		}
 		var per map[string]int
-		if !waitUntil(composeWait, func() bool {
+		if !testkit.Poll(composeWait, func() bool {
 			per = r.publishedBy(t, "ledger-writer", ids)
 			total := 0
 			for _, k := range per {
@@ -906,7 +907,7 @@ func (r *composeRun) streamLeader(t *testing.T, stream string) string {
 		t.Fatal(err)
 	}
 	var leader string
-	if !waitUntil(composeWait, func() bool {
+	if !testkit.Poll(composeWait, func() bool {
 		resp, err := r.c.client.Get("http://" + strings.TrimSpace(mon) + "/jsz?accounts=true&streams=true")
 		if err != nil {
 			return false

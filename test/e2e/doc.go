@@ -3,9 +3,9 @@
 // (JetStream, sync_interval: always) and the five services as separate
 // `the-loop serve <service>` processes — two replicas of ledger-writer,
 // slack-renderer and dispatcher — against the GitHub and Slack fakes
-// (pkg/github/ghfake, pkg/slack/slackfake, in the test process, reached
+// (internal/testsupport/ghfake and slackfake, in the test process, reached
 // through LOOP_GITHUB_API_URL and LOOP_SLACK_API_URL) and a stand-in agent
-// harness (this test binary, pkg/harness/tmuxtest) in private tmux servers.
+// harness (this test binary, internal/testsupport/tmuxtest) in private tmux servers.
 // It drives them only from the outside — signed webhooks, signed Slack
 // events — and reads back what GitHub, Slack and the sessions received.
 //

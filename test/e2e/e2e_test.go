@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -12,14 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/github/ghfake"
-	"github.com/the-loop/bus/pkg/harness/standin"
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/standin"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
 // TestMain makes this test binary the stand-in agent harness when the
@@ -71,34 +70,6 @@ func markBoot(dir string, args []string) error {
 	return standin.RecordInput(dir, standin.Input{SessionID: bootPrefix + id, Text: prompt})
 }
 
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *buffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *buffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func freePort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -121,13 +92,13 @@ func TestServiceProcessesAgainstNATSProcess(t *testing.T) {
 	conf := filepath.Join(dir, "nats.conf")
 	os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q, sync_interval: always }\n", port, filepath.Join(dir, "js"))), 0o600)
 	nats := exec.Command(natsBin, "-c", conf)
-	var natsOut buffer
+	var natsOut testkit.SyncBuffer
 	nats.Stdout, nats.Stderr = &natsOut, &natsOut
 	if err := nats.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nats.Process.Kill(); nats.Wait() })
-	waitFor(t, 20*time.Second, "nats-server to listen", func() bool {
+	testkit.WaitWithin(t, 20*time.Second, "nats-server to listen", func() bool {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err == nil {
 			c.Close()
@@ -138,7 +109,7 @@ func TestServiceProcessesAgainstNATSProcess(t *testing.T) {
 	// The ledger-writer is ready only with a GitHub token to record with.
 	gh := ghfake.New(t)
 	gh.AddToken(ledgerToken, ledgerLogin)
-	start := func() (*exec.Cmd, *buffer, string) {
+	start := func() (*exec.Cmd, *testkit.SyncBuffer, string) {
 		admin := freePort(t)
 		cmd := exec.Command(loop, "serve", "ledger-writer")
 		cmd.Env = append(baseEnv(),
@@ -149,7 +120,7 @@ func TestServiceProcessesAgainstNATSProcess(t *testing.T) {
 			"LOOP_GITHUB_LOGIN="+ledgerLogin,
 			"LOOP_GITHUB_API_URL="+gh.URL(),
 		)
-		var out buffer
+		var out testkit.SyncBuffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/internal/testkit"
-	"github.com/the-loop/bus/pkg/github/ghfake"
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
 // maxEventPayload is the largest payload ingress-github carries in an event
@@ -231,7 +231,7 @@ func TestSessionSeesTheExcerpt(t *testing.T) {
 		}
 		return out
 	}
-	if !waitUntil(2*time.Minute, func() bool { return len(missing()) == 0 }) {
+	if !testkit.Poll(2*time.Minute, func() bool { return len(missing()) == 0 }) {
 		var typed strings.Builder
 		for _, in := range tmuxtest.Inputs(t, c.standIn) {
 			fmt.Fprintf(&typed, "----\n%s\n", in.Text)

@@ -29,7 +29,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/the-loop/bus/pkg/github/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
 )
 
 // BenchmarkWebhookIntake measures GitHub webhook intake of `the-loop up` — the

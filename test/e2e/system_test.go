@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
 // kind is how an event enters the system.
@@ -59,7 +60,7 @@ func (c *cluster) startWorkItems(ctx context.Context, sent *[]sentEvent) map[int
 		*sent = append(*sent, sentEvent{k, viaGitHub})
 	}
 	threads := map[int]string{}
-	ok := waitUntil(5*time.Minute, func() bool {
+	ok := testkit.Poll(5*time.Minute, func() bool {
 		for _, n := range c.issues {
 			if _, done := threads[n]; done {
 				continue
@@ -92,7 +93,7 @@ func (c *cluster) settle(sent []sentEvent, d time.Duration) (o observed, gh, sl,
 		}
 		return gh.lost == 0 && sl.lost == 0 && pr.lost == 0 || time.Since(lastChange) > settleStall
 	}
-	if waitUntil(d, check) {
+	if testkit.Poll(d, check) {
 		time.Sleep(5 * time.Second)
 		check()
 	}

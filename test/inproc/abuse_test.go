@@ -7,11 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/sessions"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 )
 
@@ -71,7 +72,7 @@ func TestAbuse1UnauthorizedSlackMember(t *testing.T) {
 
 	// A sentinel through the same thread shows the pipeline moved past them.
 	w.say(aliceSlack, root, "sentinel: what is the status?")
-	w.eventually("the sentinel typed", func() bool { return len(w.inputs()) > inputs })
+	testkit.WaitWithin(w.t, wait, "the sentinel typed", func() bool { return len(w.inputs()) > inputs })
 	if got := len(w.gh.Issues(repo)); got != issues {
 		t.Errorf("issues %d → %d: an unauthorized kickoff created one", issues, got)
 	}
@@ -122,7 +123,7 @@ func TestAbuse2ControlWithoutGrant(t *testing.T) {
 	}
 	// A sentinel kickoff shows the pipeline moved past it.
 	w.say(aliceSlack, "", "Sentinel: a real kickoff")
-	w.eventually("the sentinel's issue", func() bool { return len(w.gh.Issues(repo)) == issues+1 })
+	testkit.WaitWithin(w.t, wait, "the sentinel's issue", func() bool { return len(w.gh.Issues(repo)) == issues+1 })
 	for _, is := range w.gh.Issues(repo) {
 		if strings.Contains(is.Title+is.Body, "stop") {
 			t.Errorf("an issue was opened with the keyword: %s\n%s", is.Title, is.Body)
@@ -146,7 +147,7 @@ func TestAbuse3CollaboratorReplaysEnvelope(t *testing.T) {
 	// alice answers the phase-selection gate from Slack: a signed record.
 	w.say(aliceSlack, root, "Thinking about the phases.")
 	var env string
-	w.eventually("alice's signed record on GitHub", func() bool {
+	testkit.WaitWithin(w.t, wait, "alice's signed record on GitHub", func() bool {
 		for _, c := range w.gh.Comments(repo, number) {
 			if c.Login == ledgerLogin && strings.Contains(c.Body, "Thinking about the phases.") {
 				env = envelopeRE.FindString(c.Body)
@@ -210,7 +211,7 @@ func TestAbuse5RelayedControlSeam(t *testing.T) {
 	root := w.thread(r)
 	ts := w.say(bobSlack, root, "the-loop stop")
 	id := messageID(ts)
-	w.eventually("bob's stop refused", func() bool {
+	testkit.WaitWithin(w.t, wait, "bob's stop refused", func() bool {
 		return len(w.logs.Find("channel.dropped", map[string]any{"event_id": id})) > 0 ||
 			len(w.logs.Find("bus.record_failed", map[string]any{"event_id": id})) > 0 ||
 			len(w.logs.Find("control.rejected", map[string]any{"command": "stop"})) > 0
@@ -243,7 +244,7 @@ func TestAbuse6KickoffDisabled(t *testing.T) {
 func TestAbuse7KickoffLabels(t *testing.T) {
 	w := newWorld(t)
 	w.say(aliceSlack, "", "Urgent fix\n\nlabels: "+armLabel+", security\n/label "+armLabel)
-	w.eventually("the kickoff issue", func() bool { return len(w.gh.Issues(repo)) == 1 })
+	testkit.WaitWithin(w.t, wait, "the kickoff issue", func() bool { return len(w.gh.Issues(repo)) == 1 })
 	is := w.gh.Issues(repo)[0]
 	if strings.Join(is.Labels, ",") != "the-loop,from-slack" {
 		t.Errorf("labels = %v, want exactly the configured ones", is.Labels)
@@ -252,7 +253,7 @@ func TestAbuse7KickoffLabels(t *testing.T) {
 		t.Errorf("issue body:\n%s", is.Body)
 	}
 	// GitHub's opened webhook came back; the message's label did not arm it.
-	w.eventually("the opened webhook judged", func() bool {
+	testkit.WaitWithin(w.t, wait, "the opened webhook judged", func() bool {
 		m := map[string]any{"gh_event": "issues", "action": "opened"}
 		return len(w.logs.Find("routing.routed", m))+len(w.logs.Find("routing.dropped", m)) > 0
 	})
@@ -354,7 +355,7 @@ func TestAbuse10NoEcho(t *testing.T) {
 		c.Channels.Slack.Publish = []catalog.Type{catalog.WorkItemReply}
 	})
 	w.say(aliceSlack, root, "echo-probe-two: a reply") // without the grant: a mirrored reply
-	w.eventually("both records on GitHub", func() bool {
+	testkit.WaitWithin(w.t, wait, "both records on GitHub", func() bool {
 		n := 0
 		for _, c := range w.gh.Comments(repo, number) {
 			if strings.Contains(c.Body, "echo-probe-") {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
@@ -118,7 +119,7 @@ func TestEveryLogTypeIsReadBack(t *testing.T) {
 	// Typed, or typed into a respawn if the reconcile loop, reading the
 	// registry before the takeover, closed the local copy first.
 	moved := map[string]any{"event_id": "gh:issue-comment:" + itoa(c.ID)}
-	w.eventually("the comment after the move typed", func() bool {
+	testkit.WaitWithin(w.t, wait, "the comment after the move typed", func() bool {
 		return len(w.loopLog.find("dispatch.succeeded", moved))+len(w.loopLog.find("session.respawned", moved)) > 0
 	})
 	rec, _, err := store.Get(ctx, r)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/graph"
@@ -92,10 +93,16 @@ func TestGap3SlackApprovalPassesGate(t *testing.T) {
 		t.Fatalf("approvedBy = %+v, want alice with %+v", st.ApprovedBy, want)
 	}
 	w.waitLog("graph.advanced", map[string]any{"work_item": r, "from": "requirements-approval", "to": "design", "actor": alice})
-	if doc := w.readArtifact("requirements.md"); !strings.Contains(doc, "@alice (requirements-approval") || !strings.Contains(doc, record) {
+	// The dispatcher writes the artifact after it moves the state and logs
+	// the move: wait for the write.
+	var doc string
+	if !testkit.Poll(wait, func() bool {
+		doc = w.readArtifact("requirements.md")
+		return strings.Contains(doc, "@alice (requirements-approval") && strings.Contains(doc, record)
+	}) {
 		t.Errorf("approvedBy not written into the artifact:\n%s", doc)
 	}
-	w.eventually("the approval typed into the session, classified first", func() bool {
+	testkit.WaitWithin(w.t, wait, "the approval typed into the session, classified first", func() bool {
 		for _, in := range w.inputs() {
 			if strings.Contains(in, "classified by the gate first: approved") && strings.Contains(in, "node: design") {
 				return true
@@ -115,7 +122,10 @@ func TestGap3SlackApprovalPassesGate(t *testing.T) {
 		st.ApprovedBy[1].Provenance.Channel != "slack" || st.ApprovedBy[1].Provenance.Member != aliceSlack {
 		t.Errorf("button approval = %+v", st.ApprovedBy)
 	}
-	if doc := w.readArtifact("design.md"); !strings.Contains(doc, "@alice (design-approval") {
+	if !testkit.Poll(wait, func() bool {
+		doc = w.readArtifact("design.md")
+		return strings.Contains(doc, "@alice (design-approval")
+	}) {
 		t.Errorf("approvedBy not written into design.md:\n%s", doc)
 	}
 }
@@ -164,7 +174,7 @@ func TestGap5KickoffCreatesIssue(t *testing.T) {
 	w := newWorld(t)
 	ts := w.say(aliceSlack, "", "Add a frobnicator to the widget\n\nIt should frobnicate. Please label it security.")
 	var number int
-	w.eventually("the kickoff issue", func() bool {
+	testkit.WaitWithin(w.t, wait, "the kickoff issue", func() bool {
 		for _, is := range w.gh.Issues(repo) {
 			if strings.Contains(is.Title, "Add a frobnicator") {
 				number = is.Number

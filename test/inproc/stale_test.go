@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher"
@@ -61,7 +62,7 @@ func TestAttack5StaleApproveRefused(t *testing.T) {
 	requirements, design := w.toDesignGate(number, r, root)
 
 	// The requirements gate was left: its message no longer has buttons.
-	w.eventually("the requirements message loses its buttons", func() bool { return !w.liveButtons(requirements.TS) })
+	testkit.WaitWithin(w.t, wait, "the requirements message loses its buttons", func() bool { return !w.liveButtons(requirements.TS) })
 	if !w.liveButtons(design.TS) {
 		t.Fatalf("the design gate's message has no buttons:\n%s", design.Blocks)
 	}
@@ -91,7 +92,7 @@ func TestAttack5StaleApproveRefused(t *testing.T) {
 	// press; then the state is as it was.
 	inputs := len(w.inputs())
 	w.say(aliceSlack, root, "sentinel: is the queue bounded?")
-	w.eventually("the sentinel typed", func() bool { return len(w.inputs()) > inputs })
+	testkit.WaitWithin(w.t, wait, "the sentinel typed", func() bool { return len(w.inputs()) > inputs })
 	st := w.state(r)
 	if st.Current != "design-approval" || len(st.ApprovedBy) != len(before.ApprovedBy) || len(st.Decisions) != len(before.Decisions) {
 		t.Fatalf("the stale press moved the design gate: %+v (before %+v)", st, before)
@@ -108,7 +109,7 @@ func TestAttack5StaleApproveRefused(t *testing.T) {
 	if n := len(st.ApprovedBy); n != len(before.ApprovedBy)+1 || st.ApprovedBy[n-1].Node != "design-approval" || st.ApprovedBy[n-1].Provenance.Channel != "slack" {
 		t.Errorf("approvedBy = %+v", st.ApprovedBy)
 	}
-	w.eventually("the design message loses its buttons", func() bool { return !w.liveButtons(design.TS) })
+	testkit.WaitWithin(w.t, wait, "the design message loses its buttons", func() bool { return !w.liveButtons(design.TS) })
 }
 
 // TestAttack5StaleVisitAtTheDispatcher: a button answer for the requirements
@@ -188,7 +189,7 @@ func (w *world) relayedPress(r, root, visit string) *loopv1.Event {
 func (w *world) waitRecord(number int, id string) string {
 	w.t.Helper()
 	var body string
-	w.eventually(fmt.Sprintf("the record of %s on GitHub", id), func() bool {
+	testkit.WaitWithin(w.t, wait, fmt.Sprintf("the record of %s on GitHub", id), func() bool {
 		for _, c := range w.gh.Comments(repo, number) {
 			if l, err := envelope.ParseLedger([]byte(envelopeKey), envelope.Binding{Repo: repo, Number: number}, c.Body); err == nil && l.ID == id {
 				body = c.Body

@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/the-loop/bus/pkg/slack/slackfake"
-	"github.com/the-loop/bus/pkg/slack/socketfake"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/socketfake"
 )
 
 // TestOneWebhookIsOneTrace follows one comment webhook through every hop —

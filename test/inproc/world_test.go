@@ -18,20 +18,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/slackfake"
+	"github.com/the-loop/bus/internal/testsupport/socketfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/bus/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/eventlog"
-	"github.com/the-loop/bus/pkg/github/ghfake"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/graphstate"
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/service"
-	"github.com/the-loop/bus/pkg/slack/slackfake"
-	"github.com/the-loop/bus/pkg/slack/socketfake"
 	"github.com/the-loop/bus/pkg/slackmsg"
 	"github.com/the-loop/bus/pkg/threads"
 	"github.com/the-loop/bus/services/dispatcher"
@@ -378,7 +379,7 @@ func newWorldWith(t *testing.T, o worldOptions, edit ...func(*config.Config)) *w
 	w.hookAt = "http://" + addr.String() + ingressgithub.WebhookPath
 	w.gh.AfterWrite(w.relay)
 	w.sock.WaitConnected(t, 1, wait)
-	w.eventually("every service ready", func() bool { return len(ready.Check()) == 0 })
+	testkit.WaitWithin(w.t, wait, "every service ready", func() bool { return len(ready.Check()) == 0 })
 	return w
 }
 
@@ -388,7 +389,7 @@ func newWorldWith(t *testing.T, o worldOptions, edit ...func(*config.Config)) *w
 func (w *world) agentSession(ref string) sessionapi.Client {
 	w.t.Helper()
 	var c sessionapi.Client
-	w.eventually("a session of "+ref+" with an endpoint token", func() bool {
+	testkit.WaitWithin(w.t, wait, "a session of "+ref+" with an endpoint token", func() bool {
 		for _, b := range tmuxtest.Boots(w.t, w.agent) {
 			tok := b.Env[dispatcher.EnvSessionToken]
 			if r, ok := sessionapi.TokenRef(tok); ok && r == ref {
@@ -398,17 +399,6 @@ func (w *world) agentSession(ref string) sessionapi.Client {
 		return c.Token != ""
 	})
 	return c
-}
-
-func (w *world) eventually(what string, cond func() bool) {
-	w.t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			w.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }
 
 // update changes the live config, as a reload of the operator file does.
@@ -424,7 +414,7 @@ func (w *world) update(f func(*config.Config)) {
 func (w *world) waitLog(name string, match map[string]any) eventlog.Record {
 	w.t.Helper()
 	var got []eventlog.Record
-	w.eventually(fmt.Sprintf("%s %v on loop.log", name, match), func() bool {
+	testkit.WaitWithin(w.t, wait, fmt.Sprintf("%s %v on loop.log", name, match), func() bool {
 		got = w.loopLog.find(name, match)
 		return len(got) > 0
 	})
@@ -561,7 +551,7 @@ func (w *world) state(r string) *graph.State {
 func (w *world) waitNode(r, node string) *graph.State {
 	w.t.Helper()
 	var st *graph.State
-	w.eventually(r+" at "+node, func() bool {
+	testkit.WaitWithin(w.t, wait, r+" at "+node, func() bool {
 		st = w.state(r)
 		return st != nil && st.Current == node
 	})
@@ -644,7 +634,7 @@ func (w *world) thread(r string) string {
 	}
 	store := threads.New(kv)
 	var ts string
-	w.eventually("the Slack thread of "+r, func() bool {
+	testkit.WaitWithin(w.t, wait, "the Slack thread of "+r, func() bool {
 		var ok bool
 		ts, ok, err = store.ThreadFor(context.Background(), channel, r)
 		return err == nil && ok
@@ -661,7 +651,7 @@ func messageText(m slackfake.Message) string { return m.Text + "\n" + string(m.B
 func (w *world) waitSlack(root string, parts ...string) slackfake.Message {
 	w.t.Helper()
 	var found slackfake.Message
-	w.eventually(fmt.Sprintf("a Slack message with %q", parts), func() bool {
+	testkit.WaitWithin(w.t, wait, fmt.Sprintf("a Slack message with %q", parts), func() bool {
 		var msgs []slackfake.Message
 		if root == "" {
 			msgs = w.slack.Messages(channel)

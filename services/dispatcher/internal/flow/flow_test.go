@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/pkg/bus/bustest"
+	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/graphstate"

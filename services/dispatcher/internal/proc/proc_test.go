@@ -5,27 +5,16 @@ import (
 	"errors"
 	"os"
 	"testing"
-	"time"
 
-	"github.com/the-loop/bus/pkg/harness/standin"
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/internal/testsupport/standin"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 )
 
 func TestMain(m *testing.M) {
 	tmuxtest.MaybeRunStandIn()
 	os.Exit(m.Run())
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // The runner's contract is tmux's: spawn refuses a live name, delivery is a
@@ -58,13 +47,13 @@ func TestSessionLifecycle(t *testing.T) {
 	if err := s.Spawn(ctx, target, "", env, []string{exe, "--session-id", "S2", "again"}); !errors.Is(err, tmux.ErrOccupied) {
 		t.Fatalf("spawn over a live session: %v", err)
 	}
-	waitFor(t, "the boot record", func() bool { b, _ := standin.ReadBoots(dir); return len(b) == 1 })
+	testkit.WaitFor(t, "the boot record", func() bool { b, _ := standin.ReadBoots(dir); return len(b) == 1 })
 	for _, p := range []string{"first line\nsecond line", "third; with a semicolon;"} {
 		if err := s.Deliver(ctx, target, p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "two inputs", func() bool { in, _ := standin.ReadInputs(dir); return len(in) == 2 })
+	testkit.WaitFor(t, "two inputs", func() bool { in, _ := standin.ReadInputs(dir); return len(in) == 2 })
 	in, _ := standin.ReadInputs(dir)
 	if in[0].Text != "first line\nsecond line" || in[1].Text != "third; with a semicolon;" || in[0].SessionID != "S1" {
 		t.Errorf("inputs = %+v", in)
@@ -107,7 +96,7 @@ func TestExitedHarnessIsDead(t *testing.T) {
 	if err := s.Spawn(ctx, "t", "", nil, []string{"true"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the harness to exit", func() bool { return s.Probe(ctx, "t") == tmux.Dead })
+	testkit.WaitFor(t, "the harness to exit", func() bool { return s.Probe(ctx, "t") == tmux.Dead })
 	if err := s.Deliver(ctx, "t", "x"); !errors.Is(err, tmux.ErrMissing) {
 		t.Errorf("deliver to dead: %v", err)
 	}

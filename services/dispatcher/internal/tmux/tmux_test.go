@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/the-loop/bus/pkg/harness/tmuxtest"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
 // envDump, set in a process's environment, makes this test binary write

@@ -1,0 +1,88 @@
+// Package rawbench is the baseline the benchmarks measure the bus against:
+// the raw nats.go JetStream path it wraps, with nothing of ours on it. It
+// imports nothing of the bus, so pkg/bus's own benchmarks use it too.
+package rawbench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// B is what RoundTrip needs of a benchmark; *testing.B satisfies it, and
+// this package does not import testing outside its tests
+// (docs/decisions/081-test-support-tree.md).
+type B interface {
+	Helper()
+	Fatal(args ...any)
+	ResetTimer()
+	Loop() bool
+}
+
+// RoundTrip benchmarks the baseline: one message at a time, as a partition
+// is worked — publish with a Nats-Msg-Id, PubAck, pull, DoubleAck.
+// stream gives the stream's Name, Subjects and any SubjectTransform; the rest
+// is set here as the bus's inbox has it (work queue, file storage, discard
+// new, a 2 h duplicate window). Each op publishes data to subject.
+func RoundTrip(b B, nc *nats.Conn, stream jetstream.StreamConfig, subject string, data []byte) {
+	b.Helper()
+	ctx := context.Background()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stream.Retention, stream.Storage = jetstream.WorkQueuePolicy, jetstream.FileStorage
+	stream.Discard, stream.Duplicates = jetstream.DiscardNew, 2*time.Hour
+	if _, err := js.CreateOrUpdateStream(ctx, stream); err != nil {
+		b.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, stream.Name, jetstream.ConsumerConfig{
+		Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1, AckWait: time.Minute,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{}, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for rctx.Err() == nil {
+			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+			if err != nil {
+				continue
+			}
+			for m := range batch.Messages() {
+				if err := m.DoubleAck(ctx); err == nil {
+					done <- struct{}{}
+				}
+			}
+		}
+	}()
+	defer func() { cancel(); <-stopped }()
+	// Ids unique across the runs b.Loop makes in one stream.
+	id := fmt.Sprintf("raw-%d-", time.Now().UnixNano())
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if _, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(fmt.Sprint(id, i))); err != nil {
+			b.Fatal(err)
+		}
+		<-done
+	}
+}
+
+// RoundTripAt is RoundTrip on a connection of its own to the server at url,
+// for a stream named name that holds subjects: for benchmarks outside
+// package bus, which import no NATS client.
+func RoundTripAt(b B, url, name string, subjects []string, subject string, data []byte) {
+	b.Helper()
+	nc, err := nats.Connect(url, nats.Name("bench-raw"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	RoundTrip(b, nc, jetstream.StreamConfig{Name: name, Subjects: subjects}, subject, data)
+}

@@ -1,0 +1,10 @@
+package slackfake
+
+// TB is what New (and Wait) needs of a test; *testing.T and *testing.B satisfy
+// it. Naming no testing type keeps testing out of every binary that links this
+// package (docs/decisions/081-test-support-tree.md).
+type TB interface {
+	Helper()
+	Cleanup(f func())
+	Fatalf(format string, args ...any)
+}
