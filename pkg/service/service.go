@@ -1,7 +1,8 @@
 // Package service holds what every service is given by the process that runs
 // it (`the-loop serve <service>` or `the-loop up`): its bus connection, logger,
-// event log, metrics registry and readiness checks, plus the skeleton consumer
-// loop the consuming services share until their real handlers land.
+// event log, metrics registry and readiness checks, plus what every service's
+// New and Run share: options applied in one way, and the partitioned consumer
+// loop of the consuming services.
 package service
 
 import (
@@ -68,6 +69,15 @@ func (d Deps) Validate() error {
 		return errors.New("service deps: connection, logger, event log, readiness and config are required")
 	}
 	return nil
+}
+
+// Apply returns base adjusted by each option in turn: how every service's New
+// turns its defaults and its caller's options into the options it runs with.
+func Apply[O any, F ~func(*O)](base O, opts []F) O {
+	for _, o := range opts {
+		o(&base)
+	}
+	return base
 }
 
 // EventHandler handles one decoded event.

@@ -226,10 +226,7 @@ func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
-	set := cfg.settings()
-	for _, o := range opts {
-		o(&set)
-	}
+	set := service.Apply(cfg.settings(), opts)
 	set.setDefaults()
 	m, err := newMetrics(deps.Registry)
 	if err != nil {

@@ -163,10 +163,7 @@ func New(deps service.Deps, cfg Config, with ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
-	opts := DefaultOptions()
-	for _, w := range with {
-		w(&opts)
-	}
+	opts := service.Apply(DefaultOptions(), with)
 	opts.setDefaults()
 	switch cfg.mode() {
 	case ModeWebhook, ModePoll, ModeBoth:

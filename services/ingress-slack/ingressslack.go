@@ -157,10 +157,7 @@ func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
-	o := DefaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := service.Apply(DefaultOptions(), opts)
 	o.setDefaults()
 	s := &Service{
 		deps: deps, cfg: cfg, opts: o, m: newMetrics(deps.Registry),

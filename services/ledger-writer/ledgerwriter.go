@@ -175,12 +175,9 @@ func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	if err := deps.Validate(); err != nil {
 		return nil, err
 	}
-	o := options{perMinute: cfg.WritesPerMinute, perHour: cfg.WritesPerHour, timeScale: 1,
+	o := service.Apply(options{perMinute: cfg.WritesPerMinute, perHour: cfg.WritesPerHour, timeScale: 1,
 		httpTimeout: DefaultHTTPTimeout, retryBase: time.Second, retryMax: time.Minute,
-		sweepEvery: DefaultSweepEvery, sweepGrace: DefaultSweepGrace}
-	for _, opt := range opts {
-		opt(&o)
-	}
+		sweepEvery: DefaultSweepEvery, sweepGrace: DefaultSweepGrace}, opts)
 	if o.sweepEvery <= 0 {
 		o.sweepEvery = DefaultSweepEvery
 	}
