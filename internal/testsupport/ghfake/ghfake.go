@@ -1,6 +1,7 @@
 // Package ghfake is an in-process HTTP fake of the part of the GitHub REST
 // API that the-loop calls: issues, issue comments, reactions, GET /user and
-// GET /rate_limit (contract: testdata/github-rest/ in the shared workspace).
+// GET /rate_limit, as GitHub documents them (its tests check the fake's
+// answers against recorded ones).
 // Tests of the ledger-writer and of ingress-github point a real client
 // (go-github, through BaseURL or WithEnterpriseURLs, or LOOP_GITHUB_API_URL)
 // at Server.URL and get GitHub's status codes, bodies and headers back,

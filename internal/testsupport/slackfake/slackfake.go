@@ -3,7 +3,7 @@
 // chat.postEphemeral, conversations.replies, conversations.history and
 // auth.test, with message
 // metadata, threads, cursor pagination and Slack's `ok`/`error` envelope
-// (contract: testdata/slack/web_api in the shared workspace). Tests point a
+// (as Slack documents them). Tests point a
 // real client at it — slack-go through slack.OptionAPIURL(Server.URL()), or
 // LOOP_SLACK_API_URL — and read back what a person would see: the messages
 // of each channel and thread, in order, with their edits.

@@ -4,7 +4,7 @@
 // frame on connect, envelopes ({envelope_id, type, payload,
 // accepts_response_payload[, retry_attempt, retry_reason]}), acks read back as
 // {envelope_id[, payload]}, WebSocket pings, disconnect frames and dropped
-// sockets (contract: testdata/slack/socket_mode in the shared workspace).
+// sockets (as Slack documents Socket Mode).
 //
 // A test points a real Socket Mode client at URL() — slack-go through
 // slack.OptionAPIURL, or LOOP_SLACK_API_URL — sends envelopes with Send, and
