@@ -2,8 +2,6 @@ package excerpt
 
 import (
 	"encoding/json"
-	"errors"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -12,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 )
 
 // delivery is one shared webhook fixture and the original's excerpt of it.
@@ -22,41 +21,12 @@ type delivery struct {
 	want    string
 }
 
-// sharedDir finds ../shared/testdata from the repository root, or reports why
-// it cannot: the shared workspace is not part of a clone.
-func sharedDir() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the package: cannot find the repository root")
-		}
-		dir = parent
-	}
-	td := filepath.Join(dir, "..", "shared", "testdata")
-	for _, sub := range []string{"github-webhooks", filepath.Join("excerpt", "expected.json")} {
-		if _, err := os.Stat(filepath.Join(td, sub)); errors.Is(err, fs.ErrNotExist) {
-			return "", errors.New(filepath.Join(td, sub) + " not found (clone outside the shared workspace)")
-		}
-	}
-	return td, nil
-}
-
 // sharedDeliveries loads every delivery of expected.json, in name order, or
 // skips the test or benchmark when the shared workspace is absent.
 func sharedDeliveries(tb testing.TB) []delivery {
 	tb.Helper()
-	td, err := sharedDir()
-	if err != nil {
-		tb.Skipf("shared webhook fixtures unavailable, skipping: %v", err)
-	}
-	raw, err := os.ReadFile(filepath.Join(td, "excerpt", "expected.json"))
+	hooks := testkit.SharedTestdata(tb, "github-webhooks")
+	raw, err := os.ReadFile(testkit.SharedTestdata(tb, "excerpt", "expected.json"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -70,7 +40,7 @@ func sharedDeliveries(tb testing.TB) []delivery {
 		if !ok {
 			tb.Fatalf("expected.json key %q has no event directory", name)
 		}
-		payload, err := os.ReadFile(filepath.Join(td, "github-webhooks", filepath.FromSlash(name)))
+		payload, err := os.ReadFile(filepath.Join(hooks, filepath.FromSlash(name)))
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/slack-go/slack"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 )
 
 func TestMrkdwnEscapesAndConverts(t *testing.T) {
@@ -173,26 +174,11 @@ func TestCheckRejects(t *testing.T) {
 	}
 }
 
-// sharedTestdata resolves ../shared/testdata from the repository root, or
-// skips when this clone has no shared workspace beside it.
+// sharedTestdata is sub (slash-separated) of the shared test data, or skips
+// when this clone has no shared workspace beside it.
 func sharedTestdata(t *testing.T, sub string) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			p := filepath.Join(d, "..", "shared", "testdata", sub)
-			if _, err := os.Stat(p); err != nil {
-				t.Skipf("shared Slack/GitHub fixtures not found at %s (a clone outside the workspace): skipping", p)
-			}
-			return p
-		}
-		if filepath.Dir(d) == d {
-			t.Skip("repository root not found")
-		}
-	}
+	return testkit.SharedTestdata(t, strings.Split(sub, "/")...)
 }
 
 // TestCheckAcceptsSlackViews: the validator's limits accept Slack's own

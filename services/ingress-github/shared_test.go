@@ -12,35 +12,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
-// sharedDeliveries is ../shared/testdata/github-webhooks resolved from the
-// repository root (the directory holding go.mod). It is not in the
-// repository: tests that need it skip when it is absent.
+// sharedDeliveries is the shared GitHub webhook examples: not in the
+// repository, so tests that need them skip when they are absent.
 func sharedDeliveries(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("repository root not found")
-		}
-		dir = parent
-	}
-	p := filepath.Join(dir, "..", "shared", "testdata", "github-webhooks")
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("shared GitHub webhook examples not found at %s (a clone outside the workspace): skipping", p)
-	}
-	return p
+	return testkit.SharedTestdata(t, "github-webhooks")
 }
 
 // TestSharedDeliveries feeds every example delivery, signed, to the running

@@ -4,25 +4,19 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/config"
 )
 
-// sharedDir is ../shared/testdata/slack resolved from the repository root
-// (two levels above this package).
+// sharedDir is the shared Slack payloads, or skips: the core behaviours are
+// covered by this package's own payloads.
 func sharedDir(t *testing.T) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	dir := filepath.Join(root, "..", "shared", "testdata", "slack")
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("shared Slack payloads not found at %s (a clone outside the workspace): skipping; the core behaviours are covered by this package's own payloads", dir)
-	}
-	return dir
+	return testkit.SharedTestdata(t, "slack")
 }
 
 // TestSharedPayloads runs every Events API body, interactivity payload,

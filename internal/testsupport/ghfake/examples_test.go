@@ -2,8 +2,6 @@ package ghfake
 
 import (
 	"encoding/json"
-	"errors"
-	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,31 +10,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-github/v62/github"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 )
 
-// examplesDir finds ../shared/testdata/github-rest/examples from the
-// repository root, or skips: the shared workspace is not part of a clone.
+// examplesDir is the shared GitHub REST examples, or skips: the shared
+// workspace is not part of a clone.
 func examplesDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("no go.mod above the package: cannot find the repository root")
-		}
-		dir = parent
-	}
-	ex := filepath.Join(dir, "..", "shared", "testdata", "github-rest", "examples")
-	if _, err := os.Stat(ex); errors.Is(err, fs.ErrNotExist) {
-		t.Skipf("GitHub REST examples not found at %s (clone outside the shared workspace); skipping the field-name check", ex)
-	}
-	return ex
+	return testkit.SharedTestdata(t, "github-rest", "examples")
 }
 
 func keysOf(t *testing.T, raw []byte) []string {

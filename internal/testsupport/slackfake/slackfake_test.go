@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 )
 
 func client(s *Server) *slack.Client {
@@ -36,27 +37,20 @@ func raw(t *testing.T, s *Server, method string, args url.Values) (int, map[stri
 	return resp.StatusCode, out
 }
 
-// sharedWebAPI reads an example answer from ../shared/testdata/slack/web_api,
-// or skips when the shared workspace is not beside this clone.
+// sharedWebAPI reads an example answer of the shared Slack Web API
+// examples, or skips when the shared workspace is not beside this clone.
 func sharedWebAPI(t *testing.T, name string) map[string]any {
 	t.Helper()
-	dir, _ := os.Getwd()
-	for d := dir; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			p := filepath.Join(d, "..", "shared", "testdata", "slack", "web_api", name)
-			b, err := os.ReadFile(p)
-			if err != nil {
-				t.Skipf("shared Slack fixtures not found at %s (a clone outside the workspace): skipping", p)
-			}
-			var out map[string]any
-			if err := json.Unmarshal(b, &out); err != nil {
-				t.Fatal(err)
-			}
-			return out
-		}
+	p := filepath.Join(testkit.SharedTestdata(t, "slack", "web_api"), name)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Skipf("shared Slack fixture %s is absent: skipping", p)
 	}
-	t.Skip("repository root not found")
-	return nil
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestAnswersHaveSlacksShape: every field of Slack's documented example
