@@ -468,6 +468,47 @@ type rawPath struct {
 
 const rawSecret = "raw-webhook-secret"
 
+// githubSignature is the X-Hub-Signature-256 value GitHub sends with body
+// when the webhook's secret is secret.
+func githubSignature(secret string, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// serveRawIngress serves the ingress hop of the raw JetStream baselines:
+// verify the signature, publish the body to subject(r) with the delivery id
+// as its message id, wait for the PubAck, answer 202. It returns the server
+// (the caller closes it) and its URL.
+func serveRawIngress(b *testing.B, js jetstream.JetStream, secret string, subject func(*http.Request) string) (*http.Server, string) {
+	b.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /raw", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "unreadable", http.StatusBadRequest)
+			return
+		}
+		if !hmac.Equal([]byte(r.Header.Get("X-Hub-Signature-256")), []byte(githubSignature(secret, body))) {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		id := r.Header.Get("X-GitHub-Delivery")
+		if _, err := js.Publish(r.Context(), subject(r), body, jetstream.WithMsgID(id)); err != nil {
+			http.Error(w, "bus unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	return srv, "http://" + ln.Addr().String() + "/raw"
+}
+
 func startRaw(b *testing.B, c *cluster) *rawPath {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -500,34 +541,8 @@ func startRaw(b *testing.B, c *cluster) *rawPath {
 	}
 	in, ev := consumer("RAW_IN"), consumer("RAW_EV")
 
-	// Hop 1: the ingress — verify the signature, publish, wait for the
-	// PubAck, answer 202.
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /raw", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, "unreadable", http.StatusBadRequest)
-			return
-		}
-		mac := hmac.New(sha256.New, []byte(rawSecret))
-		mac.Write(body)
-		if !hmac.Equal([]byte(r.Header.Get("X-Hub-Signature-256")), []byte("sha256="+hex.EncodeToString(mac.Sum(nil)))) {
-			http.Error(w, "bad signature", http.StatusUnauthorized)
-			return
-		}
-		id := r.Header.Get("X-GitHub-Delivery")
-		if _, err := js.Publish(r.Context(), "raw.in.key", body, jetstream.WithMsgID(id)); err != nil {
-			http.Error(w, "bus unavailable", http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusAccepted)
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := &http.Server{Handler: mux}
-	go srv.Serve(ln)
+	// Hop 1: the ingress.
+	srv, rawURL := serveRawIngress(b, js, rawSecret, func(*http.Request) string { return "raw.in.key" })
 
 	var wg sync.WaitGroup
 	stage := func(cons jetstream.Consumer, handle func(jetstream.Msg) error) {
@@ -582,18 +597,16 @@ func startRaw(b *testing.B, c *cluster) *rawPath {
 		wg.Wait()
 		nc.Close()
 	})
-	return &rawPath{url: "http://" + ln.Addr().String() + "/raw", client: &http.Client{Timeout: 30 * time.Second}}
+	return &rawPath{url: rawURL, client: &http.Client{Timeout: 30 * time.Second}}
 }
 
 func (r *rawPath) send(ctx context.Context, token string) error {
 	body := []byte(token)
-	mac := hmac.New(sha256.New, []byte(rawSecret))
-	mac.Write(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	req.Header.Set("X-Hub-Signature-256", githubSignature(rawSecret, body))
 	req.Header.Set("X-GitHub-Delivery", token)
 	resp, err := r.client.Do(req)
 	if err != nil {

@@ -846,9 +846,7 @@ func (c *cluster) githubCommentAs(ctx context.Context, number int, login, assoc,
 	if err != nil {
 		return err
 	}
-	mac := hmac.New(sha256.New, []byte(webhookSecret))
-	mac.Write(payload)
-	sig := "sha256=" + hex.EncodeToString(mac.Sum(nil))
+	sig := githubSignature(webhookSecret, payload)
 	return c.deliver(ctx, "webhook "+delivery, func() (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.webhook, bytes.NewReader(payload))
 		if err != nil {

@@ -5,15 +5,11 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -546,12 +542,10 @@ func (u *upProcess) deliver(ctx context.Context, d intakeDelivery, id string) (i
 	if err != nil {
 		return 0, nil, err
 	}
-	mac := hmac.New(sha256.New, []byte(intakeSecret))
-	mac.Write(d.body)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-GitHub-Event", d.event)
 	req.Header.Set("X-GitHub-Delivery", id)
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	req.Header.Set("X-Hub-Signature-256", githubSignature(intakeSecret, d.body))
 	resp, err := u.client.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -742,33 +736,9 @@ type rawHops struct {
 func startRawHops(b *testing.B, js jetstream.JetStream, in, ev jetstream.StreamConfig) *rawHops {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /raw", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, "unreadable", http.StatusBadRequest)
-			return
-		}
-		mac := hmac.New(sha256.New, []byte(intakeSecret))
-		mac.Write(body)
-		if !hmac.Equal([]byte(r.Header.Get("X-Hub-Signature-256")), []byte("sha256="+hex.EncodeToString(mac.Sum(nil)))) {
-			http.Error(w, "bad signature", http.StatusUnauthorized)
-			return
-		}
-		id := r.Header.Get("X-GitHub-Delivery")
-		subject := "bench.in." + r.Header.Get("X-Bench-Key") + ".bench"
-		if _, err := js.Publish(r.Context(), subject, body, jetstream.WithMsgID(id)); err != nil {
-			http.Error(w, "bus unavailable", http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusAccepted)
+	srv, rawURL := serveRawIngress(b, js, intakeSecret, func(r *http.Request) string {
+		return "bench.in." + r.Header.Get("X-Bench-Key") + ".bench"
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := &http.Server{Handler: mux}
-	go srv.Serve(ln)
 
 	partitions := 16
 	if t := in.SubjectTransform; t != nil {
@@ -809,7 +779,7 @@ func startRawHops(b *testing.B, js jetstream.JetStream, in, ev jetstream.StreamC
 		wg.Wait()
 	})
 	return &rawHops{
-		url: "http://" + ln.Addr().String() + "/raw", js: js,
+		url: rawURL, js: js,
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}},
 	}
 }
@@ -819,9 +789,7 @@ func (r *rawHops) deliver(ctx context.Context, d intakeDelivery, id string) (int
 	if err != nil {
 		return 0, err
 	}
-	mac := hmac.New(sha256.New, []byte(intakeSecret))
-	mac.Write(d.body)
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	req.Header.Set("X-Hub-Signature-256", githubSignature(intakeSecret, d.body))
 	req.Header.Set("X-GitHub-Delivery", id)
 	req.Header.Set("X-Bench-Key", d.key)
 	resp, err := r.client.Do(req)
