@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/internal/testsupport/testkit"
@@ -336,18 +335,9 @@ func dispatcherRound(b *testing.B, n int) (rate, share float64) {
 
 	b.StartTimer()
 	start := time.Now()
-	var pg errgroup.Group
-	for k, ref := range refs {
-		pg.Go(func() error {
-			for i := k; i < b.N; i += len(refs) {
-				if err := f.publish(comment(ref, int64(base+i), alice, "Comment "+strconv.Itoa(i))); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	if err := pg.Wait(); err != nil {
+	if err := bustest.PublishEach(b.N, len(refs), func(i, k int) error {
+		return f.publish(comment(refs[k], int64(base+i), alice, "Comment "+strconv.Itoa(i)))
+	}); err != nil {
 		b.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Minute)

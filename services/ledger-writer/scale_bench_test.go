@@ -15,7 +15,6 @@ import (
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/service"
-	"golang.org/x/sync/errgroup"
 )
 
 // Replica scaling against a slow GitHub.
@@ -96,12 +95,7 @@ func scaleRound(b *testing.B, n int) (rate, share float64) {
 	}
 	e.gh.Inject(ghfake.Rule{Delay: scaleLatency})
 
-	var (
-		mu      sync.Mutex
-		done    = map[string]bool{}
-		handled = make([]int, n)
-		all     = make(chan struct{})
-	)
+	tally := bustest.NewTally(b.N, n)
 	writers := make([]*writer, n)
 	for r := range n {
 		writers[r] = e.startWith(fmt.Sprintf("writer-%d", r), func(d *service.Deps, _ *Config) { d.Concurrency = scaleConcurrency },
@@ -109,15 +103,7 @@ func scaleRound(b *testing.B, n int) (rate, share float64) {
 				if s != stepPublished {
 					return nil
 				}
-				mu.Lock()
-				defer mu.Unlock()
-				if !done[id] {
-					done[id] = true
-					handled[r]++
-					if len(done) == b.N {
-						close(all)
-					}
-				}
+				tally.Handled(r, id)
 				return nil
 			}))
 	}
@@ -137,30 +123,17 @@ func scaleRound(b *testing.B, n int) (rate, share float64) {
 	start := time.Now()
 	// Each work item's events are published in order, the work items at
 	// once, as many channels would: the publisher is not what is measured.
-	var pg errgroup.Group
-	for k, item := range items {
-		pg.Go(func() error {
-			ref := fmt.Sprintf("github:%s#%d", testRepo, item)
-			for i := k; i < b.N; i += len(items) {
-				ev := replyEv(id(i), ref, "reply "+strconv.Itoa(i))
-				if i%2 == 1 {
-					ev = gateEv(id(i), ref, "answer "+strconv.Itoa(i))
-				}
-				if err := e.tryPublish(ev); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	if err := pg.Wait(); err != nil {
+	if err := bustest.PublishEach(b.N, len(items), func(i, k int) error {
+		ref := fmt.Sprintf("github:%s#%d", testRepo, items[k])
+		ev := replyEv(id(i), ref, "reply "+strconv.Itoa(i))
+		if i%2 == 1 {
+			ev = gateEv(id(i), ref, "answer "+strconv.Itoa(i))
+		}
+		return e.tryPublish(ev)
+	}); err != nil {
 		b.Fatal(err)
 	}
-	select {
-	case <-all:
-	case <-time.After(10 * time.Minute):
-		b.Fatalf("%d of %d events fanned out after 10m", len(done), b.N)
-	}
+	tally.Wait(b, 10*time.Minute, "fanned out")
 	elapsed := time.Since(start)
 	b.StopTimer()
 
@@ -171,9 +144,7 @@ func scaleRound(b *testing.B, n int) (rate, share float64) {
 		wg.Go(w.stop)
 	}
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	return float64(b.N) / elapsed.Seconds(), float64(slices.Max(handled)) / float64(b.N)
+	return float64(b.N) / elapsed.Seconds(), tally.MaxShare()
 }
 
 // checkScaleOrder fails b unless every event of the round is on GitHub once,

@@ -2,14 +2,10 @@ package slackrenderer
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/internal/testsupport/slackfake"
@@ -56,23 +52,10 @@ func rendererRound(b *testing.B, n int) (rate, share float64) {
 	e.setSlack(func(s *config.SlackChannel) { s.Subscribe = []catalog.Type{catalog.CommentHuman} })
 	e.fake.AfterPost(func(slackfake.Message) { time.Sleep(scaleLatency) })
 
-	var (
-		mu      sync.Mutex
-		done    = map[string]bool{}
-		handled = make([]int, n)
-		all     = make(chan struct{})
-	)
+	tally := bustest.NewTally(b.N, n)
 	for r := range n {
 		e.start(startOpts{concurrency: scaleConcurrency, afterRecord: func(_ *Service, _ *bus.Conn, ev *loopv1.Event) {
-			mu.Lock()
-			defer mu.Unlock()
-			if !done[ev.GetId()] {
-				done[ev.GetId()] = true
-				handled[r]++
-				if len(done) == b.N {
-					close(all)
-				}
-			}
+			tally.Handled(r, ev.GetId())
 		}})
 	}
 	testkit.WaitFor(b, "every replica consuming its share", func() bool {
@@ -83,35 +66,21 @@ func rendererRound(b *testing.B, n int) (rate, share float64) {
 	id := func(i int) string { return fmt.Sprintf("loop:scale-%07d", i) }
 	b.StartTimer()
 	start := time.Now()
-	var pg errgroup.Group
-	for k, item := range items {
-		pg.Go(func() error {
-			for i := k; i < b.N; i += len(items) {
-				m, err := envelope.ToMessage(comment(id(i), ref(item)), envelope.Events, "")
-				if err != nil {
-					return err
-				}
-				if _, err := e.pub.Publish(b.Context(), bus.FromEnvelope(m)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	if err := pg.Wait(); err != nil {
+	if err := bustest.PublishEach(b.N, len(items), func(i, k int) error {
+		m, err := envelope.ToMessage(comment(id(i), ref(items[k])), envelope.Events, "")
+		if err != nil {
+			return err
+		}
+		_, err = e.pub.Publish(b.Context(), bus.FromEnvelope(m))
+		return err
+	}); err != nil {
 		b.Fatal(err)
 	}
-	select {
-	case <-all:
-	case <-time.After(10 * time.Minute):
-		b.Fatalf("%d of %d events posted after 10m", len(done), b.N)
-	}
+	tally.Wait(b, 10*time.Minute, "posted")
 	elapsed := time.Since(start)
 	b.StopTimer()
 	checkThreads(b, e, items, ref, id)
-	mu.Lock()
-	defer mu.Unlock()
-	return float64(b.N) / elapsed.Seconds(), float64(slices.Max(handled)) / float64(b.N)
+	return float64(b.N) / elapsed.Seconds(), tally.MaxShare()
 }
 
 // checkThreads fails b unless every event of the round was posted once, in
