@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -264,14 +263,7 @@ chaos:
 		t.Logf("the-loop dlq list:\n%s", dlq)
 	}
 
-	for _, x := range []tally{gh, sl, pr} {
-		if x.lost != 0 || x.duplicate != 0 {
-			t.Errorf("%s: %d lost, %d duplicated", x.name, x.lost, x.duplicate)
-		}
-	}
-	if len(bad) > 0 {
-		t.Errorf("prompts out of order: %s", strings.Join(bad, "; "))
-	}
+	checkExactlyOnce(t, bad, gh, sl, pr)
 	if sharesErr != nil {
 		t.Error(sharesErr)
 	}
@@ -340,32 +332,8 @@ func (c *cluster) streamLeader(stream string) *proc {
 	var leader string
 	if !testkit.Poll(30*time.Second, func() bool {
 		for _, mon := range c.natsMon {
-			resp, err := c.client.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz?accounts=true&streams=true", mon))
-			if err != nil {
-				continue
-			}
-			var jsz struct {
-				Accounts []struct {
-					Streams []struct {
-						Name    string `json:"name"`
-						Cluster struct {
-							Leader string `json:"leader"`
-						} `json:"cluster"`
-					} `json:"stream_detail"`
-				} `json:"account_details"`
-			}
-			err = json.NewDecoder(resp.Body).Decode(&jsz)
-			resp.Body.Close()
-			if err != nil {
-				continue
-			}
-			for _, a := range jsz.Accounts {
-				for _, s := range a.Streams {
-					if s.Name == stream && s.Cluster.Leader != "" {
-						leader = s.Cluster.Leader
-						return true
-					}
-				}
+			if leader = monitoredLeader(c.client, fmt.Sprintf("127.0.0.1:%d", mon), stream); leader != "" {
+				return true
 			}
 		}
 		return false

@@ -1004,6 +1004,52 @@ func (c *cluster) observe() observed {
 	return o
 }
 
+// checkExactlyOnce fails t unless every tally has nothing lost and nothing
+// duplicated and no work item's prompts came out of order (bad, from
+// outOfOrder).
+func checkExactlyOnce(t testing.TB, bad []string, ts ...tally) {
+	t.Helper()
+	for _, x := range ts {
+		if x.lost != 0 || x.duplicate != 0 {
+			t.Errorf("%s: %d lost, %d duplicated", x.name, x.lost, x.duplicate)
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("prompts out of order: %s", strings.Join(bad, "; "))
+	}
+}
+
+// monitoredLeader is the leader of stream as the server monitored at mon
+// (host:port) reports it, or "" when it cannot tell.
+func monitoredLeader(client *http.Client, mon, stream string) string {
+	resp, err := client.Get("http://" + mon + "/jsz?accounts=true&streams=true")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var jsz struct {
+		Accounts []struct {
+			Streams []struct {
+				Name    string `json:"name"`
+				Cluster struct {
+					Leader string `json:"leader"`
+				} `json:"cluster"`
+			} `json:"stream_detail"`
+		} `json:"account_details"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&jsz) != nil {
+		return ""
+	}
+	for _, a := range jsz.Accounts {
+		for _, s := range a.Streams {
+			if s.Name == stream && s.Cluster.Leader != "" {
+				return s.Cluster.Leader
+			}
+		}
+	}
+	return ""
+}
+
 // tally compares what was observed with what each sent event must produce.
 type tally struct {
 	name                            string

@@ -644,14 +644,7 @@ func (r *composeRun) killEachService(t *testing.T) {
 		len(sent), len(setup), len(c.issues), gh, sl, pr, len(bad), seen, strings.Join(restarts, "\n  "))
 	t.Log(report)
 	fmt.Println(report)
-	for _, x := range []tally{gh, sl, pr} {
-		if x.lost != 0 || x.duplicate != 0 {
-			t.Errorf("%s: %d lost, %d duplicated", x.name, x.lost, x.duplicate)
-		}
-	}
-	if len(bad) > 0 {
-		t.Errorf("prompts out of order: %s", strings.Join(bad, "; "))
-	}
+	checkExactlyOnce(t, bad, gh, sl, pr)
 	if seen != 6 {
 		t.Errorf("%d of 6 SIGKILLed containers came back by their restart policy", seen)
 	}
@@ -884,14 +877,7 @@ func (r *composeRun) clusterProfile(t *testing.T) {
 		leader, before, after, len(sent), gh, sl, pr, len(bad))
 	t.Log(report)
 	fmt.Println(report)
-	for _, x := range []tally{gh, sl, pr} {
-		if x.lost != 0 || x.duplicate != 0 {
-			t.Errorf("%s: %d lost, %d duplicated", x.name, x.lost, x.duplicate)
-		}
-	}
-	if len(bad) > 0 {
-		t.Errorf("prompts out of order: %s", strings.Join(bad, "; "))
-	}
+	checkExactlyOnce(t, bad, gh, sl, pr)
 	if !back {
 		t.Errorf("%s did not come back by its restart policy", leader)
 	}
@@ -908,33 +894,8 @@ func (r *composeRun) streamLeader(t *testing.T, stream string) string {
 	}
 	var leader string
 	if !testkit.Poll(composeWait, func() bool {
-		resp, err := r.c.client.Get("http://" + strings.TrimSpace(mon) + "/jsz?accounts=true&streams=true")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var jsz struct {
-			Accounts []struct {
-				Streams []struct {
-					Name    string `json:"name"`
-					Cluster struct {
-						Leader string `json:"leader"`
-					} `json:"cluster"`
-				} `json:"stream_detail"`
-			} `json:"account_details"`
-		}
-		if json.NewDecoder(resp.Body).Decode(&jsz) != nil {
-			return false
-		}
-		for _, a := range jsz.Accounts {
-			for _, s := range a.Streams {
-				if s.Name == stream && s.Cluster.Leader != "" {
-					leader = s.Cluster.Leader
-					return true
-				}
-			}
-		}
-		return false
+		leader = monitoredLeader(r.c.client, strings.TrimSpace(mon), stream)
+		return leader != ""
 	}) {
 		t.Fatalf("no leader of %s reported", stream)
 	}

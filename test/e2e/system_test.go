@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -139,14 +138,7 @@ func TestEndToEnd(t *testing.T) {
 
 	o, gh, sl, pr := c.settle(sent, 5*time.Minute)
 	t.Logf("sent %d events\n%s\n%s\n%s", len(sent), gh, sl, pr)
-	for _, x := range []tally{gh, sl, pr} {
-		if x.lost != 0 || x.duplicate != 0 {
-			t.Errorf("%s: %d lost, %d duplicated", x.name, x.lost, x.duplicate)
-		}
-	}
-	if bad := outOfOrder(o.order); len(bad) > 0 {
-		t.Errorf("prompts out of order: %s", strings.Join(bad, "; "))
-	}
+	checkExactlyOnce(t, outOfOrder(o.order), gh, sl, pr)
 	// Each mirror of a Slack reply is the ledger's, marker-stamped; the
 	// work item's Slack thread holds exactly its GitHub comments.
 	for _, n := range c.issues {
