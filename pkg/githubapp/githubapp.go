@@ -14,17 +14,18 @@ package githubapp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/google/go-github/v62/github"
 )
 
 // Options configure an App.
@@ -47,8 +48,8 @@ type Options struct {
 // app's installation on the repository it names.
 type App struct {
 	apps    *ghinstallation.AppsTransport
-	jwt     *http.Client
-	api     string // no trailing slash
+	jwt     *github.Client // the app's own calls, with its JWT
+	api     string         // no trailing slash
 	fixed   int64
 	base    http.RoundTripper
 	mu      sync.Mutex
@@ -85,7 +86,11 @@ func New(o Options) (*App, error) {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	return &App{apps: apps, jwt: &http.Client{Transport: apps, Timeout: timeout}, api: api, fixed: o.InstallationID, base: base,
+	jwt := github.NewClient(&http.Client{Transport: apps, Timeout: timeout})
+	if jwt.BaseURL, err = url.Parse(api + "/"); err != nil {
+		return nil, fmt.Errorf("githubapp: LOOP_GITHUB_API_URL: %w", err)
+	}
+	return &App{apps: apps, jwt: jwt, api: api, fixed: o.InstallationID, base: base,
 		byRepo: map[string]int64{}, inst: map[int64]*ghinstallation.Transport{}}, nil
 }
 
@@ -98,36 +103,18 @@ func (a *App) Login(ctx context.Context) (string, error) {
 	if login != "" {
 		return login, nil
 	}
-	var app struct {
-		Slug string `json:"slug"`
+	app, _, err := a.jwt.Apps.Get(ctx, "")
+	if err != nil {
+		return "", fmt.Errorf("GET /app as the app: %w", err)
 	}
-	if err := a.getJSON(ctx, "/app", &app); err != nil {
-		return "", err
-	}
-	if app.Slug == "" {
+	if app.GetSlug() == "" {
 		return "", errors.New("GET /app: no slug in the answer")
 	}
 	a.mu.Lock()
-	a.login = app.Slug + "[bot]"
+	a.login = app.GetSlug() + "[bot]"
 	login = a.login
 	a.mu.Unlock()
 	return login, nil
-}
-
-func (a *App) getJSON(ctx context.Context, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.api+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := a.jwt.Do(req)
-	if err != nil {
-		return fmt.Errorf("GET %s as the app: %w", path, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s as the app: status %d", path, resp.StatusCode)
-	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out)
 }
 
 // installation is the installation to use for a request to path.
@@ -151,16 +138,14 @@ func (a *App) installation(ctx context.Context, path string) (int64, error) {
 	if known {
 		return id, nil
 	}
-	var inst struct {
-		ID int64 `json:"id"`
-	}
-	if err := a.getJSON(ctx, "/repos/"+owner+"/"+repo+"/installation", &inst); err != nil {
+	inst, _, err := a.jwt.Apps.FindRepositoryInstallation(ctx, owner, repo)
+	if err != nil {
 		return 0, fmt.Errorf("githubapp: the app's installation on %s/%s: %w", owner, repo, err)
 	}
 	a.mu.Lock()
-	a.byRepo[key] = inst.ID
+	a.byRepo[key] = inst.GetID()
 	a.mu.Unlock()
-	return inst.ID, nil
+	return inst.GetID(), nil
 }
 
 // repoOf finds /repos/{owner}/{repo} in a request path (after any base
