@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -113,12 +114,12 @@ func TestTopologyCapsDefaultsDoNotAlias(t *testing.T) {
 	}
 }
 
-// TestLogWrittenWithoutASyncEach: on one node LOOP_LOG is the one stream
-// written without a sync per write (decision 051) — every other stream
-// keeps the server's sync_interval — and a LOOP_LOG provisioned before that
-// (persist mode is fixed at creation) keeps its mode while the rest of its
-// configuration still converges.
-func TestLogWrittenWithoutASyncEach(t *testing.T) {
+// TestWrittenWithoutASyncEach: on one node LOOP_LOG and the seen bucket
+// are the two stores written without a sync per write (decisions 051, 090)
+// — every other stream keeps the server's sync_interval — and one
+// provisioned before that (persist mode is fixed at creation) keeps its mode
+// while the rest of its configuration still converges.
+func TestWrittenWithoutASyncEach(t *testing.T) {
 	t.Parallel()
 	srv := bustest.StartServer(t, bustest.Options{InProcessOnly: true})
 	nc, err := nats.Connect(srv.URL())
@@ -132,31 +133,51 @@ func TestLogWrittenWithoutASyncEach(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// An older store: LOOP_LOG as it used to be created.
+	// An older store: LOOP_LOG and the seen bucket as they used to be created.
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: bus.StreamLog, Subjects: []string{"loop.log.>"},
 		Storage: jetstream.FileStorage, MaxBytes: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bus.BucketSeen, MaxBytes: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
 	topo := bustest.FastTopology(2)
 	srv.Provision(t, topo)
-	s, err := js.Stream(ctx, bus.StreamLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg := s.CachedInfo().Config; cfg.PersistMode != jetstream.DefaultPersistMode || cfg.MaxBytes != bus.DefaultTopology().LogMaxBytes {
-		t.Errorf("LOOP_LOG provisioned before: persist mode %v, max bytes %d; want its own mode kept and the cap converged", cfg.PersistMode, cfg.MaxBytes)
-	}
-	if err := js.DeleteStream(ctx, bus.StreamLog); err != nil {
-		t.Fatal(err)
+	wantBytes := map[string]int64{bus.StreamLog: bus.DefaultTopology().LogMaxBytes, "KV_" + bus.BucketSeen: 2 * bus.DefaultTopology().BucketMaxBytes}
+	for name, max := range wantBytes {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg := s.CachedInfo().Config; cfg.PersistMode != jetstream.DefaultPersistMode || cfg.MaxBytes != max {
+			t.Errorf("%s provisioned before: persist mode %v, max bytes %d; want its own mode kept and the cap (%d) converged", name, cfg.PersistMode, cfg.MaxBytes, max)
+		}
+		if err := js.DeleteStream(ctx, name); err != nil {
+			t.Fatal(err)
+		}
 	}
 	srv.Provision(t, topo)
 	for info := range js.ListStreams(ctx).Info() {
 		want := jetstream.DefaultPersistMode
-		if info.Config.Name == bus.StreamLog {
+		if _, ok := wantBytes[info.Config.Name]; ok {
 			want = jetstream.AsyncPersistMode
 		}
 		if info.Config.PersistMode != want {
 			t.Errorf("stream %s: persist mode %v, want %v", info.Config.Name, info.Config.PersistMode, want)
 		}
+	}
+	// Still a bucket to the client: a mark is stored, read and refused twice.
+	kv, err := js.KeyValue(ctx, bus.BucketSeen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "mark-1", []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "mark-1", []byte("m")); !errors.Is(err, jetstream.ErrKeyExists) {
+		t.Errorf("second create of a mark: %v, want ErrKeyExists", err)
+	}
+	if e, err := kv.Get(ctx, "mark-1"); err != nil || string(e.Value()) != "m" {
+		t.Errorf("mark read back: %v, %v", e, err)
 	}
 }

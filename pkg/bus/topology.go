@@ -74,6 +74,12 @@ type Bucket struct {
 	// (JetStream's KV and object stores discard new): the writer sees an
 	// error and retries, nothing stored is lost.
 	MaxBytes int64
+	// Async stores the bucket's writes without a sync each on a single
+	// node (JetStream's async persist mode; a replicated bucket is written
+	// through its Raft log and keeps the default). Only for a bucket whose
+	// last writes, lost in a crash, cost a repeat that a later step drops
+	// (docs/decisions/090-seen-marks-without-a-sync.md).
+	Async bool
 }
 
 // Topology is everything Provision creates. Start from DefaultTopology and
@@ -173,7 +179,10 @@ func (t *Topology) setDefaults() {
 			// drained in minutes, a GitHub outage is waited out in hours.
 			// The two buckets written per event get twice the default cap.
 			{Name: BucketLedger, TTL: 30 * 24 * time.Hour, MaxBytes: 2 * t.BucketMaxBytes},
-			{Name: BucketSeen, TTL: 72 * time.Hour, MaxBytes: 2 * t.BucketMaxBytes},
+			// Marks only spare the pipeline a repeat: a lost one lets
+			// a redelivery past the duplicate window through to the
+			// consumers' own checks.
+			{Name: BucketSeen, TTL: 72 * time.Hour, MaxBytes: 2 * t.BucketMaxBytes, Async: true},
 			{Name: BucketThreads},
 			// Longer than LOOP_EVENTS keeps an event: a redelivery or a
 			// replay of the stream must still find what was posted.
@@ -444,6 +453,9 @@ func (c *Conn) provisionStores(ctx context.Context, t Topology) error {
 	}
 	for _, cfg := range t.bucketConfigs() {
 		g.Go(func() error {
+			if async := t.asyncBucket(cfg.Bucket); async != nil {
+				return c.upsertStream(gctx, kvStreamConfig(cfg, *async))
+			}
 			if _, err := c.js.CreateOrUpdateKeyValue(gctx, cfg); err != nil {
 				return fmt.Errorf("bus: provision bucket %s: %w", cfg.Bucket, err)
 			}
@@ -482,6 +494,49 @@ func (t Topology) bucketConfigs() []jetstream.KeyValueConfig {
 		})
 	}
 	return out
+}
+
+// asyncBucket returns the bucket called name when it is written in async
+// persist mode (Bucket.Async on a single node), nil otherwise.
+func (t Topology) asyncBucket(name string) *Bucket {
+	if t.Replicas > 1 {
+		return nil
+	}
+	for _, b := range t.Buckets {
+		if b.Name == name && b.Async {
+			return &b
+		}
+	}
+	return nil
+}
+
+// kvStreamConfig is the stream behind the KV bucket cfg as nats.go creates
+// it (CreateKeyValue), in async persist mode: the client's KeyValueConfig
+// has no persist mode, and a stream's mode is fixed when it is created.
+func kvStreamConfig(cfg jetstream.KeyValueConfig, b Bucket) jetstream.StreamConfig {
+	dup := 2 * time.Minute
+	if b.TTL > 0 && b.TTL < dup {
+		dup = b.TTL
+	}
+	return jetstream.StreamConfig{
+		Name:              "KV_" + cfg.Bucket,
+		Description:       cfg.Description,
+		Subjects:          []string{"$KV." + cfg.Bucket + ".>"},
+		MaxMsgsPerSubject: int64(max(cfg.History, 1)),
+		MaxBytes:          cfg.MaxBytes,
+		MaxAge:            cfg.TTL,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           cfg.Storage,
+		Replicas:          cfg.Replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		AllowDirect:       true,
+		Duplicates:        dup,
+		Discard:           jetstream.DiscardNew,
+		PersistMode:       jetstream.AsyncPersistMode,
+	}
 }
 
 // checkPartitionChange refuses a topology whose partition count differs from
