@@ -44,7 +44,7 @@ func (s *Service) bind(ctx context.Context, stop <-chan struct{}, ev *loopv1.Eve
 // loop, acknowledging the inbox before it publishes: the fan-out message
 // enters the partition's outbox b, the inbox message is double-acked, the
 // fan-out is published to loop.ev under Nats-Msg-Id E (waiting for the
-// PubAck), and leaves the outbox. From the acknowledgement on, the delivery
+// PubAck), and leaves the outbox (lazily: empties.go). From the acknowledgement on, the delivery
 // is settled whatever happens next: a crash leaves the fan-out in the outbox
 // for the partition's next delivery or a sweeper to publish (outbox.go).
 func (s *Service) fanOut(ctx context.Context, stop <-chan struct{}, b *box, ev *loopv1.Event, d *bus.Delivery, w *written) error {
@@ -88,15 +88,10 @@ func (s *Service) fanOut(ctx context.Context, stop <-chan struct{}, b *box, ev *
 	if err := s.publishPending(ctx, stop, f, "delivery", false); err != nil {
 		return s.interrupted(err)
 	}
-	if err := s.step(stepPublished, id); err != nil {
-		return err
-	}
-	if err := s.dequeue(ctx, stop, b, id); err != nil {
-		// Published: a later flush or sweep publishes it again, which
-		// LOOP_EVENTS drops as a duplicate.
-		return s.interrupted(err)
-	}
-	return s.step(stepFannedOut, id)
+	// The outbox is emptied by the partition's next fan-out, or after a
+	// quiet spell (empties.go).
+	s.markPublished(b.p, b.rev, id)
+	return s.step(stepPublished, id)
 }
 
 func (s *Service) publish(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) (bus.PubAck, error) {

@@ -24,7 +24,7 @@ const (
 	stepQueued    step = "queued"     // the fan-out waits in the partition's outbox
 	stepAcked     step = "acked"      // the inbox message is acknowledged
 	stepPublished step = "published"  // the fan-out has its PubAck
-	stepFannedOut step = "fanned-out" // the fan-out left the outbox
+	stepFannedOut step = "fanned-out" // the fan-out left the outbox (lazily: empties.go)
 )
 
 func (s *Service) step(st step, id string) error {

@@ -95,6 +95,7 @@ type options struct {
 	transport          http.RoundTripper
 	sweepEvery         time.Duration
 	sweepGrace         time.Duration
+	emptyAfter         time.Duration
 	scrub              func(string) string
 	// hook, when set (tests), runs after each step of a delivery; a non-nil
 	// error makes the delivery stop there and return it, as if the process
@@ -143,6 +144,13 @@ func WithSweep(every, grace time.Duration) Option {
 	return func(o *options) { o.sweepEvery, o.sweepGrace = every, grace }
 }
 
+// WithEmptyAfter sets how long a published fan-out stays in a quiet
+// partition's outbox before the writer empties it (default
+// DefaultEmptyAfter; empties.go).
+func WithEmptyAfter(d time.Duration) Option {
+	return func(o *options) { o.emptyAfter = d }
+}
+
 // WithTransport sets the HTTP transport of the GitHub client.
 func WithTransport(rt http.RoundTripper) Option {
 	return func(o *options) { o.transport = rt }
@@ -161,6 +169,7 @@ type Service struct {
 	worker  string
 	ledger  *bus.KV
 	threads *threads.Store
+	empties empties // published fan-outs whose outbox is not emptied yet
 }
 
 // New returns the service. A missing LOOP_GITHUB_TOKEN or envelope key is not
@@ -177,7 +186,7 @@ func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	}
 	o := service.Apply(options{perMinute: cfg.WritesPerMinute, perHour: cfg.WritesPerHour, timeScale: 1,
 		httpTimeout: DefaultHTTPTimeout, retryBase: time.Second, retryMax: time.Minute,
-		sweepEvery: DefaultSweepEvery, sweepGrace: DefaultSweepGrace}, opts)
+		sweepEvery: DefaultSweepEvery, sweepGrace: DefaultSweepGrace, emptyAfter: DefaultEmptyAfter}, opts)
 	if o.sweepEvery <= 0 {
 		o.sweepEvery = DefaultSweepEvery
 	}
@@ -251,10 +260,15 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	var sweeper sync.WaitGroup
 	sweeper.Go(func() { s.sweep(ctx) })
+	// Stopping hands the partitions over: their outboxes are emptied
+	// first, and what the message in hand publishes on its way out is
+	// emptied at once.
+	sweeper.Go(func() { <-ctx.Done(); s.emptyAll() })
 	err := service.Consume(ctx, s.deps, Name, bus.StreamInbox, func(hctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
 		return s.handle(hctx, ctx.Done(), ev, d)
 	})
 	sweeper.Wait()
+	s.emptyAll()
 	if err == nil {
 		err = refused(ctx)
 	}

@@ -23,7 +23,8 @@ import (
 //     outbox/pNNN) — the fan-out is pending;
 //  3. double-ack E on the inbox;
 //  4. publish the fan-out on loop.ev under Nats-Msg-Id E;
-//  5. empty the outbox — fanned out.
+//  5. empty the outbox — fanned out: lazily, by the partition's next
+//     fan-out overwriting it, or after a quiet spell (empties.go).
 //
 // A crash between 2 and 5 leaves the message in the outbox, and two things
 // publish it, under the same Nats-Msg-Id, so LOOP_EVENTS stores it once:
@@ -194,7 +195,7 @@ func (s *Service) flush(ctx context.Context, stop <-chan struct{}, p int) (box, 
 		return box{}, bus.Retry(fmt.Errorf("read outbox: %w", err), s.backoff(1))
 	}
 	err = s.kvRetry(ctx, stop, &b, "flush", func(b *box) error {
-		if b.pending == nil {
+		if b.pending == nil || s.isPublished(b.p, b.rev) {
 			return nil
 		}
 		if err := s.publishPending(ctx, stop, b.pending, "flush", false); err != nil {
@@ -210,28 +211,18 @@ func (s *Service) flush(ctx context.Context, stop <-chan struct{}, p int) (box, 
 
 // enqueue puts f in the outbox b. Holding f already is fine (a redelivery of
 // an event whose acknowledgement was lost); holding another delivery's
-// fan-out, it publishes that one first.
+// fan-out, it publishes that one first, unless this writer published it.
 func (s *Service) enqueue(ctx context.Context, stop <-chan struct{}, b *box, f *pendingFanOut) error {
 	return s.kvRetry(ctx, stop, b, "put", func(b *box) error {
 		if b.holds(f.ID) {
 			return nil
 		}
-		if b.pending != nil {
+		if b.pending != nil && !s.isPublished(b.p, b.rev) {
 			if err := s.publishPending(ctx, stop, b.pending, "flush", false); err != nil {
 				return err
 			}
 		}
 		return s.saveBox(ctx, b, f)
-	})
-}
-
-// dequeue empties the outbox b of id: its fan-out is published.
-func (s *Service) dequeue(ctx context.Context, stop <-chan struct{}, b *box, id string) error {
-	return s.kvRetry(ctx, stop, b, "empty", func(b *box) error {
-		if !b.holds(id) {
-			return nil
-		}
-		return s.saveBox(ctx, b, nil)
 	})
 }
 
@@ -295,7 +286,7 @@ func (s *Service) sweep(ctx context.Context) {
 
 func (s *Service) sweepPartition(ctx context.Context, p int) {
 	b, err := s.loadBox(ctx, p)
-	if err != nil || b.pending == nil || time.Since(b.pending.Queued) < s.opts.sweepGrace {
+	if err != nil || b.pending == nil || s.isPublished(p, b.rev) || time.Since(b.pending.Queued) < s.opts.sweepGrace {
 		return
 	}
 	f := b.pending
