@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -179,5 +180,25 @@ func TestWrittenWithoutASyncEach(t *testing.T) {
 	}
 	if e, err := kv.Get(ctx, "mark-1"); err != nil || string(e.Value()) != "m" {
 		t.Errorf("mark read back: %v, %v", e, err)
+	}
+	// The stream is the one nats.go makes for the same bucket but for its
+	// persist mode, so a nats.go that changes its buckets shows here first.
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "as-the-client-makes-it", TTL: 72 * time.Hour,
+		MaxBytes: 2 * bus.DefaultTopology().BucketMaxBytes, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	made, err := js.Stream(ctx, "KV_as-the-client-makes-it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, err := js.Stream(ctx, "KV_"+bus.BucketSeen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := seen.CachedInfo().Config, made.CachedInfo().Config
+	ours.Name, ours.Subjects, ours.PersistMode = theirs.Name, theirs.Subjects, theirs.PersistMode
+	ours.Metadata = theirs.Metadata // the server's: the API level each needs
+	if got, want := fmt.Sprintf("%+v", ours), fmt.Sprintf("%+v", theirs); got != want {
+		t.Errorf("seen bucket's stream\n%s\nas nats.go makes it\n%s", got, want)
 	}
 }

@@ -162,15 +162,7 @@ func TestOutboxAfterAcknowledgedCrash(t *testing.T) {
 				e.publish(second)
 				want = append(want, second.GetId())
 			}
-			testkit.WaitWithin(t, 60*time.Second, "every fan-out", func() bool { return len(e.fan.all()) >= len(want) })
-			testkit.WaitWithin(t, 30*time.Second, "the inbox to drain", e.inboxEmpty)
-			var got []string
-			for _, r := range e.fan.all() {
-				got = append(got, r.ev.GetId())
-			}
-			if strings.Join(got, ",") != strings.Join(want, ",") {
-				t.Errorf("fan-out %v, want %v (in that order, each once)", got, want)
-			}
+			e.fannedOutInOrder(t, want)
 			if n := e.eventsStored(); n != uint64(len(want)) {
 				t.Errorf("LOOP_EVENTS holds %d, want %d", n, len(want))
 			}

@@ -47,16 +47,7 @@ func (e *env) outboxes() map[string]string {
 }
 
 // ledgerWrites is how many writes the ledger bucket has taken.
-func (e *env) ledgerWrites() uint64 {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := e.pub.StreamStats(ctx, "KV_"+bus.BucketLedger)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return st.LastSeq
-}
+func (e *env) ledgerWrites() uint64 { return e.streamStats("KV_" + bus.BucketLedger).LastSeq }
 
 // TestOutboxEmptiedLazily: fan-outs of one partition in a row each overwrite
 // the last in the outbox — one ledger write per event, not two — with
@@ -74,15 +65,7 @@ func TestOutboxEmptiedLazily(t *testing.T) {
 		e.publish(ev)
 		want = append(want, ev.GetId())
 	}
-	testkit.WaitWithin(t, 60*time.Second, "every fan-out", func() bool { return len(e.fan.all()) >= n })
-	testkit.WaitWithin(t, 30*time.Second, "the inbox to drain", e.inboxEmpty)
-	var got []string
-	for _, r := range e.fan.all() {
-		got = append(got, r.ev.GetId())
-	}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Errorf("fan-out %v, want %v (in that order, each once)", got, want)
-	}
+	e.fannedOutInOrder(t, want)
 	if d := e.ledgerWrites() - before; d != n {
 		t.Errorf("%d ledger writes for %d fan-outs, want %d (one each)", d, n, n)
 	}

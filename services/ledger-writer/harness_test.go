@@ -3,12 +3,13 @@ package ledgerwriter
 import (
 	"context"
 	"fmt"
-	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"log/slog"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -276,15 +277,32 @@ func (c *collector) byID(id string) []received {
 // eventsStored is how many messages LOOP_EVENTS holds: a duplicate publish
 // the stream dropped would not show in the collector either, but a second
 // stored event would.
-func (e *env) eventsStored() uint64 {
+// fannedOutInOrder waits for want's fan-outs and for the inbox to drain,
+// then checks that they came in that order, each once.
+func (e *env) fannedOutInOrder(t *testing.T, want []string) {
+	t.Helper()
+	testkit.WaitWithin(t, 60*time.Second, "every fan-out", func() bool { return len(e.fan.all()) >= len(want) })
+	testkit.WaitWithin(t, 30*time.Second, "the inbox to drain", e.inboxEmpty)
+	var got []string
+	for _, r := range e.fan.all() {
+		got = append(got, r.ev.GetId())
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("fan-out %v, want %v (in that order, each once)", got, want)
+	}
+}
+
+func (e *env) eventsStored() uint64 { return e.streamStats(bus.StreamEvents).Msgs }
+
+func (e *env) streamStats(stream string) bus.StreamStats {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := e.pub.StreamStats(ctx, bus.StreamEvents)
+	st, err := e.pub.StreamStats(ctx, stream)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return st.Msgs
+	return st
 }
 
 func (e *env) dlq() []bus.DLQEntry {
