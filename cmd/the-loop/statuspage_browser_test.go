@@ -271,8 +271,12 @@ func TestStatusPageInABrowser(t *testing.T) {
 			}); err != nil {
 				return err
 			}
-			if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("tr.dead-letter button.replay"))); err != nil {
-				return err
+			// Pressed from the page itself: the table is drawn again on every
+			// update, so a node the browser's protocol found may be gone by
+			// the time it is clicked ("Could not find node with given id").
+			if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`(() => { const b = document.querySelector("tr.dead-letter button.replay"); if (!b) return false; b.click(); return true })()`,
+				chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+				return fmt.Errorf("press replay: %w", err)
 			}
 			if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("dlq-result").textContent.startsWith("replayed")`,
 				chromedp.WithPollingTimeout(20*time.Second))); err != nil {
