@@ -49,18 +49,19 @@ type published struct {
 func (s *Service) markPublished(p int, rev uint64, id string) {
 	e := &s.empties
 	e.mu.Lock()
+	if e.closed {
+		// Stopping: the partition is about to be handed over, so its
+		// outbox is emptied now, before the delivery returns.
+		e.mu.Unlock()
+		s.emptyPublished(p, rev, id)
+		return
+	}
 	defer e.mu.Unlock()
 	if e.byPart == nil {
 		e.byPart = map[int]*published{}
 	}
 	if old := e.byPart[p]; old != nil {
 		old.timer.Stop()
-	}
-	if e.closed {
-		// Stopping: the empty cannot wait for a timer.
-		delete(e.byPart, p)
-		go s.emptyPublished(p, rev, id)
-		return
 	}
 	pub := &published{rev: rev, id: id}
 	pub.timer = time.AfterFunc(s.opts.emptyAfter, func() { s.emptyPublished(p, rev, id) })
