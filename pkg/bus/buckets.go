@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,27 +42,20 @@ func (t Topology) bucketConfigs() []jetstream.KeyValueConfig {
 	return out
 }
 
-// asyncBucket returns the bucket called name when it is written in async
-// persist mode (Bucket.Async on a single node), nil otherwise.
-func (t Topology) asyncBucket(name string) *Bucket {
-	if t.Replicas > 1 {
-		return nil
-	}
-	for _, b := range t.Buckets {
-		if b.Name == name && b.Async {
-			return &b
-		}
-	}
-	return nil
+// asyncBucket reports whether the bucket called name is written without a
+// sync each: Bucket.Async, where the topology allows it (unsyncedPersistMode).
+func (t Topology) asyncBucket(name string) bool {
+	return unsyncedPersistMode(t.Replicas) == jetstream.AsyncPersistMode &&
+		slices.ContainsFunc(t.Buckets, func(b Bucket) bool { return b.Name == name && b.Async })
 }
 
 // kvStreamConfig is the stream behind the KV bucket cfg as nats.go creates
 // it (CreateKeyValue), in async persist mode: the client's KeyValueConfig
 // has no persist mode, and a stream's mode is fixed when it is created.
-func kvStreamConfig(cfg jetstream.KeyValueConfig, b Bucket) jetstream.StreamConfig {
+func kvStreamConfig(cfg jetstream.KeyValueConfig) jetstream.StreamConfig {
 	dup := 2 * time.Minute
-	if b.TTL > 0 && b.TTL < dup {
-		dup = b.TTL
+	if cfg.TTL > 0 && cfg.TTL < dup {
+		dup = cfg.TTL
 	}
 	return jetstream.StreamConfig{
 		Name:              "KV_" + cfg.Bucket,

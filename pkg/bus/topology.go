@@ -336,7 +336,7 @@ func (t Topology) streamConfigs() []jetstream.StreamConfig {
 			MaxBytes:    t.LogMaxBytes,
 			MaxAge:      t.LogMaxAge,
 			Replicas:    r,
-			PersistMode: logPersistMode(r),
+			PersistMode: unsyncedPersistMode(r),
 		},
 		{
 			Name:        StreamAdvisories,
@@ -352,14 +352,16 @@ func (t Topology) streamConfigs() []jetstream.StreamConfig {
 	}
 }
 
-// logPersistMode: the event log is written with core publishes that nobody
-// waits for, so a record lost in a host crash is already possible and
-// harmless; on one node its records are written to the disk without a sync
-// each, which the server otherwise does for every write (sync_interval:
-// always) at the cost of the syncs of the streams that hold the loop's state
-// (decision 051). A replicated stream is written by its Raft log and syncs
-// on its own terms; JetStream refuses the mode there.
-func logPersistMode(replicas int) jetstream.PersistModeType {
+// unsyncedPersistMode is the persist mode of a store written without a sync
+// per write, for the stores whose lost last writes cost nothing a later step
+// does not cover: the event log, written with core publishes nobody waits
+// for, so a record lost in a host crash is already possible and harmless
+// (decision 051), and the seen marks (decision 090). On one node that is
+// JetStream's async persist mode, sparing the syncs the server otherwise
+// does for every write (sync_interval: always) at the cost of the streams
+// that hold the loop's state. A replicated stream is written by its Raft
+// log and syncs on its own terms; JetStream refuses the mode there.
+func unsyncedPersistMode(replicas int) jetstream.PersistModeType {
 	if replicas > 1 {
 		return jetstream.DefaultPersistMode
 	}
@@ -453,8 +455,8 @@ func (c *Conn) provisionStores(ctx context.Context, t Topology) error {
 	}
 	for _, cfg := range t.bucketConfigs() {
 		g.Go(func() error {
-			if async := t.asyncBucket(cfg.Bucket); async != nil {
-				return c.upsertStream(gctx, kvStreamConfig(cfg, *async))
+			if t.asyncBucket(cfg.Bucket) {
+				return c.upsertStream(gctx, kvStreamConfig(cfg))
 			}
 			if _, err := c.js.CreateOrUpdateKeyValue(gctx, cfg); err != nil {
 				return fmt.Errorf("bus: provision bucket %s: %w", cfg.Bucket, err)

@@ -44,9 +44,10 @@ func (s *Service) bind(ctx context.Context, stop <-chan struct{}, ev *loopv1.Eve
 // loop, acknowledging the inbox before it publishes: the fan-out message
 // enters the partition's outbox b, the inbox message is double-acked, the
 // fan-out is published to loop.ev under Nats-Msg-Id E (waiting for the
-// PubAck), and leaves the outbox (lazily: empties.go). From the acknowledgement on, the delivery
-// is settled whatever happens next: a crash leaves the fan-out in the outbox
-// for the partition's next delivery or a sweeper to publish (outbox.go).
+// PubAck), and leaves the outbox (lazily: empties.go). From the
+// acknowledgement on, the delivery is settled whatever happens next: a crash
+// leaves the fan-out in the outbox for the partition's next delivery or a
+// sweeper to publish (outbox.go).
 func (s *Service) fanOut(ctx context.Context, stop <-chan struct{}, b *box, ev *loopv1.Event, d *bus.Delivery, w *written) error {
 	out := ev
 	if w != nil {

@@ -262,13 +262,12 @@ func (s *Service) Run(ctx context.Context) error {
 	sweeper.Go(func() { s.sweep(ctx) })
 	// Stopping hands the partitions over: their outboxes are emptied
 	// first, and what the message in hand publishes on its way out is
-	// emptied at once.
+	// emptied before its delivery returns (markPublished).
 	sweeper.Go(func() { <-ctx.Done(); s.emptyAll() })
 	err := service.Consume(ctx, s.deps, Name, bus.StreamInbox, func(hctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
 		return s.handle(hctx, ctx.Done(), ev, d)
 	})
 	sweeper.Wait()
-	s.emptyAll()
 	if err == nil {
 		err = refused(ctx)
 	}
