@@ -57,6 +57,16 @@ func webhookFor(t *testing.T, gh *ghfake.Server, c ghfake.Comment) []byte {
 	})
 }
 
+// pollLabelledIssue is GitHub holding octo/repo with one labelled issue
+// (#1, by alice), and an env polling it.
+func pollLabelledIssue(t *testing.T) (*ghfake.Server, *env) {
+	gh := ghfake.New(t)
+	gh.AddRepo("octo/repo")
+	gh.AddToken(pollToken, botLogin)
+	gh.AddIssue("octo/repo", "alice", "Work", "", DefaultConfig().Label)
+	return gh, pollEnv(t, gh, time.Now)
+}
+
 func pollEnv(t *testing.T, gh *ghfake.Server, now func() time.Time) *env {
 	return newEnv(t,
 		withConfig(func(c *Config) {
@@ -183,11 +193,7 @@ func TestPollAndWebhookSameEventsOnce(t *testing.T) {
 // TestPollCursorSurvivesRestart: a new poller (after a restart) resumes
 // from the cursor in KV and republishes nothing.
 func TestPollCursorSurvivesRestart(t *testing.T) {
-	gh := ghfake.New(t)
-	gh.AddRepo("octo/repo")
-	gh.AddToken(pollToken, botLogin)
-	gh.AddIssue("octo/repo", "alice", "Work", "", DefaultConfig().Label)
-	e := pollEnv(t, gh, time.Now)
+	gh, e := pollLabelledIssue(t)
 	ctx := context.Background()
 	p1, _ := e.svc.newPoller()
 	if err := p1.Cycle(ctx); err != nil {
@@ -224,11 +230,7 @@ func TestPollCursorSurvivesRestart(t *testing.T) {
 // a 502 on the comments) fails the cycle without moving the cursor, so the
 // next cycle delivers what was missed, each comment once.
 func TestPollPagesAndFailures(t *testing.T) {
-	gh := ghfake.New(t)
-	gh.AddRepo("octo/repo")
-	gh.AddToken(pollToken, botLogin)
-	gh.AddIssue("octo/repo", "alice", "Work", "", DefaultConfig().Label)
-	e := pollEnv(t, gh, time.Now)
+	gh, e := pollLabelledIssue(t)
 	p, err := e.svc.newPoller()
 	if err != nil {
 		t.Fatal(err)
