@@ -80,6 +80,23 @@ func (k *KV) Update(ctx context.Context, key string, value []byte, revision uint
 	return rev, nil
 }
 
+// CompareAndSet stores value under key only if the key is still at
+// revision: absent for revision 0 (Create), else at that revision (Update).
+// It returns the new revision, or an error IsConflict reports when someone
+// moved the key first.
+func (k *KV) CompareAndSet(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
+	if revision == 0 {
+		return k.Create(ctx, key, value)
+	}
+	return k.Update(ctx, key, value, revision)
+}
+
+// IsConflict reports whether err is a lost compare-and-set: Create found the
+// key already there, or Update's revision was not the key's latest.
+func IsConflict(err error) bool {
+	return errors.Is(err, ErrKeyExists) || errors.Is(err, ErrWrongRevision)
+}
+
 // Put stores value unconditionally, returning its revision.
 func (k *KV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
 	rev, err := k.kv.Put(ctx, encodeKey(key), value)

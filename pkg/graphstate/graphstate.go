@@ -87,15 +87,11 @@ func (s *Store) Mutate(ctx context.Context, ref string, fn func(cur *graph.State
 		if err != nil {
 			return nil, err
 		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, Key(ref), data)
-		} else {
-			_, err = s.kv.Update(ctx, Key(ref), data, rev)
-		}
+		_, err = s.kv.CompareAndSet(ctx, Key(ref), data, rev)
 		if err == nil {
 			return next, nil
 		}
-		if !errors.Is(err, bus.ErrKeyExists) && !errors.Is(err, bus.ErrWrongRevision) || attempt >= 20 {
+		if !bus.IsConflict(err) || attempt >= 20 {
 			return nil, err
 		}
 		if err := ctx.Err(); err != nil {

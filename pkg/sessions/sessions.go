@@ -185,15 +185,11 @@ func (s *Store) Mutate(ctx context.Context, ref string, fn func(*Record) error) 
 		if err != nil {
 			return Record{}, err
 		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, ref, data)
-		} else {
-			_, err = s.kv.Update(ctx, ref, data, rev)
-		}
+		_, err = s.kv.CompareAndSet(ctx, ref, data, rev)
 		if err == nil {
 			return r, nil
 		}
-		if !errors.Is(err, bus.ErrKeyExists) && !errors.Is(err, bus.ErrWrongRevision) || attempt >= 20 {
+		if !bus.IsConflict(err) || attempt >= 20 {
 			return Record{}, err
 		}
 		if err := ctx.Err(); err != nil {

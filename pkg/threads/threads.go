@@ -30,8 +30,7 @@ const Cap = 200
 // KV is the part of a bus.KV the store uses.
 type KV interface {
 	Get(ctx context.Context, key string) (bus.KVEntry, error)
-	Create(ctx context.Context, key string, value []byte) (uint64, error)
-	Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
+	CompareAndSet(ctx context.Context, key string, value []byte, revision uint64) (uint64, error)
 	Put(ctx context.Context, key string, value []byte) (uint64, error)
 	Delete(ctx context.Context, key string) error
 }
@@ -122,12 +121,8 @@ func (s *Store) updateIndex(ctx context.Context, channel, threadTS string) ([]st
 			evicted, list = slices.Clone(list[:over]), list[over:]
 		}
 		b, _ := json.Marshal(list)
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, indexKey(channel), b)
-		} else {
-			_, err = s.kv.Update(ctx, indexKey(channel), b, rev)
-		}
-		if errors.Is(err, bus.ErrKeyExists) || errors.Is(err, bus.ErrWrongRevision) {
+		_, err = s.kv.CompareAndSet(ctx, indexKey(channel), b, rev)
+		if bus.IsConflict(err) {
 			continue // another binder won; read again
 		}
 		if err != nil {

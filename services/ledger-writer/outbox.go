@@ -139,15 +139,9 @@ func (s *Service) saveBox(ctx context.Context, b *box, f *pendingFanOut) error {
 			return err
 		}
 	}
-	var rev uint64
-	var err error
-	if b.rev == 0 {
-		rev, err = s.ledger.Create(ctx, outboxKey(b.p), val)
-	} else {
-		rev, err = s.ledger.Update(ctx, outboxKey(b.p), val, b.rev)
-	}
+	rev, err := s.ledger.CompareAndSet(ctx, outboxKey(b.p), val, b.rev)
 	switch {
-	case errors.Is(err, bus.ErrKeyExists), errors.Is(err, bus.ErrWrongRevision):
+	case bus.IsConflict(err):
 		return errOutboxMoved
 	case err != nil:
 		return err

@@ -194,12 +194,8 @@ func (p *Poller) repo(ctx context.Context, repo string) error {
 		}
 	}
 	b, _ := json.Marshal(st)
-	if rev == 0 {
-		_, err = kv.Create(ctx, stateKey(repo), b)
-	} else {
-		_, err = kv.Update(ctx, stateKey(repo), b, rev)
-	}
-	if errors.Is(err, bus.ErrKeyExists) || errors.Is(err, bus.ErrWrongRevision) {
+	_, err = kv.CompareAndSet(ctx, stateKey(repo), b, rev)
+	if bus.IsConflict(err) {
 		// Another replica polled too; its cursor wins, and the events
 		// both raised carry the same ids.
 		p.cfg.Log.InfoContext(ctx, "poll cursor moved by another poller", "repo", repo)
