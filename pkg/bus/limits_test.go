@@ -145,13 +145,13 @@ func TestWrittenWithoutASyncEach(t *testing.T) {
 	topo := bustest.FastTopology(2)
 	srv.Provision(t, topo)
 	wantBytes := map[string]int64{bus.StreamLog: bus.DefaultTopology().LogMaxBytes, "KV_" + bus.BucketSeen: 2 * bus.DefaultTopology().BucketMaxBytes}
-	for name, max := range wantBytes {
+	for name, capBytes := range wantBytes {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg := s.CachedInfo().Config; cfg.PersistMode != jetstream.DefaultPersistMode || cfg.MaxBytes != max {
-			t.Errorf("%s provisioned before: persist mode %v, max bytes %d; want its own mode kept and the cap (%d) converged", name, cfg.PersistMode, cfg.MaxBytes, max)
+		if cfg := s.CachedInfo().Config; cfg.PersistMode != jetstream.DefaultPersistMode || cfg.MaxBytes != capBytes {
+			t.Errorf("%s provisioned before: persist mode %v, max bytes %d; want its own mode kept and the cap (%d) converged", name, cfg.PersistMode, cfg.MaxBytes, capBytes)
 		}
 		if err := js.DeleteStream(ctx, name); err != nil {
 			t.Fatal(err)

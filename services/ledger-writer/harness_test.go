@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/the-loop/bus/internal/testsupport/testkit"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
@@ -274,9 +273,6 @@ func (c *collector) byID(id string) []received {
 	return out
 }
 
-// eventsStored is how many messages LOOP_EVENTS holds: a duplicate publish
-// the stream dropped would not show in the collector either, but a second
-// stored event would.
 // fannedOutInOrder waits for want's fan-outs and for the inbox to drain,
 // then checks that they came in that order, each once.
 func (e *env) fannedOutInOrder(t *testing.T, want []string) {
@@ -292,8 +288,12 @@ func (e *env) fannedOutInOrder(t *testing.T, want []string) {
 	}
 }
 
+// eventsStored is how many messages LOOP_EVENTS holds: a duplicate publish
+// the stream dropped would not show in the collector either, but a second
+// stored event would.
 func (e *env) eventsStored() uint64 { return e.streamStats(bus.StreamEvents).Msgs }
 
+// streamStats reads the counts of the stream called stream.
 func (e *env) streamStats(stream string) bus.StreamStats {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
