@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -181,20 +182,40 @@ func (c Client) Complete(ctx context.Context, ref string, out any) error {
 	return c.call(ctx, PathComplete, CompleteRequest{Ref: ref}, out)
 }
 
+// ErrNoEndpoint: the process is not an agent session the dispatcher
+// started (its environment names no endpoint or token).
+var ErrNoEndpoint = errors.New("no session endpoint: LOOP_SESSION_URL and LOOP_SESSION_TOKEN are set by the dispatcher in an agent session")
+
+// call POSTs in as JSON to path and decodes the answer into out.
 func (c Client) call(ctx context.Context, path string, in, out any) error {
-	if c.URL == "" || c.Token == "" {
-		return errors.New("no session endpoint: LOOP_SESSION_URL and LOOP_SESSION_TOKEN are set by the dispatcher in an agent session")
-	}
 	body, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.URL, "/")+path, bytes.NewReader(body))
+	return c.do(ctx, http.MethodPost, path, nil, bytes.NewReader(body), out)
+}
+
+// get GETs path with query q and decodes the answer into out.
+func (c Client) get(ctx context.Context, path string, q url.Values, out any) error {
+	return c.do(ctx, http.MethodGet, path, q, nil, out)
+}
+
+func (c Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, out any) error {
+	if c.URL == "" || c.Token == "" {
+		return ErrNoEndpoint
+	}
+	u := strings.TrimRight(c.URL, "/") + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return fmt.Errorf("session endpoint: %w", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	hc := c.HTTP
 	if hc == nil {
 		hc = http.DefaultClient
