@@ -41,6 +41,14 @@ Usage:
                                        ask on the work item; prints the recorded comment's URL
   the-loop graph status REF [--json]   the work item's process graph state
   the-loop graph complete REF          the agent's node is done: move the work item on
+  the-loop graph show [--json]         in an agent session: its graph, node by node, and where it stands
+  the-loop sessions register --harness-session-id ID
+                                       in an agent session: record the conversation id its harness chose
+  the-loop sessions link-pr --pull-request N|REF
+                                       in an agent session: a pull request delivers its work item
+  the-loop instructions [--json]       in an agent session: the repository's instructions for the current step
+  the-loop scenarios [--glob P]... [--json]
+                                       in an agent session: the test scenarios the repository's tests declare
   the-loop excerpt --event NAME [FILE|-]
                                        what a session is shown of a GitHub payload
   the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
@@ -106,6 +114,10 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdAsk(ctx, rest, env, stdout, stderr)
 	case "graph":
 		return cmdGraph(ctx, rest, env, stdout, stderr)
+	case "instructions":
+		return cmdInstructions(ctx, rest, env, stdout, stderr)
+	case "scenarios":
+		return cmdScenarios(ctx, rest, env, stdout, stderr)
 	case "health":
 		return cmdHealth(ctx, rest, env, stdout, stderr)
 	case "auth":

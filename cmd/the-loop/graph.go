@@ -30,7 +30,7 @@ import (
 //
 // With no dispatcher running the verb says so at once.
 func cmdGraph(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
-	const usage = "graph status|complete REF"
+	const usage = "graph status|complete REF, or inside an agent session: graph show|status|complete"
 	if len(args) == 0 {
 		return fmt.Errorf("%w: %s", errUsage, usage)
 	}
@@ -50,6 +50,16 @@ func cmdGraph(ctx context.Context, args []string, env config.Env, stdout, stderr
 		ref = fs.Arg(0)
 	} else if fs.NArg() > 0 {
 		return fmt.Errorf("%w: %s", errUsage, usage)
+	}
+	if verb == "show" {
+		// The session's own graph: its token names the work item.
+		if ref != "" {
+			return fmt.Errorf("%w: graph show takes no ref: it shows the session's own work item", errUsage)
+		}
+		return graphShow(ctx, env, stdout, *asJSON)
+	}
+	if ref == "" && inSession(env) && (verb == "complete" || verb == "status") {
+		ref = sessionRef(env)
 	}
 	if ref == "" {
 		return fmt.Errorf("%w: %s", errUsage, usage)

@@ -25,10 +25,14 @@ import (
 // keyword — only that replica can reach the session's tmux.
 func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: sessions list|pause|resume|stop|cleanup", errUsage)
+		return fmt.Errorf("%w: sessions list|pause|resume|stop|cleanup|register|link-pr", errUsage)
 	}
 	verb := args[0]
 	switch verb {
+	case "register":
+		return sessionsRegister(ctx, args[1:], env, stdout, stderr)
+	case "link-pr":
+		return sessionsLinkPR(ctx, args[1:], env, stdout, stderr)
 	case "list":
 		fs := newFlags("sessions list", stderr)
 		if err := parseFlags(fs, args[1:]); err != nil {

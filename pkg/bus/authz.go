@@ -63,7 +63,9 @@ const (
 // buckets says who uses which KV bucket and object store, and how. The owner
 // (readWrite) is the service whose state it is.
 var buckets = map[string]map[string]access{
-	IdentityIngressGitHub: {BucketSeen: readWrite, BucketCursors: readWrite, ObjectPayloads: readWrite},
+	// ingress-github reads the pull requests sessions linked to their work
+	// items, to route a linked pull request's events to them.
+	IdentityIngressGitHub: {BucketSeen: readWrite, BucketCursors: readWrite, ObjectPayloads: readWrite, BucketLinks: readOnly},
 	IdentityIngressSlack:  {BucketCursors: readWrite, BucketThreads: readOnly, BucketGraph: readOnly},
 	// Thread bindings are written by the two services that learn them: the
 	// renderer when it starts a work item's thread, the ledger-writer when a
@@ -72,7 +74,8 @@ var buckets = map[string]map[string]access{
 	IdentitySlackRenderer: {BucketPosted: readWrite, BucketThreads: readWrite},
 	// The dispatcher reads the ledger's claims (a session's question waits
 	// for its record) and the payloads too large for an event.
-	IdentityDispatcher: {BucketSessions: readWrite, BucketGraph: readWrite, BucketLedger: readOnly, ObjectPayloads: readOnly},
+	IdentityDispatcher: {BucketSessions: readWrite, BucketGraph: readWrite, BucketLedger: readOnly, ObjectPayloads: readOnly,
+		BucketLinks: readWrite},
 }
 
 // consumes says which partitioned stream each consuming identity reads.

@@ -35,6 +35,9 @@ const (
 	BucketSessions = "sessions"
 	BucketGraph    = "graph"
 	BucketCursors  = "cursors"
+	// BucketLinks holds the pull requests a session linked to its work
+	// item (package pkg/links).
+	BucketLinks = "links"
 )
 
 // Service names that consume a stream by default
@@ -190,6 +193,7 @@ func (t *Topology) setDefaults() {
 			{Name: BucketSessions},
 			{Name: BucketGraph},
 			{Name: BucketCursors},
+			{Name: BucketLinks},
 		}
 	}
 	t.Buckets = capped(t.Buckets, t.BucketMaxBytes)

@@ -54,6 +54,9 @@ type Record struct {
 	Labeled bool     `json:"labeled,omitempty"`
 	Control *Control `json:"control,omitempty"`
 	Session *Session `json:"session,omitempty"`
+	// PullRequests are the pull requests recorded as delivering the work
+	// item (`the-loop sessions link-pr`), as refs.
+	PullRequests []string `json:"pullRequests,omitempty"`
 	// UpdatedAt is when the document was last written.
 	UpdatedAt time.Time `json:"updatedAt"`
 }
@@ -99,6 +102,31 @@ type Session struct {
 	// starts and made TokenHash once it runs.
 	TokenHash     string `json:"tokenHash,omitempty"`
 	NextTokenHash string `json:"nextTokenHash,omitempty"`
+	// SpecDir is where the work item's artifacts live: docs/specs/issue-N
+	// inside the session's checkout (Cwd). Empty in records written before
+	// workspaces, whose artifacts are read from Cwd.
+	SpecDir string `json:"specDir,omitempty"`
+	// Workspace is the work item's own directory, holding a checkout of
+	// each repository it touches (Cwd is one of them).
+	Workspace string `json:"workspace,omitempty"`
+	// AwaitingInput is the id of the question the session asked and no
+	// event has answered yet: the session is waiting on a person, not
+	// failing to finish its node.
+	AwaitingInput string `json:"awaitingInput,omitempty"`
+	// Kind is "pr" for a pull request's own session
+	// (routing.tmux.sessionPerPr), "" for a work item's.
+	Kind string `json:"kind,omitempty"`
+}
+
+// ArtifactDir is where the work item's artifacts are read and written.
+func (s *Session) ArtifactDir() string {
+	if s == nil {
+		return ""
+	}
+	if s.SpecDir != "" {
+		return s.SpecDir
+	}
+	return s.Cwd
 }
 
 // Live reports whether the session exists and is not closed.

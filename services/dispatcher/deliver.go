@@ -199,6 +199,11 @@ func (s *Service) delivered(ctx context.Context, store *sessions.Store, in *inpu
 			return sessions.ErrNoChange
 		}
 		edit(r.Session)
+		if in.gate {
+			// A person's words reached the session: whatever it asked
+			// has its answer, or a reason to go on.
+			r.Session.AwaitingInput = ""
+		}
 		if r.Session.Status == sessions.Spawning {
 			r.Session.Status = sessions.Active
 		}

@@ -212,7 +212,7 @@ func (gs *gates) consult(ctx context.Context, in *input, sess *sessions.Session)
 			"node", t.From, "reason", t.Reason)
 		return t.Outcome, nil
 	}
-	return t.Outcome, gs.advanced(ctx, in, sess.Cwd, st, ans)
+	return t.Outcome, gs.advanced(ctx, in, sess.ArtifactDir(), st, ans)
 }
 
 // gateAnswer is one comment offered to the human gate its work item waits
@@ -494,8 +494,8 @@ func (gs *gates) renotify(ctx context.Context, ref string) {
 	}
 	workdir := gs.workdir
 	if reg := gs.sessions.Load(); reg != nil {
-		if rec, _, err := reg.Get(ctx, ref); err == nil && rec.Session != nil && rec.Session.Cwd != "" {
-			workdir = rec.Session.Cwd
+		if rec, _, err := reg.Get(ctx, ref); err == nil && rec.Session.ArtifactDir() != "" {
+			workdir = rec.Session.ArtifactDir()
 		}
 	}
 	if err := gs.notify(ctx, ref, st, flow.Current(st, g), workdir); err != nil {

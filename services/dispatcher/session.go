@@ -86,6 +86,10 @@ func (ep *sessionEndpoint) serve(ctx context.Context, ln net.Listener) error {
 	mux.HandleFunc("POST "+sessionapi.PathAsk, ep.withSession(ep.ask))
 	mux.HandleFunc("POST "+sessionapi.PathComplete, ep.withSession(ep.complete))
 	mux.HandleFunc("GET "+sessionapi.PathStatus, ep.withSession(ep.status))
+	mux.HandleFunc("GET "+sessionapi.PathCheck, ep.withSession(ep.check))
+	mux.HandleFunc("GET "+sessionapi.PathGraph, ep.withSession(ep.graphView))
+	mux.HandleFunc("POST "+sessionapi.PathRegister, ep.withSession(ep.register))
+	mux.HandleFunc("POST "+sessionapi.PathLinkPR, ep.withSession(ep.linkPR))
 	return httpserver.Serve(ctx, ln, mux, ep.log)
 }
 
@@ -125,6 +129,12 @@ func (ep *sessionEndpoint) withSession(h sessionHandler) http.HandlerFunc {
 			return
 		case rec.Session.Host != ep.host:
 			ep.refuse(w, r, ref, refusedElsewhere, http.StatusUnauthorized, "the session is hosted by another dispatcher")
+			return
+		}
+		// A verb that reads takes the work item as ?ref=, which must be
+		// the session's own like a body's ref.
+		if e, ok := ownRef(r.URL.Query().Get("ref"), ref); !ok {
+			ep.refuse(w, r, ref, e.reason, http.StatusForbidden, e.message)
 			return
 		}
 		status, body := h(r.Context(), r, ref, rec.Session, token)
@@ -208,6 +218,9 @@ func (ep *sessionEndpoint) ask(ctx context.Context, r *http.Request, ref string,
 	case err != nil:
 		outcome = "failed"
 	}
+	if outcome != "failed" {
+		ep.awaiting(ctx, ref, sess, ev.GetId())
+	}
 	// Ids only: the question is on the work item, never in the log.
 	ep.events.Emit(ctx, "session.awaiting_input", slog.String("work_item", ref), slog.String("event_id", ev.GetId()),
 		slog.String("harness_session_id", sess.HarnessSessionID), slog.String("comment_url", url), slog.String("outcome", outcome))
@@ -282,4 +295,20 @@ func (ep *sessionEndpoint) scrub(text string) string {
 		return ep.scrubber(text)
 	}
 	return redact.FromOS().Scrub(text)
+}
+
+// awaiting marks the session as waiting on a person for question id, so
+// that its Stop hook lets it stop (`the-loop check` answers wait) until an
+// answer reaches it. Best effort: a lost mark only makes the hook ask the
+// agent to go on, which it may decline.
+func (ep *sessionEndpoint) awaiting(ctx context.Context, ref string, sess *sessions.Session, id string) {
+	if _, err := ep.sessions.Load().Mutate(ctx, ref, func(r *sessions.Record) error {
+		if !r.Session.Live() || r.Session.TokenHash != sess.TokenHash {
+			return sessions.ErrNoChange
+		}
+		r.Session.AwaitingInput = id
+		return nil
+	}); err != nil {
+		ep.log.Warn("dispatcher: the session's question not marked as awaiting an answer", "work_item", ref, "err", err)
+	}
 }

@@ -94,8 +94,9 @@ func CompleteAndPublish(ctx context.Context, s *graphstate.Store, c *bus.Conn, r
 	return st, t, nil
 }
 
-// SessionWorkdir is the cwd of ref's session in the session registry, ""
-// when it has none.
+// SessionWorkdir is where ref's session keeps its artifacts (its spec
+// directory, or its cwd in a record from before workspaces), "" when it has
+// none.
 func SessionWorkdir(ctx context.Context, c *bus.Conn, ref string) string {
 	store, err := sessions.Open(ctx, c)
 	if err != nil {
@@ -105,7 +106,7 @@ func SessionWorkdir(ctx context.Context, c *bus.Conn, ref string) string {
 	if err != nil || rec.Session == nil {
 		return ""
 	}
-	return rec.Session.Cwd
+	return rec.Session.ArtifactDir()
 }
 
 // Current returns the notifications the entry into st's current node
