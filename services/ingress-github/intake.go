@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/links"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/tracing"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
@@ -46,8 +47,33 @@ type intake struct {
 	s     *Service
 	marks *marks
 
-	mu   sync.Mutex
-	seen *bus.KV
+	mu    sync.Mutex
+	seen  *bus.KV
+	links *links.Store
+}
+
+// linked returns the work items sessions linked to pull request pr. A
+// links bucket that cannot be read routes the delivery by GitHub's own
+// links alone, and says so: the delivery is not lost for it.
+func (in *intake) linked(ctx context.Context, pr string) []string {
+	in.mu.Lock()
+	ls := in.links
+	in.mu.Unlock()
+	if ls == nil {
+		var err error
+		if ls, err = links.Open(ctx, in.s.deps.Conn); err != nil {
+			in.s.deps.Log.Warn("links unreadable; a linked pull request's events reach only the work items GitHub names", "pull_request", pr, "err", err)
+			return nil
+		}
+		in.mu.Lock()
+		in.links = ls
+		in.mu.Unlock()
+	}
+	items, err := ls.WorkItems(ctx, pr)
+	if err != nil {
+		in.s.deps.Log.Warn("links unreadable; a linked pull request's events reach only the work items GitHub names", "pull_request", pr, "err", err)
+	}
+	return items
 }
 
 func newIntake(s *Service) *intake {
@@ -194,7 +220,11 @@ func (in *intake) decide(ctx context.Context, d route.Delivery, p route.Payload,
 			delivery <- seenResult{seen, err}
 		}()
 	}
-	dec = route.Route(d, p, in.s.policy())
+	pol := in.s.policy()
+	if pr := route.PullRequestRef(d.Event, p); pr != "" {
+		pol.Linked = in.linked(ctx, pr)
+	}
+	dec = route.Route(d, p, pol)
 	var keys []string
 	var at []int
 	if dec.Drop == "" {

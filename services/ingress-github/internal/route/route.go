@@ -97,6 +97,10 @@ type Policy struct {
 	EnvelopeKey []byte
 	// MaxPayload overrides MaxPayloadBytes (tests); 0 keeps it.
 	MaxPayload int
+	// Linked are the work items sessions linked to the pull request the
+	// delivery is about (PullRequestRef), read by the caller from the
+	// links bucket: the pull request's events reach them too.
+	Linked []string
 }
 
 // Decision is what Route decided.
@@ -136,6 +140,9 @@ func Route(d Delivery, payload Payload, pol Policy) Decision {
 		return dec
 	}
 	items := ExtractWorkItems(d.Event, p)
+	if len(pol.Linked) > 0 {
+		items = withLinks(items, PullRequestRef(d.Event, payload), pol.Linked)
+	}
 	for _, it := range items {
 		dec.Refs = append(dec.Refs, it.Ref.String())
 	}

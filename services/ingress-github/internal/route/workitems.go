@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -49,6 +50,9 @@ const (
 	FromBranch           Provenance = "branch"
 	FromKeyword          Provenance = "keyword"
 	FromEntity           Provenance = "entity"
+	// FromLink: a session recorded the pull request as delivering the
+	// work item (`the-loop sessions link-pr`, package pkg/links).
+	FromLink Provenance = "link"
 )
 
 // Item is one extracted work item.
@@ -321,4 +325,74 @@ func LabelCarried(p obj, label string) bool {
 		}
 	}
 	return false
+}
+
+// PullRequestRef is the ref of the pull request an event is about, "" when
+// it is about none: the one ref whose links (Policy.Linked) can add work
+// items.
+func PullRequestRef(event string, p Payload) string {
+	full := p.o.obj("repository").str("full_name")
+	pr := prEntity(event, p.o)
+	if pr == nil || !validRepo(full) {
+		return ""
+	}
+	n, ok := pr.int("number")
+	if !ok || n <= 0 {
+		return ""
+	}
+	return Ref{Host: eventHost(p.o), Repo: full, Number: n}.String()
+}
+
+// withLinks puts the work items linked to the pull request pr before it
+// among items, as its other linked issues stand.
+func withLinks(items []Item, pr string, linked []string) []Item {
+	if pr == "" || len(linked) == 0 {
+		return items
+	}
+	at := len(items)
+	for i, it := range items {
+		if it.Ref.String() == pr {
+			at = i
+			break
+		}
+	}
+	c := &collector{items: slices.Clone(items[:at])}
+	for _, l := range linked {
+		if r, ok := ParseRef(l); ok && r.String() != pr {
+			c.add(r, FromLink)
+		}
+	}
+	for _, it := range items[at:] {
+		for _, p := range it.Provenance {
+			c.add(it.Ref, p)
+		}
+	}
+	return c.items
+}
+
+// ParseRef reads a ref as Ref.String writes it: github:[host/]owner/repo#N.
+func ParseRef(s string) (Ref, bool) {
+	rest, ok := strings.CutPrefix(s, "github:")
+	if !ok {
+		return Ref{}, false
+	}
+	path, num, ok := strings.Cut(rest, "#")
+	n, err := strconv.ParseInt(num, 10, 64)
+	if !ok || err != nil || n <= 0 {
+		return Ref{}, false
+	}
+	parts := strings.Split(path, "/")
+	r := Ref{Number: n}
+	switch len(parts) {
+	case 2:
+		r.Repo = path
+	case 3:
+		r.Host, r.Repo = parts[0], parts[1]+"/"+parts[2]
+	default:
+		return Ref{}, false
+	}
+	if !validRepo(r.Repo) {
+		return Ref{}, false
+	}
+	return r, true
 }
