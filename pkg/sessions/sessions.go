@@ -118,6 +118,9 @@ type Session struct {
 	Kind string `json:"kind,omitempty"`
 }
 
+// KindPR is Session.Kind of a pull request's own session.
+const KindPR = "pr"
+
 // ArtifactDir is where the work item's artifacts are read and written.
 func (s *Session) ArtifactDir() string {
 	if s == nil {

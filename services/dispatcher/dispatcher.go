@@ -133,6 +133,9 @@ type Settings struct {
 	// Scrub masks secrets in text a session sends toward GitHub or Slack
 	// (default redact.FromOS().Scrub).
 	Scrub func(string) string
+	// SessionPerPR gives pull requests their own sessions whatever the
+	// operator config says (routing.tmux.sessionPerPr; tests).
+	SessionPerPR bool
 }
 
 func (c *Settings) setDefaults() {

@@ -115,7 +115,9 @@ func (gs *gates) context(ctx context.Context, ref string, verdict graph.Outcome)
 func (gs *gates) start(ctx context.Context, in *input, cmd control.Command) error {
 	cfg := gs.config()
 	name := cfg.Graphs.WorkItem
-	if cmd == control.Do {
+	if cmd == control.Do || in.prFor != "" {
+		// A pull request's own session works what its reviews ask, then
+		// a person says done: the ad-hoc loop.
 		name = graph.AdhocGraph
 	}
 	g, ok := cfg.Graphs.Registry().Get(name)

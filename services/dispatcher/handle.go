@@ -54,6 +54,9 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 	if in.closing {
 		return s.control.closeWorkItem(ctx, store, in, rec)
 	}
+	if handled, err := s.prRoute(ctx, store, in, rec); handled {
+		return err
+	}
 	if !rec.Session.Live() {
 		return s.unmatched(ctx, store, in, rec, "")
 	}

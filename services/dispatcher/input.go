@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -64,6 +65,16 @@ type input struct {
 	// its signed envelope ("" for a typed answer, which answers whatever
 	// gate is current).
 	visit string
+	// pr is the number of the pull request the event is about (0: none),
+	// prHead its head branch when it is a branch of the same repository,
+	// and workItems every work item the delivery was routed to
+	// (routing.tmux.sessionPerPr decides by them).
+	pr        int64
+	prHead    string
+	workItems []string
+	// prFor: the event spawns its pull request's own session, for this
+	// work item (sessionPerPr).
+	prFor string
 }
 
 // read turns ev into an input; ok is false for an event sessions never see
@@ -82,6 +93,7 @@ func (s *Service) read(ev *loopv1.Event) (in *input, ok bool) {
 		in.payload = commentPayload(in.ghEvent, c)
 		in.body, in.parse, in.note = c.GetBody(), true, c.GetUrl()
 		in.gate, in.gateBody = true, c.GetBody()
+		in.pr = pullNumber(c.GetUrl())
 		in.prov = graph.Provenance{Channel: "github", RecordURL: c.GetUrl(), EventID: ev.GetId()}
 		return in, true
 	case catalog.WorkItemReply:
@@ -133,6 +145,16 @@ func (s *Service) read(ev *loopv1.Event) (in *input, ok bool) {
 			in.entity = p.Issue.Number
 		case "pull_request":
 			in.entity, in.merged = p.PullRequest.Number, p.PullRequest.Merged
+		}
+		in.workItems = a.GetWorkItems()
+		switch {
+		case p.PullRequest.Number > 0:
+			in.pr = p.PullRequest.Number
+			if h := p.PullRequest.Head; h.Repo.FullName != "" && strings.EqualFold(h.Repo.FullName, p.Repository.FullName) {
+				in.prHead = h.Ref
+			}
+		case p.Issue.PullRequest != nil:
+			in.pr = p.Issue.Number
 		}
 		in.labeled = carriesLabel(p, in.action, s.set.Label)
 		in.unlabeled = in.action == "unlabeled" && p.Label.Name == s.set.Label
@@ -247,6 +269,15 @@ type activityPayload struct {
 type entityPayload struct {
 	Number int64 `json:"number"`
 	Merged bool  `json:"merged"`
+	// Head is a pull request's head branch.
+	Head struct {
+		Ref  string `json:"ref"`
+		Repo struct {
+			FullName string `json:"full_name"`
+		} `json:"repo"`
+	} `json:"head"`
+	// PullRequest is present on an issue that is a pull request.
+	PullRequest json.RawMessage `json:"pull_request"`
 	Labels []struct {
 		Name string `json:"name"`
 	} `json:"labels"`
@@ -324,4 +355,18 @@ func recordProvenance(ev *loopv1.Event) graph.Provenance {
 		p.EventID = ev.GetId()
 	}
 	return p
+}
+
+// pullPath finds the pull request a comment's URL is on.
+var pullPath = regexp.MustCompile(`/pull/(\d+)(?:[/#?]|$)`)
+
+// pullNumber is the pull request a comment URL is on, 0 when it is on an
+// issue.
+func pullNumber(url string) int64 {
+	m := pullPath.FindStringSubmatch(url)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
 }

@@ -40,6 +40,10 @@ const (
 	// has left; it neither moves the gate nor reaches the session
 	// (docs/decisions/031-stale-gate-presses-refused.md).
 	DropStaleGate = "stale-gate"
+	// DropPROwnSession: a pull request's event on the work item it
+	// delivers, under routing.tmux.sessionPerPr: the pull request's own
+	// session gets it (the work item's is told only that it was opened).
+	DropPROwnSession = "pr-own-session"
 )
 
 // Control rejection reasons (control.rejected).

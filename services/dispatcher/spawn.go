@@ -117,6 +117,9 @@ func (s *Service) claimSpawn(ctx context.Context, store *sessions.Store, in *inp
 			TmuxTarget: target, Status: sessions.Spawning, Interaction: string(s.tmpl.Mode),
 			CreatedAt: now, LastEventAt: now, Pending: evID, TokenHash: tokenHash,
 		}
+		if in.prFor != "" {
+			r.Session.Kind = sessions.KindPR
+		}
 		return nil
 	})
 	return c, err

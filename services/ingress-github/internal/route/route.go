@@ -205,7 +205,7 @@ func routeActivity(dec *Decision, d Delivery, p obj, pol Policy) {
 		dec.Notes = append(dec.Notes, NotePayloadTruncated)
 	}
 	body := &loopv1.Event_GithubActivity{GithubActivity: &loopv1.GitHubActivity{
-		Event: d.Event, Action: dec.Action, DeliveryId: d.DeliveryID, Payload: raw,
+		Event: d.Event, Action: dec.Action, DeliveryId: d.DeliveryID, Payload: raw, WorkItems: dec.Refs,
 	}}
 	dec.Kind = catalog.WorkItemActivity
 	dec.Events = fanOut(envelope.GitHubID(d.DeliveryID), "", dec.Refs, func(ev *loopv1.Event) {
