@@ -111,6 +111,14 @@ func (m *Manager) addWorktree(ctx context.Context, r Repo, dir, want string, onU
 	if err != nil {
 		return err
 	}
+	// A worktree added but not finished goes again, so that the next
+	// Ensure does not take it for a checkout.
+	undo := func(err error) error {
+		if err != nil {
+			_, _ = m.git(context.WithoutCancel(ctx), mirror, "worktree", "remove", "--force", dir)
+		}
+		return err
+	}
 	switch {
 	case p.local:
 		if _, err := m.git(ctx, mirror, "worktree", "add", "--quiet", dir, want); err != nil {
@@ -119,7 +127,7 @@ func (m *Manager) addWorktree(ctx context.Context, r Repo, dir, want string, onU
 		if p.upstream {
 			_, err = m.git(ctx, dir, "branch", "--quiet", "--set-upstream-to="+remoteRef(want))
 		}
-		return err
+		return undo(err)
 	case p.upstream:
 		_, err = m.git(ctx, mirror, "worktree", "add", "--quiet", "--track", "-b", want, dir, remoteRef(want))
 		return err
@@ -143,7 +151,7 @@ func (m *Manager) addWorktree(ctx context.Context, r Repo, dir, want string, onU
 		return err
 	}
 	_, err = m.git(ctx, dir, "checkout", "--quiet", "--orphan", want)
-	return err
+	return undo(err)
 }
 
 // ensureMirror creates r's bare mirror unless it exists, and points its

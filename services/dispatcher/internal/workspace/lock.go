@@ -18,8 +18,8 @@ import (
 // ends.
 //
 // Order: an item's lock, then one mirror's lock at a time; never an item's
-// lock while holding a mirror's. Lock files are never deleted: a process
-// may be waiting on one.
+// lock while holding a mirror's. Remove deletes an item's lock file while
+// holding it; flock sees to it that a waiter then locks the new file.
 
 // locks is the in-process half: one semaphore per path, dropped when no one
 // holds or waits for it.
@@ -75,25 +75,46 @@ func (l *locks) lock(ctx context.Context, path string) (unlock func(), err error
 }
 
 // flock opens (creating) the lock file at path and takes its exclusive
-// lock. A blocking flock cannot be interrupted, so when ctx ends first the
-// waiting goroutine is left to release the lock, if it ever gets it, and
-// to close the file.
+// lock. The file may be removed by its holder (Remove does, so that lock
+// files do not pile up): a lock taken on a file no longer at path is
+// dropped and taken again on the file there now.
 func flock(ctx context.Context, path string) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if err := flockFile(ctx, f); err != nil {
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		held, err1 := f.Stat()
+		there, err2 := os.Stat(path)
+		if err1 == nil && err2 == nil && os.SameFile(held, there) {
+			return f, nil
+		}
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("waiting for %s: %w", path, err)
+		}
 	}
+}
+
+// flockFile takes f's exclusive lock, or closes f and fails when ctx ends
+// first. A blocking flock cannot be interrupted, so the goroutine waiting
+// in it is left to release the lock, if it ever gets it, and to close f.
+func flockFile(ctx context.Context, f *os.File) error {
 	fd := int(f.Fd())
-	err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+	err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
 	if err == nil {
-		return f, nil
+		return nil
 	}
 	if !errors.Is(err, syscall.EWOULDBLOCK) {
 		_ = f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		return err
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -109,9 +130,8 @@ func flock(ctx context.Context, path string) (*os.File, error) {
 	case err := <-done:
 		if err != nil {
 			_ = f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
-		return f, nil
+		return err
 	case <-ctx.Done():
 		go func() {
 			if <-done == nil {
@@ -119,6 +139,6 @@ func flock(ctx context.Context, path string) (*os.File, error) {
 			}
 			_ = f.Close()
 		}()
-		return nil, fmt.Errorf("waiting for %s: %w", path, ctx.Err())
+		return ctx.Err()
 	}
 }

@@ -42,7 +42,11 @@ func (m *Manager) Remove(ctx context.Context, ref string) (Removed, error) {
 		return Removed{Kept: true}, nil
 	}
 	dir := m.itemDir(r, n)
-	unlock, err := m.locks.lock(ctx, dir+".lock")
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return Removed{}, nil // and no lock file made for it
+	}
+	lockFile := dir + ".lock"
+	unlock, err := m.locks.lock(ctx, lockFile)
 	if err != nil {
 		return Removed{}, fmt.Errorf("%s: %w", ref, err)
 	}
@@ -71,6 +75,9 @@ func (m *Manager) Remove(ctx context.Context, ref string) (Removed, error) {
 	}
 	if err := removeExcept(dir, keep); err != nil {
 		return out, fmt.Errorf("%s: %w", ref, err)
+	}
+	if len(keep) == 0 {
+		_ = os.Remove(lockFile)
 	}
 	return out, nil
 }

@@ -23,6 +23,9 @@
 // item's own repository (see Ensure). Pushing from a checkout goes to the
 // repository's upstream URL, with the credentials the operator grants to
 // agents (CredentialEnv), never the loop's own.
+//
+// The package runs git and touches the file system only; it imports nothing
+// of this module, and the dispatcher decides when to call it.
 package workspace
 
 import (

@@ -316,8 +316,8 @@ func TestRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if exists(ws.Dir) {
-		t.Errorf("%s is still there", ws.Dir)
+	if exists(ws.Dir) || exists(ws.Dir+".lock") {
+		t.Errorf("%s or its lock file is still there", ws.Dir)
 	}
 	for _, repo := range []string{"api", "web"} {
 		mirror := f.mirror("acme", repo)
@@ -346,6 +346,9 @@ func TestRemove(t *testing.T) {
 
 	if r, err := f.m.Remove(ctx, "github:acme/api#404"); err != nil || r.Kept || len(r.KeptBranches) != 0 {
 		t.Errorf("Remove of an unknown item = %+v, %v", r, err)
+	}
+	if p, _ := f.m.Path("github:acme/api#404"); exists(p) || exists(p+".lock") {
+		t.Errorf("Remove of an unknown item made %s", p)
 	}
 	if _, err := f.m.Remove(ctx, "github:acme/api#6"); err != nil {
 		t.Fatal(err)
