@@ -38,6 +38,7 @@ func (m *Manager) checkout(ctx context.Context, r Repo, dir, want string, onUpst
 		err = m.addWorktree(ctx, r, dir, want, onUpstream)
 	}
 	if err != nil {
+		_ = os.Remove(filepath.Dir(dir)) // the owner's directory, if this made it and it stayed empty
 		return c, err
 	}
 	c.Branch = want

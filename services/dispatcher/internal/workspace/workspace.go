@@ -259,7 +259,8 @@ func (m *Manager) Ensure(ctx context.Context, item Item) (*Workspace, error) {
 	}
 	ref := refString(primary, n)
 	dir := m.itemDir(primary, n)
-	unlock, err := m.locks.lock(ctx, dir+".lock")
+	lockFile := dir + ".lock"
+	unlock, err := m.locks.lock(ctx, lockFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
@@ -273,6 +274,10 @@ func (m *Manager) Ensure(ctx context.Context, item Item) (*Workspace, error) {
 		}
 		c, err := m.checkout(ctx, r, m.checkoutDir(dir, r), want, i == 0 && item.Branch != "")
 		if err != nil {
+			// An item that got nothing leaves nothing behind.
+			if os.Remove(dir) == nil {
+				_ = os.Remove(lockFile)
+			}
 			return nil, fmt.Errorf("%s: %s: %w", ref, r, err)
 		}
 		ws.Checkouts = append(ws.Checkouts, c)
@@ -290,22 +295,20 @@ func (m *Manager) Ensure(ctx context.Context, item Item) (*Workspace, error) {
 // name on two hosts) are refused.
 func itemRepos(primary Repo, more []Repo) ([]Repo, error) {
 	repos := []Repo{primary}
-	seen := map[Repo]bool{primary.key(): true}
-	dirs := map[[2]string]Repo{{primary.key().Owner, primary.key().Name}: primary}
+	byDir := map[[2]string]Repo{{primary.key().Owner, primary.key().Name}: primary}
 	for _, r := range more {
 		r, err := r.normalize()
 		if err != nil {
 			return nil, err
 		}
 		k := r.key()
-		if seen[k] {
-			continue
-		}
-		if o, ok := dirs[[2]string{k.Owner, k.Name}]; ok {
+		if o, ok := byDir[[2]string{k.Owner, k.Name}]; ok {
+			if o.key() == k {
+				continue
+			}
 			return nil, fmt.Errorf("%w: %s and %s would share one checkout directory", ErrInvalid, o, r)
 		}
-		seen[k] = true
-		dirs[[2]string{k.Owner, k.Name}] = r
+		byDir[[2]string{k.Owner, k.Name}] = r
 		repos = append(repos, r)
 	}
 	return repos, nil

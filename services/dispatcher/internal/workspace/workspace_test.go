@@ -593,6 +593,9 @@ func TestGitErrorsSayWhat(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "git fetch") || !strings.Contains(err.Error(), "fatal:") {
 		t.Errorf("Ensure of a missing upstream = %v", err)
 	}
+	if p, _ := f.m.Path("github:acme/missing#1"); exists(p) || exists(p+".lock") {
+		t.Errorf("a failed Ensure left %s behind", p)
+	}
 }
 
 // TestCanceledEnsure: a cancelled context stops Ensure.
