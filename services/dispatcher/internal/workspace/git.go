@@ -36,7 +36,7 @@ var quietEnv = []string{"GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=", "SSH_ASKPASS_RE
 
 // guardArgs come before every command: a repository an agent can write to
 // must not make the dispatcher's git run the agent's programs.
-var guardArgs = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"}
+var guardArgs = []string{"-c", "core.hooksPath=" + os.DevNull, "-c", "core.fsmonitor=false"}
 
 // gitEnv is the environment of every git command: passedEnv, quietEnv,
 // then extra (Config.Env), later entries winning.

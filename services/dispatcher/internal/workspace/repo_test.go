@@ -132,7 +132,7 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	ok := []Config{
 		{Root: "r"},
-		{Root: "r", Strategy: Clone, URLTemplate: "file:///srv/{owner}/{repo}.git"},
+		{Root: "r", Strategy: Clone, URLTemplate: "file:///upstream/{owner}/{repo}.git"},
 		{Root: "r", Strategy: Dir},
 		{Root: "r", URLTemplate: "ssh://git@{host}/{owner}/{repo}.git"},
 		{Root: "r", URLTemplate: "git@{host}:{owner}/{repo}.git"},

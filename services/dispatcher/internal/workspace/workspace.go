@@ -78,8 +78,8 @@ type Config struct {
 	// variables it inherits from the process (PATH, HOME, proxies, the SSH
 	// agent, TLS roots; nothing else), e.g. CredentialEnv's entries.
 	Env []string
-	// Keep makes Remove leave everything in place (the original's
-	// keepCheckoutOnClose).
+	// Keep makes Remove leave everything in place, for an operator who
+	// looks at what a session left behind.
 	Keep bool
 }
 
