@@ -636,3 +636,47 @@ func TestCredentialEnv(t *testing.T) {
 		t.Errorf("a host the store does not hold was answered: %s", out)
 	}
 }
+
+// TestNewBranchesAreFetched: a branch pushed after the mirror was made is
+// seen by the next checkout.
+func TestNewBranchesAreFetched(t *testing.T) {
+	f := newFixture(t)
+	bare := f.upstream("acme", "api", map[string]string{"a": "a\n"})
+	f.ensure(Item{Ref: "github:acme/api#1"})
+	f.commit(bare, "the-loop/issue-2", map[string]string{"later.md": "pushed later\n"})
+	ws := f.ensure(Item{Ref: "github:acme/api#2"})
+	if !exists(filepath.Join(ws.Primary, "later.md")) {
+		t.Error("the second checkout did not start from the branch pushed after the mirror was made")
+	}
+}
+
+// TestCheckoutDeletedByHand: a worktree whose directory was deleted is
+// checked out again, on its branch moved up to what was pushed since.
+func TestCheckoutDeletedByHand(t *testing.T) {
+	f := newFixture(t)
+	bare := f.upstream("acme", "api", map[string]string{"a": "a\n"})
+	ws := f.ensure(Item{Ref: "github:acme/api#3"})
+	writeFile(t, filepath.Join(ws.Primary, "mine"), "1\n")
+	gitT(t, ws.Primary, "add", "mine")
+	gitT(t, ws.Primary, "commit", "--quiet", "-m", "mine")
+	gitT(t, ws.Primary, "push", "--quiet")
+	if err := os.RemoveAll(ws.Dir); err != nil {
+		t.Fatal(err)
+	}
+	// Another host goes on from there.
+	work := t.TempDir()
+	gitT(t, work, "clone", "--quiet", "--branch", "the-loop/issue-3", bare, "w")
+	w := filepath.Join(work, "w")
+	writeFile(t, filepath.Join(w, "theirs"), "2\n")
+	gitT(t, w, "add", "theirs")
+	gitT(t, w, "commit", "--quiet", "-m", "theirs")
+	gitT(t, w, "push", "--quiet", "origin", "the-loop/issue-3")
+
+	again := f.ensure(Item{Ref: "github:acme/api#3"})
+	if !exists(filepath.Join(again.Primary, "mine")) || !exists(filepath.Join(again.Primary, "theirs")) {
+		t.Error("the checkout is not at the upstream branch's tip")
+	}
+	if got, want := gitT(t, again.Primary, "rev-parse", "HEAD"), gitT(t, bare, "rev-parse", "the-loop/issue-3"); got != want {
+		t.Errorf("HEAD %s, want %s", got, want)
+	}
+}
