@@ -198,7 +198,8 @@ func (m *Manager) configurePush(ctx context.Context, gitDir string) error {
 	return nil
 }
 
-// checkedOut is the worktree of mirror that has branch checked out, "".
+// checkedOut is the worktree of mirror that has branch checked out, ""
+// when none has.
 func (m *Manager) checkedOut(ctx context.Context, mirror, branch string) (string, error) {
 	out, err := m.git(ctx, mirror, "worktree", "list", "--porcelain")
 	if err != nil {

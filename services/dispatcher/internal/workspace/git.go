@@ -112,8 +112,9 @@ func tail(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " | ")), " ")
 }
 
-// userinfo is the user[:password]@ of a URL (scheme://user:pass@host).
-var userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@`)
+// userinfo is the user[:password]@ of a URL (scheme://user:pass@host):
+// the scheme, then the user information.
+var userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)([^/\s@]*)@`)
 
 // stripUserinfo removes user information from every URL in s, so that an
 // error never prints a credential.

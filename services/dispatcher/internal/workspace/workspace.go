@@ -32,7 +32,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,20 +107,18 @@ func (c Config) Validate() error {
 }
 
 // checkURLTemplate refuses a template without {repo} (every repository
-// would share one URL) and one with credentials in it: a password
-// anywhere, and any user on http(s), where the user name is a token.
+// would share one URL) and one with credentials in it: a password on any
+// URL, and any user on http(s), where a user name alone can be a token. An
+// SSH user (ssh://git@host/…, git@host:…) is no credential.
 func checkURLTemplate(t string) error {
 	if !strings.Contains(t, "{repo}") {
 		return fmt.Errorf("workspace URL template %q has no {repo}", stripUserinfo(t))
 	}
-	r := strings.NewReplacer("{host}", "h.example", "{owner}", "o", "{repo}", "r")
-	u, err := url.Parse(r.Replace(t))
-	if err != nil || u.User == nil {
-		return nil // an scp-like SSH address (git@host:o/r.git) has no URL scheme
-	}
-	_, pw := u.User.Password()
-	if pw || u.Scheme == "http" || u.Scheme == "https" {
-		return fmt.Errorf("workspace URL template %q holds credentials; give agents theirs with a credential store", stripUserinfo(t))
+	for _, m := range userinfo.FindAllStringSubmatch(t, -1) {
+		scheme := strings.ToLower(strings.TrimSuffix(m[1], "://"))
+		if strings.Contains(m[2], ":") || scheme == "http" || scheme == "https" {
+			return fmt.Errorf("workspace URL template %q holds credentials; give agents theirs with CredentialEnv", stripUserinfo(t))
+		}
 	}
 	return nil
 }
@@ -184,7 +181,9 @@ type Workspace struct {
 	// Primary is the checkout of the item's own repository: where its
 	// session starts.
 	Primary string
-	// Checkouts are the primary's, then those of Item.Repos in order.
+	// Checkouts are the primary's, then those of Item.Repos in order (a
+	// checkout an earlier call made for a repository not named this time
+	// stays, unlisted).
 	Checkouts []Checkout
 	// SpecDir is Primary/docs/specs/<SpecID>, created by Ensure.
 	SpecDir string
