@@ -30,7 +30,7 @@ customInstructions:
     - docs/just-a-string.md
     - notes: no path at all
     - path: "   "
-    - path: /etc/passwd
+    - path: /abs/doc.md
     - path: docs/../../outside.md
     - path: [a, b]
     - path: ./docs/team-conventions.md
@@ -57,7 +57,7 @@ customInstructions:
 		{State: sessionapi.DocInvalid},
 		{Notes: "no path at all", State: sessionapi.DocInvalid},
 		{Path: "   ", State: sessionapi.DocInvalid},
-		{Path: "/etc/passwd", State: sessionapi.DocInvalid},
+		{Path: "/abs/doc.md", State: sessionapi.DocInvalid},
 		{Path: "docs/../../outside.md", State: sessionapi.DocInvalid},
 		{State: sessionapi.DocInvalid},
 		{Path: "./docs/team-conventions.md", State: sessionapi.DocPresent, Bytes: len(conv), Text: conv},
@@ -76,7 +76,7 @@ customInstructions:
 		"customInstructions.docs[6]":  "not a mapping",
 		"customInstructions.docs[7]":  "has no path",
 		"customInstructions.docs[8]":  "blank path",
-		"/etc/passwd":                 "absolute",
+		"/abs/doc.md":                 "absolute",
 		"docs/../../outside.md":       `".."`,
 		"customInstructions.docs[11]": "not a string",
 		NoteStep:                      "no .the-loop/instructions/implement.md or .the-loop/instructions/build.md",
