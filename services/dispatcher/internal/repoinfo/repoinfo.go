@@ -8,10 +8,13 @@
 // through an os.Root opened on the checkout (os.OpenRoot): no name, symlink
 // or ".." leads out of it. Only regular files are read, opened without
 // blocking (a named pipe cannot stall the dispatcher), and every read, the
-// walk and the answers are bounded. A repository's own configuration that is
-// missing or broken never fails a request: it is reported in the answer.
+// walk and the answers are bounded. A missing or unparsable harness
+// configuration never fails a request: Instructions says so in its notes,
+// Scenarios falls back to its default globs. A glob the repository names is
+// held to the same rules as the agent's.
 //
-// The package reads; it writes nothing, and it imports nothing of the bus.
+// The package only reads. It imports no bus package, and of the dispatcher
+// only the sessionapi shapes it fills.
 package repoinfo
 
 import (

@@ -47,8 +47,12 @@ var defaultLimits = limits{
 
 // Scenarios answers sessionapi.PathScenarios for the checkout at root: the
 // Gherkin-style scenarios declared in the comments and docstrings of the
-// files the globs match (see parse for what is recognised), in the order of
-// a lexical walk, each with its repository-relative file and line.
+// files the globs match, whatever their language, in the order of a
+// lexical walk. Comment leaders (//, #, *, /*, """ and the like) are
+// stripped; a "Scenario:" or "Scenario Outline:" line starts a scenario,
+// which carries the file's latest "Feature:", the Given/When/Then/And/But
+// steps right under it and its "Requirement:", and is located by its
+// repository-relative file (slash-separated) and 1-based line.
 //
 // globs, when given, are the agent's; otherwise the repository's
 // testing.integrationTestGlobs in ConfigPath; otherwise DefaultGlobs. A glob
@@ -64,6 +68,7 @@ func Scenarios(ctx context.Context, root string, globs []string) (sessionapi.Sce
 	return scan(ctx, root, globs, defaultLimits)
 }
 
+// scan is Scenarios within lim.
 func scan(ctx context.Context, root string, globs []string, lim limits) (sessionapi.Scenarios, error) {
 	out := sessionapi.Scenarios{Globs: []string{}, Scenarios: []sessionapi.Scenario{}}
 	var gs []glob
