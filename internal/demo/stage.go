@@ -206,6 +206,9 @@ func (s *Stage) Env() map[string]string {
 		"LOOP_TMUX_SOCKET":              s.tmuxSocket,
 		"LOOP_HARNESS_BINARY":           s.agentPath(),
 		"LOOP_DISPATCHER_WORKDIR":       s.workdir,
+		// The stand-in GitHub serves no repositories: each work item gets
+		// a directory of its own, without git.
+		"LOOP_WORKSPACE_STRATEGY": "dir",
 		"LOOP_DISPATCHER_HOST":          "demo",
 		"LOOP_DISPATCHER_SPAWN":         "labeled",
 		"LOOP_GITHUB_WRITES_PER_MINUTE": "600",

@@ -16,6 +16,7 @@ import (
 	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 	"github.com/the-loop/bus/services/dispatcher/internal/flow"
+	"github.com/the-loop/bus/services/dispatcher/internal/repoinfo"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
@@ -253,4 +254,47 @@ func pullRequestRef(ref, arg string) (string, error) {
 		return "", fmt.Errorf("pull request %s is the work item itself", pr)
 	}
 	return pr, nil
+}
+
+// instructions answers sessionapi.PathInstructions from the session's
+// checkout.
+func (ep *sessionEndpoint) instructions(ctx context.Context, _ *http.Request, ref string, sess *sessions.Session, _ string) (int, any) {
+	node, phase := ep.gates.position(ctx, ref)
+	in, err := repoinfo.Instructions(sess.Cwd, node, phase)
+	if err != nil {
+		return http.StatusServiceUnavailable, map[string]string{"error": "the session's checkout cannot be read: " + err.Error()}
+	}
+	in.Ref = ref
+	return http.StatusOK, in
+}
+
+// scenarios answers sessionapi.PathScenarios from the session's checkout.
+func (ep *sessionEndpoint) scenarios(ctx context.Context, r *http.Request, ref string, sess *sessions.Session, _ string) (int, any) {
+	sc, err := repoinfo.Scenarios(ctx, sess.Cwd, r.URL.Query()["glob"])
+	switch {
+	case errors.Is(err, repoinfo.ErrBadGlob):
+		return http.StatusBadRequest, refusal{refusedBadRequest, err.Error()}
+	case err != nil:
+		return http.StatusServiceUnavailable, map[string]string{"error": "the session's checkout cannot be read: " + err.Error()}
+	}
+	sc.Ref = ref
+	return http.StatusOK, sc
+}
+
+// position is ref's current node and its phase ("" when unknown).
+func (gs *gates) position(ctx context.Context, ref string) (node, phase string) {
+	store, err := gs.open(ctx)
+	if err != nil {
+		return "", ""
+	}
+	st, _, err := store.Get(ctx, ref)
+	if err != nil || st == nil {
+		return "", ""
+	}
+	if g, ok := gs.config().Graphs.Registry().Get(st.Graph); ok {
+		if n := g.Node(st.Current); n != nil {
+			phase = n.Phase
+		}
+	}
+	return st.Current, phase
 }

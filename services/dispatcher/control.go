@@ -28,6 +28,9 @@ type controller struct {
 	// began before a crash.
 	unmatched func(ctx context.Context, store *sessions.Store, in *input, rec sessions.Record, cmd control.Command) error
 	spawn     func(ctx context.Context, store *sessions.Store, in *input, cmd control.Command) error
+	// removeWorkspace removes the work item's checkouts once its session
+	// is cleaned up or its work item closed (workspace.go).
+	removeWorkspace func(ctx context.Context, in *input)
 }
 
 // grammarOf is the control grammar in force. Keywords the config loader
@@ -207,6 +210,7 @@ func (c *controller) cleanup(ctx context.Context, store *sessions.Store, in *inp
 	if err != nil {
 		return "", fmt.Errorf("registry: %w", err)
 	}
+	c.removeWorkspace(ctx, in)
 	cleaned(true)
 	return "cleaned", nil
 }
@@ -238,7 +242,12 @@ func (c *controller) closeWorkItem(ctx context.Context, store *sessions.Store, i
 		c.records.drop(ctx, in, DropNoSession)
 		return nil
 	}
-	return c.closeSession(ctx, store, in, rec.Session, reason, nil, true)
+	if err := c.closeSession(ctx, store, in, rec.Session, reason, nil, true); err != nil {
+		return err
+	}
+	// The work item is over: its checkouts go (unpushed work is kept).
+	c.removeWorkspace(ctx, in)
+	return nil
 }
 
 // closeSession kills the session's tmux session and marks it closed,

@@ -76,6 +76,9 @@ func (s *Service) deliver(ctx context.Context, store *sessions.Store, in *input)
 			return err
 		}
 	}
+	if sess.Host == s.set.Host {
+		s.extendWorkspace(ctx, in)
+	}
 	return s.paste(ctx, store, in, sess)
 }
 

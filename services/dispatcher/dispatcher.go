@@ -56,6 +56,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,7 @@ import (
 	"github.com/the-loop/bus/services/dispatcher/internal/proc"
 	"github.com/the-loop/bus/services/dispatcher/internal/prompt"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
+	"github.com/the-loop/bus/services/dispatcher/internal/workspace"
 )
 
 // Name is the service name used for consumers, logs and `serve`.
@@ -136,6 +138,21 @@ type Settings struct {
 	// SessionPerPR gives pull requests their own sessions whatever the
 	// operator config says (routing.tmux.sessionPerPr; tests).
 	SessionPerPR bool
+	// Workspace is where each work item's checkouts are made (its Root
+	// defaults to Workdir, its Strategy to worktree).
+	Workspace workspace.Config
+	// AgentGitCredentials is a git credential-store file agents fetch and
+	// push with ("": git's own configuration).
+	AgentGitCredentials string
+	// PluginDir is where the loop's harness plugin is installed (default
+	// .the-loop/plugin under the workspace root).
+	PluginDir string
+	// StopMaxAttempts bounds the Stop hook's blocks in a row (default 3).
+	StopMaxAttempts int
+	// LoopBinaryDir is put first on every session's PATH, so that the
+	// agent and the plugin's hooks find `the-loop` (default: this
+	// process's own directory when the process is the-loop).
+	LoopBinaryDir string
 }
 
 func (c *Settings) setDefaults() {
@@ -184,6 +201,26 @@ func (c *Settings) setDefaults() {
 	if c.SessionEnv == nil {
 		c.SessionEnv = SessionBaseEnv(osEnv(), nil)
 	}
+	if c.Workspace.Root == "" {
+		c.Workspace.Root = c.Workdir
+	}
+	if c.Workspace.Strategy == "" {
+		c.Workspace.Strategy = d.Workspace.Strategy
+	}
+	if c.PluginDir == "" {
+		c.PluginDir = filepath.Join(c.Workspace.Root, ".the-loop", "plugin")
+	}
+	if c.StopMaxAttempts <= 0 {
+		c.StopMaxAttempts = 3
+	}
+	if c.LoopBinaryDir == "" {
+		if exe, err := os.Executable(); err == nil && filepath.Base(exe) == "the-loop" {
+			c.LoopBinaryDir = filepath.Dir(exe)
+		}
+	}
+	if c.AgentGitCredentials != "" {
+		c.Workspace.Env = append(c.Workspace.Env, workspace.CredentialEnv(c.AgentGitCredentials)...)
+	}
 }
 
 // Option configures New.
@@ -221,6 +258,9 @@ type Service struct {
 	// sessionURL is the session endpoint's URL, given to every session
 	// started here (set before consuming starts).
 	sessionURL string
+	// workspaces makes each work item's checkouts (see workspace).
+	wsMu       sync.Mutex
+	workspaces *workspace.Manager
 }
 
 // New returns the service with cfg's settings, adjusted by opts. It never
@@ -287,7 +327,26 @@ func (s *Service) check() error {
 	if err := s.tmux.Available(); err != nil {
 		return err
 	}
-	return s.set.Harness.Available()
+	if err := s.set.Harness.Available(); err != nil {
+		return err
+	}
+	_, err := s.workspace()
+	return err
+}
+
+// workspace returns the workspace manager, making it on first use (it
+// checks that git runs, which may be installed while the replica waits).
+func (s *Service) workspace() (*workspace.Manager, error) {
+	s.wsMu.Lock()
+	defer s.wsMu.Unlock()
+	if s.workspaces == nil {
+		ws, err := workspace.New(s.set.Workspace)
+		if err != nil {
+			return nil, fmt.Errorf("workspaces under %s: %w", s.set.Workspace.Root, err)
+		}
+		s.workspaces = ws
+	}
+	return s.workspaces, nil
 }
 
 // Run consumes the event stream until ctx is done, then drains. It returns

@@ -94,12 +94,17 @@ func gateRecord(ref string, id int64, actor *loopv1.Actor, text string) *loopv1.
 // and writes approvedBy into the artifact, an objection and a collaborator
 // move nothing, and reaching complete publishes work-item-complete.
 func TestGraphWiring(t *testing.T) {
-	var work string
-	e := newEnv(t, func(s *Settings) { work = s.Workdir })
+	e := newEnv(t, nil)
 	box := e.inbox()
 	const ref = "github:octo/repo#21"
 	ctx := context.Background()
 	sess := e.start(ref, 7000)
+	// The artifacts live in the work item's own checkout, under
+	// docs/specs/issue-21.
+	work := sess.SpecDir
+	if !strings.HasSuffix(filepath.ToSlash(work), "/docs/specs/issue-21") {
+		t.Fatalf("the session's spec directory is %q", work)
+	}
 
 	st := e.waitNode(ref, "phase-selection")
 	if st.Ref != ref || st.Graph != graph.WorkItemGraph || st.Status != graph.StatusWaiting {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/the-loop/bus/services/dispatcher/internal/workspace"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -93,6 +94,7 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 	e.cfg.Store(cfg)
 	set := Settings{
 		Harness: standIn(t, e.dir), TmuxSocket: e.socket, Host: hostA, Workdir: t.TempDir(),
+		Workspace:   workspace.Config{Strategy: workspace.Dir},
 		ResumeProbe: -1, RecheckEvery: 50 * time.Millisecond,
 	}
 	if mod != nil {

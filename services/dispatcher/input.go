@@ -278,7 +278,7 @@ type entityPayload struct {
 	} `json:"head"`
 	// PullRequest is present on an issue that is a pull request.
 	PullRequest json.RawMessage `json:"pull_request"`
-	Labels []struct {
+	Labels      []struct {
 		Name string `json:"name"`
 	} `json:"labels"`
 }

@@ -33,7 +33,7 @@ func prCopies(issue, pr, delivery, event, action string, payload map[string]any)
 
 func prPayload(n int64, head string) map[string]any {
 	return map[string]any{"pull_request": map[string]any{"number": n, "title": "Requirements for #91", "state": "open",
-		"head": map[string]any{"ref": head, "repo": map[string]any{"full_name": "octo/repo"}},
+		"head":     map[string]any{"ref": head, "repo": map[string]any{"full_name": "octo/repo"}},
 		"html_url": fmt.Sprintf("https://github.com/octo/repo/pull/%d", n)}}
 }
 

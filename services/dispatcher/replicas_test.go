@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"github.com/the-loop/bus/services/dispatcher/internal/workspace"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -83,6 +84,7 @@ func (f *fleet) start(host string, concurrency int, mod func(*Settings)) *replic
 	socket := tmuxtest.Socket(f.tb)
 	set := Settings{
 		Harness: standIn(f.tb, f.dir), TmuxSocket: socket, Host: host, Workdir: f.tb.TempDir(),
+		Workspace:   workspace.Config{Strategy: workspace.Dir},
 		ResumeProbe: -1, RecheckEvery: 50 * time.Millisecond,
 	}
 	if mod != nil {

@@ -90,6 +90,8 @@ func (ep *sessionEndpoint) serve(ctx context.Context, ln net.Listener) error {
 	mux.HandleFunc("GET "+sessionapi.PathGraph, ep.withSession(ep.graphView))
 	mux.HandleFunc("POST "+sessionapi.PathRegister, ep.withSession(ep.register))
 	mux.HandleFunc("POST "+sessionapi.PathLinkPR, ep.withSession(ep.linkPR))
+	mux.HandleFunc("GET "+sessionapi.PathInstructions, ep.withSession(ep.instructions))
+	mux.HandleFunc("GET "+sessionapi.PathScenarios, ep.withSession(ep.scenarios))
 	return httpserver.Serve(ctx, ln, mux, ep.log)
 }
 

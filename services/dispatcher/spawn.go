@@ -10,6 +10,7 @@ import (
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
+	"github.com/the-loop/bus/services/dispatcher/internal/workspace"
 )
 
 // spawn starts a new session for in's work item with the spawn template as
@@ -25,7 +26,17 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	if err != nil {
 		return err
 	}
-	c, err := s.claimSpawn(ctx, store, in, cmd, target, tokenHash)
+	// The work item's own checkouts, before the claim names them: a
+	// workspace that cannot be made (the repository unreachable, git
+	// failing) is a spawn that failed, and is retried.
+	ws, err := s.ensureWorkspace(ctx, in)
+	if err != nil {
+		s.m.spawns.WithLabelValues("failed").Inc()
+		s.deps.Events.Emit(ctx, "session.spawn_failed", append(eventAttrs(in), slog.String("harness", h.Name()),
+			slog.String("tmux_target", target), slog.String("error", "workspace: "+err.Error()), slog.Bool("will_retry", !in.last))...)
+		return fmt.Errorf("workspace of %s: %w", in.ref, err)
+	}
+	c, err := s.claimSpawn(ctx, store, in, cmd, target, tokenHash, ws)
 	if errors.Is(err, errLive) {
 		return s.deliver(ctx, store, in)
 	}
@@ -39,7 +50,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	}
 	p := s.render(in, true, s.gates.context(ctx, in.ref, ""))
 	argv := append([]string{h.Command()}, h.SpawnArgv(p, c.id)...)
-	err = s.tmux.Spawn(ctx, target, s.set.Workdir, s.sessionEnv(token), argv)
+	err = s.tmux.Spawn(ctx, target, ws.Primary, s.sessionEnv(token), argv)
 	started := err == nil
 	if err != nil && c.recovering && errors.Is(err, tmux.ErrOccupied) {
 		err = nil // our own spawn from before the crash: it booted with this event
@@ -82,7 +93,7 @@ type spawnClaim struct {
 // claimSpawn writes the spawning claim for in's work item (with cmd's
 // control record), or finds this host's own claim of the same event from
 // before a crash. errLive: another live session holds the work item.
-func (s *Service) claimSpawn(ctx context.Context, store *sessions.Store, in *input, cmd control.Command, target, tokenHash string) (spawnClaim, error) {
+func (s *Service) claimSpawn(ctx context.Context, store *sessions.Store, in *input, cmd control.Command, target, tokenHash string, ws *workspace.Workspace) (spawnClaim, error) {
 	evID := in.ev.GetId()
 	var ctl *sessions.Control
 	if cmd != "" {
@@ -113,7 +124,7 @@ func (s *Service) claimSpawn(ctx context.Context, store *sessions.Store, in *inp
 		}
 		now := time.Now().UTC()
 		r.Session = &sessions.Session{
-			Harness: s.set.Harness.Name(), HarnessSessionID: c.id, Cwd: s.set.Workdir, Host: s.set.Host,
+			Harness: s.set.Harness.Name(), HarnessSessionID: c.id, Cwd: ws.Primary, SpecDir: ws.SpecDir, Workspace: ws.Dir, Host: s.set.Host,
 			TmuxTarget: target, Status: sessions.Spawning, Interaction: string(s.tmpl.Mode),
 			CreatedAt: now, LastEventAt: now, Pending: evID, TokenHash: tokenHash,
 		}
@@ -187,8 +198,19 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 		return fmt.Errorf("registry: %w", err)
 	}
 	env := s.sessionEnv(token)
+	// The workspace is made again if it went (a person removed it); a
+	// session recorded before workspaces moves into its own.
+	cwd := sess.Cwd
+	ws, err := s.ensureWorkspace(ctx, in)
+	if err != nil {
+		s.unmarkPending(store, in.ref, in.ev.GetId())
+		return fmt.Errorf("workspace of %s: %w", in.ref, err)
+	}
+	if sess.Workspace == "" || sess.Cwd == "" {
+		cwd = ws.Primary
+	}
 	if argv, ok := h.ResumeArgv(p, id); ok && h.Name() == sess.Harness {
-		err := s.tmux.Spawn(ctx, target, sess.Cwd, env, append([]string{h.Command()}, argv...))
+		err := s.tmux.Spawn(ctx, target, cwd, env, append([]string{h.Command()}, argv...))
 		switch {
 		case errors.Is(err, tmux.ErrOccupied):
 			return s.averted(ctx, store, in, sess, target, p)
@@ -205,7 +227,7 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	}
 	if !resumed {
 		id = s.set.NewSessionID()
-		err := s.tmux.Spawn(ctx, target, sess.Cwd, env, append([]string{h.Command()}, h.SpawnArgv(p, id)...))
+		err := s.tmux.Spawn(ctx, target, cwd, env, append([]string{h.Command()}, h.SpawnArgv(p, id)...))
 		if errors.Is(err, tmux.ErrOccupied) {
 			return s.averted(ctx, store, in, sess, target, p)
 		}
@@ -216,6 +238,7 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	}
 	err = s.delivered(ctx, store, in, func(ss *sessions.Session) {
 		ss.HarnessSessionID, ss.Host, ss.TmuxTarget, ss.Harness = id, s.set.Host, target, h.Name()
+		ss.Cwd, ss.SpecDir, ss.Workspace = cwd, ws.SpecDir, ws.Dir
 		ss.TokenHash, ss.NextTokenHash = tokenHash, ""
 	})
 	if err != nil {

@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/links"
 	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/links"
 	"github.com/the-loop/bus/pkg/tracing"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"

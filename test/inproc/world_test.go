@@ -318,6 +318,7 @@ func newWorldWith(t *testing.T, o worldOptions, edit ...func(*config.Config)) *w
 			r, err = dispatcher.New(deps, dispatcher.Config{}, dispatcher.WithSettings(dispatcher.Settings{
 				Harness: h, TmuxBinary: tmuxBinary, TmuxSocket: socket, Host: "inproc", Workdir: w.work,
 				Label: armLabel, SpawnOnUnmatched: dispatcher.SpawnLabeled, ResumeProbe: -1,
+				Workspace: dispatcher.WorkspaceConfig{Strategy: dispatcher.WorkspaceDir},
 			}))
 		case ingressgithub.Name:
 			cfg := ingressgithub.DefaultConfig()

@@ -1033,7 +1033,12 @@ type GitHubActivity struct {
 	Payload []byte `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
 	// Where the whole payload is kept when it did not fit: "<bucket>/<name>"
 	// in a JetStream object store.
-	PayloadRef    string `protobuf:"bytes,5,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
+	PayloadRef string `protobuf:"bytes,5,opt,name=payload_ref,json=payloadRef,proto3" json:"payload_ref,omitempty"`
+	// Every work item the delivery is about, in routing order (a pull
+	// request's linked issues, then the pull request): the same on each
+	// work item's copy, so that a pull request's copy knows the work items
+	// it delivers.
+	WorkItems     []string `protobuf:"bytes,6,rep,name=work_items,json=workItems,proto3" json:"work_items,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1101,6 +1106,13 @@ func (x *GitHubActivity) GetPayloadRef() string {
 		return x.PayloadRef
 	}
 	return ""
+}
+
+func (x *GitHubActivity) GetWorkItems() []string {
+	if x != nil {
+		return x.WorkItems
+	}
+	return nil
 }
 
 // LedgerRecord is the body of ledger.record: the ledger's read-back of a
@@ -1259,7 +1271,7 @@ const file_loop_v1_event_proto_rawDesc = "" +
 	"\x04repo\x18\x01 \x01(\tR\x04repo\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n" +
 	"\x04body\x18\x03 \x01(\tR\x04body\x12\x16\n" +
-	"\x06labels\x18\x04 \x03(\tR\x06labels\"\x9a\x01\n" +
+	"\x06labels\x18\x04 \x03(\tR\x06labels\"\xb9\x01\n" +
 	"\x0eGitHubActivity\x12\x14\n" +
 	"\x05event\x18\x01 \x01(\tR\x05event\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1f\n" +
@@ -1267,7 +1279,9 @@ const file_loop_v1_event_proto_rawDesc = "" +
 	"deliveryId\x12\x18\n" +
 	"\apayload\x18\x04 \x01(\fR\apayload\x12\x1f\n" +
 	"\vpayload_ref\x18\x05 \x01(\tR\n" +
-	"payloadRef\"\x93\x01\n" +
+	"payloadRef\x12\x1d\n" +
+	"\n" +
+	"work_items\x18\x06 \x03(\tR\tworkItems\"\x93\x01\n" +
 	"\fLedgerRecord\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
