@@ -67,8 +67,8 @@ func checklist(s settings, cfg *config.Config, lookPath func(string) (string, er
 			sessions = append(sessions, fmt.Sprintf("tmux (%s) is not installed: install it (apt-get install tmux, brew install tmux), set LOOP_TMUX_BINARY to it, or run sessions as child processes with LOOP_DISPATCHER_RUNNER=process", d.TmuxBinary))
 		}
 	}
-	if _, err := lookPath(d.HarnessBinary); err != nil {
-		sessions = append(sessions, fmt.Sprintf("the agent harness %q is not on PATH: install Claude Code, or set LOOP_HARNESS_BINARY to the harness", d.HarnessBinary))
+	if _, err := lookPath(d.HarnessCommand()); err != nil {
+		sessions = append(sessions, fmt.Sprintf("the agent harness %q is not on PATH: install it, or set LOOP_HARNESS_BINARY to the harness (LOOP_HARNESS picks claude, cursor, aider or generic)", d.HarnessCommand()))
 	}
 	return []capability{
 		{"GitHub intake", intake},

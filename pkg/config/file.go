@@ -19,8 +19,9 @@ const Version = "0.7.0"
 // value to every reader.
 //
 // It models what the channel, ledger and identity requirements read,
-// routing.control, which the control grammar needs, and graphs, the
-// operator's process graphs. Every other key of the original's configuration
+// routing.control, which the control grammar needs, graphs, the operator's
+// process graphs, and how agent sessions run (the harness, its arguments,
+// prompt templates, workspace; harness.go). Every other key of the original's configuration
 // loads too (original.go): the ones that are process settings here end up in
 // Settings, the rest are built in or warned about.
 type Config struct {
@@ -68,6 +69,16 @@ type Routing struct {
 	// channel's id. Empty authorizes nobody.
 	AuthorizedUsers *identity.Directory
 	Control         Control
+	// Harness is how sessions run the agent harness (harness.go).
+	Harness Harness
+	// Prompts are the operator's prompt templates.
+	Prompts Prompts
+	// Interaction is routing.interaction.mode.
+	Interaction InteractionMode
+	// Workspace is routing.workspace.
+	Workspace Workspace
+	// SessionPerPR is routing.tmux.sessionPerPr.
+	SessionPerPR PRSessions
 }
 
 // Control is routing.control: the control-keyword grammar's settings.
@@ -188,6 +199,10 @@ func Default() *Config {
 		Routing: Routing{
 			AuthorizedUsers: dir,
 			Control:         Control{Enabled: true, RequireStartCommand: true},
+			Harness:         defaultHarness(),
+			Interaction:     InteractionWorkItem,
+			Workspace:       defaultWorkspace(),
+			SessionPerPR:    PRSessionsNever,
 		},
 		Channels: Channels{
 			Ledger: LedgerGitHub,

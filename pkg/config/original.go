@@ -16,16 +16,17 @@ import (
 // configuration is known here, and is one of
 //
 //   - part of the 0.7.0 model (routing.authorizedUsers, routing.control,
-//     channels.slack's channel, verbosity and read): read as before;
+//     the harness, prompt, interaction and workspace keys of routing
+//     (harness.go), channels.slack's channel, verbosity and read): read as
+//     before;
 //   - a process setting here (routing.autoExecuteLabel is LOOP_GITHUB_POLL_LABEL,
 //     polling.intervalSeconds LOOP_GITHUB_POLL_INTERVAL, …): kept in
 //     Config.Settings and applied to the environment at start, where the
 //     environment does not set it (ApplySettings);
 //   - built in here: silent when the file asks for what this the-loop always
-//     does (routing.interaction.mode: work-item), one warning naming the key
-//     otherwise;
+//     does (routing.enabled: true), one warning naming the key otherwise;
 //   - without meaning here (the original's control-plane service, its
-//     harness pre-seeding, …): one warning per key, naming it. A section
+//     reactions, …): one warning per key, naming it. A section
 //     that the file switches off (selfDiagnosis.enabled: false) asks for
 //     nothing and is accepted silently;
 //   - removed by 0.7.0 (channels.slack.events, channels.slack.authorizedUsers):
@@ -243,13 +244,11 @@ func (p *parser) feature(why, switchKey string, on bool, off func(*yaml.Node) bo
 	}
 }
 
-// isFalse and isEmpty are feature switches: enabled: false, root: "".
+// isFalse is a feature switch: enabled: false.
 func isFalse(v *yaml.Node) bool {
 	b, ok := yamlBool(v)
 	return ok && !b
 }
-
-func isEmpty(v *yaml.Node) bool { return v.Kind == yaml.ScalarNode && strings.TrimSpace(v.Value) == "" }
 
 // keep records a node for settle.
 func keep(dst **yaml.Node) field { return func(v *yaml.Node, _ string) { *dst = v } }
@@ -290,16 +289,13 @@ type origKey struct {
 // Feature switches: the key, and whether the original had the feature on
 // when the key is absent.
 var (
-	enabledOff  = []string{"enabled", "false"}
-	enabledOn   = []string{"enabled", "true"}
-	emptyRootOK = []string{"root", "false"}
+	enabledOff = []string{"enabled", "false"}
+	enabledOn  = []string{"enabled", "true"}
 )
 
 const (
-	noTmux        = "the dispatcher keeps its tmux sessions by its own rules"
-	noWorkspace   = "a session runs in LOOP_DISPATCHER_WORKDIR; there is no per-work-item checkout"
-	noHarnessConf = "the-loop does not edit the harness's own configuration"
-	noNotify      = "there are no daemon notifications; channels subscribe to events instead"
+	noTmux   = "the dispatcher keeps its tmux sessions by its own rules"
+	noNotify = "there are no daemon notifications; channels subscribe to events instead"
 )
 
 // originalKeys are the original's keys besides the 0.7.0 model's, in the
@@ -335,33 +331,24 @@ func originalKeyTable() []origKey {
 		{path: "polling.sources[].monitor.pullRequests", kind: origBuiltIn, want: []string{"true"}, doc: "polls the pull requests of its repositories"},
 		{path: "routing.enabled", kind: origBuiltIn, want: []string{"true"}, doc: "dispatches the events it accepts (to stop dispatching, stop the dispatcher)"},
 		{path: "routing.registryDir", kind: origIgnored, doc: "sessions are kept in the sessions KV bucket"},
-		{path: "routing.defaultHarness", kind: origBuiltIn, want: []string{"claude"}, doc: "runs Claude Code (LOOP_HARNESS_BINARY)"},
 		{path: "routing.spawnOnUnmatched", kind: origCustom, setting: "LOOP_DISPATCHER_SPAWN", doc: "never, labeled or always",
 			custom: func(p *parser) field { return p.spawnOnUnmatched }},
 		{path: "routing.autoExecuteLabel", kind: origCustom, setting: "LOOP_GITHUB_POLL_LABEL", doc: "the label that selects what is polled and arms a work item",
 			custom: func(p *parser) field { return keep(&p.legacy.autoLabel) }},
-		{path: "routing.interaction.mode", kind: origBuiltIn, want: []string{"work-item"}, doc: "asks its questions on the work item (work-item mode)"},
 		{path: "routing.graph.enabled", kind: origBuiltIn, want: []string{"true"}, doc: "drives the process graph from dispatch"},
 		{path: "routing.graph.repoHooks", kind: origBuiltIn, want: []string{"false"}, doc: "runs only its own graph hooks, never a repository's"},
 		{path: "routing.graph.specDir", kind: origIgnored, doc: "a graph's artifacts are read from the work item's workspace"},
 		{path: "routing.spawnWorkdir", kind: origSetting, setting: "LOOP_DISPATCHER_WORKDIR"},
-		{path: "routing.workspace", kind: origFeature, want: emptyRootOK, doc: noWorkspace},
 		{path: "routing.tmux.keepSessionOnClose", kind: origIgnored, doc: noTmux},
 		{path: "routing.tmux.remainOnExit", kind: origIgnored, doc: noTmux},
-		{path: "routing.tmux.resumeOnRespawn", kind: origBuiltIn, want: []string{"true"}, doc: "resumes a respawned session's conversation (--resume)"},
+		{path: "routing.tmux.resumeOnRespawn", kind: origBuiltIn, want: []string{"true"}, doc: "resumes a respawned session's conversation when its harness can"},
 		{path: "routing.tmux.killHarnessOnClose", kind: origIgnored, doc: noTmux},
 		{path: "routing.tmux.harnessKillGraceSeconds", kind: origIgnored, doc: noTmux},
 		{path: "routing.tmux.resumeProbeSeconds", kind: origIgnored, doc: noTmux},
-		{path: "routing.tmux.sessionPerPr", kind: origIgnored, doc: noTmux},
 		{path: "routing.webTerminal", kind: origFeature, want: enabledOff, doc: "there is no web terminal; attach with tmux"},
 		{path: "routing.maxConcurrentDispatches", kind: origIgnored, doc: "dispatch handles one event per partition at a time, LOOP_PARTITIONS at once"},
 		{path: "routing.dedupCacheSize", kind: origIgnored, doc: "duplicates are dropped by event id on the bus"},
 		{path: "routing.dispatchTimeoutSeconds", kind: origIgnored, doc: "the dispatcher bounds its own steps"},
-		{path: "routing.promptTemplate", kind: origIgnored, doc: "prompts are built in"},
-		{path: "routing.spawnPromptTemplate", kind: origIgnored, doc: "prompts are built in"},
-		{path: "routing.harnessArgs", kind: origIgnored, doc: "sessions start the harness without extra arguments"},
-		{path: "routing.harnessTrust", kind: origFeature, want: enabledOn, doc: noHarnessConf},
-		{path: "routing.harnessPlugins", kind: origFeature, want: enabledOn, doc: noHarnessConf},
 		{path: "routing.reactions", kind: origFeature, want: enabledOn, doc: "the-loop adds no reactions on GitHub"},
 		{path: "routing.announce", kind: origFeature, want: enabledOn, doc: "the-loop posts no session announcement"},
 		{path: "standingSessions", kind: origFeature, want: enabledOff, doc: "there are no standing sessions"},
@@ -393,11 +380,7 @@ func (k origKey) field(p *parser) field {
 	case origIgnored:
 		return p.ignored(k.doc)
 	case origFeature:
-		off := isFalse
-		if k.want[0] == "root" {
-			off = isEmpty
-		}
-		return p.feature(k.doc, k.want[0], k.want[1] == "true", off)
+		return p.feature(k.doc, k.want[0], k.want[1] == "true", isFalse)
 	}
 	if k.custom != nil {
 		return k.custom(p)

@@ -94,6 +94,9 @@ func TestOriginalConfigLoads(t *testing.T) {
 		"routing.authorizedUsers", "polling.intervalSeconds", "webhooks.ghWebhook.port", "channels.slack.verbosity",
 		"channels.slack.botTokenEnv", "integrations.github.api.tokenEnv", "integrations.github.api.baseUrl",
 		"routing.enabled", "routing.interaction.mode", "webhooks.ghWebhook.path", "service.port",
+		"routing.defaultHarness", "routing.harnessArgs.claude", "routing.harnessArgs.cursor", "routing.harnessTrust.enabled",
+		"routing.harnessTrust.scope", "routing.harnessTrust.acceptBypassPermissions", "routing.harnessPlugins.enabled",
+		"routing.workspace.root", "routing.workspace.strategy", "routing.workspace.gitBinary", "routing.tmux.sessionPerPr",
 	} {
 		if warned[path] > 0 {
 			t.Errorf("%s has a meaning here (or asks for what is built in) and was warned about", path)
@@ -111,6 +114,22 @@ func TestOriginalConfigLoads(t *testing.T) {
 	if got := strings.Join(cfg.Routing.AuthorizedUsers.SlackIDs(), ","); got != "U111" {
 		t.Errorf("Slack ids = %s (the migrated channels.slack.authorizedUsers)", got)
 	}
+	// The harness keys took effect: arguments, trust, workspace, PR sessions.
+	r := cfg.Routing
+	h := r.Harness
+	if h.Default != HarnessClaude || !slices.Equal(h.ArgsFor(HarnessClaude), []string{"--permission-mode", "acceptEdits"}) ||
+		h.Args[HarnessCursor] == nil || len(h.Args[HarnessCursor]) != 0 {
+		t.Errorf("routing harness = %+v", h)
+	}
+	if h.Trust != (HarnessTrust{Enabled: true, Scope: TrustWorkspaceRoot, AcceptBypassPermissions: BypassAuto}) ||
+		!h.Plugins.Enabled || h.Plugins.MarketplaceRepo != "octo/the-loop-fork" {
+		t.Errorf("routing.harnessTrust, harnessPlugins = %+v, %+v", h.Trust, h.Plugins)
+	}
+	if r.Workspace != (Workspace{Root: "/srv/workspace", Strategy: WorkspaceWorktree, CloneProtocol: "https", DefaultHost: "github.com", GitBinary: "git"}) ||
+		r.SessionPerPR != PRSessionsCrossRepository || r.Interaction != InteractionWorkItem || r.Prompts != (Prompts{}) {
+		t.Errorf("routing workspace, sessionPerPr, interaction, prompts = %+v, %s, %s, %+v", r.Workspace, r.SessionPerPR, r.Interaction, r.Prompts)
+	}
+
 	sl := cfg.Channels.Slack
 	if !sl.Enabled || sl.Channel != "C0123456789" || sl.Verbosity != VerbosityVerbose || sl.Read.Mode != ReadSocket || sl.Read.IntervalSeconds != 15 ||
 		!slices.Equal(sl.Subscribe, []catalog.Type{catalog.SessionAwaitingInput, catalog.PhaseApprovalPending}) {
@@ -150,6 +169,7 @@ func TestOriginalConfigLoads(t *testing.T) {
 		"AppToken":      applied["LOOP_SLACK_APP_TOKEN"] == "", // TEAM_SLACK_APP_TOKEN is not set
 		"Spawn":         applied["LOOP_DISPATCHER_SPAWN"] == "always",
 		"Workdir":       applied["LOOP_DISPATCHER_WORKDIR"] == "/srv/work",
+		"Harness":       applied["LOOP_HARNESS"] == "claude",
 	} {
 		if got != true {
 			t.Errorf("%s did not take effect: %v", name, applied)
@@ -190,13 +210,13 @@ func TestOriginalKeyKinds(t *testing.T) {
 		errs     []string
 	}{
 		{name: "built in, as built", in: "routing:\n  enabled: yes\n  interaction: {mode: work-item}\nintegrations:\n  github: {transport: auto}\n"},
-		{name: "built in, asked otherwise", in: "routing:\n  enabled: false\n  interaction: {mode: cli}\n", warns: []string{"routing.enabled", "routing.interaction.mode"}},
+		{name: "built in, asked otherwise", in: "routing:\n  enabled: false\n  graph: {repoHooks: true}\n", warns: []string{"routing.enabled", "routing.graph.repoHooks"}},
 		{name: "switched off by default", in: "selfDiagnosis:\n  repo: a/b\nstandingSessions:\n  sessions: [{name: x}]\n"},
 		{name: "switched off explicitly", in: "service:\n  enabled: false\n  port: 1\n"},
 		{name: "a key the original had not either", in: "routingX: 1\n", errs: []string{"routingX (line 2): unknown key"}},
 		{name: "switched on by default", in: "routing:\n  reactions:\n    started: eyes\n", warns: []string{"routing.reactions.started"}},
-		{name: "workspace with a root", in: "routing:\n  workspace: {root: /w, strategy: clone}\n", warns: []string{"routing.workspace.root", "routing.workspace.strategy"}},
-		{name: "workspace without", in: "routing:\n  workspace: {root: \"\", strategy: clone}\n"},
+		{name: "read here now", in: "routing:\n  defaultHarness: cursor\n  interaction: {mode: cli}\n  workspace: {root: /w, strategy: clone}\n  tmux: {sessionPerPr: true, remainOnExit: true}\n",
+			warns: []string{"routing.tmux.remainOnExit"}, settings: []string{"LOOP_HARNESS=cursor"}},
 		{name: "an ignored section's keys each", in: "integrations:\n  jira:\n    api: {baseUrl: x, tokenEnv: Y}\n    cli: {}\n",
 			warns: []string{"integrations.jira.api.baseUrl", "integrations.jira.api.tokenEnv", "integrations.jira.cli"}},
 		{name: "typo under a mapped section", in: "webhooks:\n  ghWebhook:\n    prot: 1\n", errs: []string{"webhooks.ghWebhook.prot (line 4): unknown key"}},

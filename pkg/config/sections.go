@@ -40,6 +40,7 @@ func (p *parser) top(n *yaml.Node) {
 					})
 				},
 			}
+			p.routingSessionFields(routing)
 			p.originalFields("routing", routing)
 			p.mapping(v, path, routing)
 		},

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,10 +19,14 @@ type Config struct {
 	// AutoExecute is the label the labeled spawn policy looks for, shared
 	// with ingress-github.
 	config.AutoExecute
-	Runner        string `envconfig:"DISPATCHER_RUNNER" default:"tmux" desc:"what hosts agent sessions: tmux (sessions survive restarts; attach to watch) or process (child processes of the dispatcher, for hosts without tmux; they end with it)"`
-	TmuxBinary    string `envconfig:"TMUX_BINARY" default:"tmux" desc:"tmux binary the dispatcher runs sessions in"`
-	TmuxSocket    string `envconfig:"TMUX_SOCKET" desc:"private tmux server name (tmux -L); empty: the user's default server"`
-	HarnessBinary string `envconfig:"HARNESS_BINARY" default:"claude" desc:"agent harness binary (Claude Code: spawned with --session-id, resumed with --resume)"`
+	Runner     string `envconfig:"DISPATCHER_RUNNER" default:"tmux" desc:"what hosts agent sessions: tmux (sessions survive restarts; attach to watch) or process (child processes of the dispatcher, for hosts without tmux; they end with it)"`
+	TmuxBinary string `envconfig:"TMUX_BINARY" default:"tmux" desc:"tmux binary the dispatcher runs sessions in"`
+	TmuxSocket string `envconfig:"TMUX_SOCKET" desc:"private tmux server name (tmux -L); empty: the user's default server"`
+	// Harness, HarnessBinary and HarnessArgs choose the agent harness
+	// (docs/decisions/093-harness-settings.md).
+	Harness       string `envconfig:"HARNESS" default:"claude" desc:"agent harness sessions run: claude (Claude Code), cursor (cursor-agent), aider, or generic (any CLI: LOOP_HARNESS_BINARY [args…] PROMPT, or the operator config's routing.genericHarness); the operator config's routing.defaultHarness applies when this is not set"`
+	HarnessBinary string `envconfig:"HARNESS_BINARY" desc:"agent harness binary; empty: the harness's own (claude, cursor-agent, aider); the generic harness needs it"`
+	HarnessArgs   string `envconfig:"HARNESS_ARGS" desc:"extra arguments of the harness, passed as given before the prompt, as a JSON array of strings (e.g. [\"--permission-mode\",\"acceptEdits\"]); set, it replaces the operator config's routing.harnessArgs"`
 	Host          string `envconfig:"DISPATCHER_HOST" desc:"this dispatcher replica's name in the session registry; empty: the hostname (use the pod name on Kubernetes)"`
 	Workdir       string `envconfig:"DISPATCHER_WORKDIR" default:"." desc:"the workspace root when LOOP_WORKSPACE_ROOT is empty (kept for routing.spawnWorkdir)"`
 	// The work items' workspaces (docs/agents.md): each work item's
@@ -35,7 +40,7 @@ type Config struct {
 	AgentGitCredentials string `envconfig:"AGENT_GIT_CREDENTIALS" desc:"a git credential-store file (lines like https://USER:TOKEN@github.com) with the credentials agents fetch and push with; the ledger's token never goes there"`
 	PluginDir           string `envconfig:"HARNESS_PLUGIN_DIR" desc:"where the loop's harness plugin is installed for sessions; empty: .the-loop/plugin under the workspace root"`
 	StopMaxAttempts     int    `envconfig:"STOP_MAX_ATTEMPTS" default:"3" desc:"how many times in a row the Stop hook keeps an agent working on an incomplete node before it lets the turn end"`
-	Spawn         string `envconfig:"DISPATCHER_SPAWN" default:"labeled" desc:"when an event for a work item without a session spawns one: never, labeled (carries the auto-execute label, LOOP_GITHUB_POLL_LABEL) or always"`
+	Spawn               string `envconfig:"DISPATCHER_SPAWN" default:"labeled" desc:"when an event for a work item without a session spawns one: never, labeled (carries the auto-execute label, LOOP_GITHUB_POLL_LABEL) or always"`
 	// SessionAddr is where agent sessions reach the loop: sessions run on
 	// the dispatcher's host, so loopback.
 	SessionAddr string `envconfig:"SESSION_ADDR" default:"127.0.0.1:8790" desc:"listen address of the session endpoint agent sessions ask and complete through (loopback: sessions run on this host); keep the port fixed so sessions that outlive a restart still reach it"`
@@ -72,6 +77,9 @@ func (c Config) Validate() error {
 	if c.StopMaxAttempts < 1 {
 		errs = append(errs, fmt.Errorf("LOOP_STOP_MAX_ATTEMPTS is %d: it must be at least 1", c.StopMaxAttempts))
 	}
+	if _, err := c.HarnessWith(nil); err != nil {
+		errs = append(errs, err)
+	}
 	for _, n := range c.SessionEnvNames() {
 		if strings.HasPrefix(n, config.Prefix+"_") {
 			errs = append(errs, fmt.Errorf("LOOP_SESSION_ENV names %s: the-loop's own settings never reach an agent session", n))
@@ -89,8 +97,80 @@ func (c Config) settings() Settings {
 			URLTemplate: c.WorkspaceGitURL, Keep: c.WorkspaceKeep},
 		AgentGitCredentials: c.AgentGitCredentials, PluginDir: c.PluginDir, StopMaxAttempts: c.StopMaxAttempts,
 	}
-	if c.HarnessBinary != "" {
-		s.Harness = agent.Claude().WithBinary(c.HarnessBinary)
+	// Validate refuses a Config whose harness does not build; a zero
+	// Settings.Harness takes the default.
+	if h, err := c.HarnessWith(nil); err == nil {
+		s.Harness = h
 	}
 	return s
+}
+
+// HarnessWith is the harness c runs under the operator config in force (nil:
+// none), rebuilt on each reload (docs/decisions/093-harness-settings.md):
+//
+//   - its kind is LOOP_HARNESS, which routing.defaultHarness has filled in at
+//     start where the environment left it unset;
+//   - its binary is LOOP_HARNESS_BINARY, else the kind's own;
+//   - its extra arguments are LOOP_HARNESS_ARGS when set (the environment
+//     wins), else routing.harnessArgs for that kind;
+//   - a generic harness follows routing.genericHarness's templates when the
+//     file has them, else runs `binary [args…] PROMPT`.
+//
+// The caller adds the-loop's own flags (PluginArgv) with WithExtra.
+func (c Config) HarnessWith(file *config.Config) (*agent.Command, error) {
+	args, err := c.harnessArgList()
+	if err != nil {
+		return nil, err
+	}
+	if args == nil && file != nil {
+		args = file.Routing.Harness.ArgsFor(c.Harness)
+	}
+	if c.Harness == agent.KindGeneric && c.HarnessBinary == "" {
+		return nil, errors.New("LOOP_HARNESS is generic: set LOOP_HARNESS_BINARY to the command it runs")
+	}
+	if g := genericOf(file); c.Harness == agent.KindGeneric && (g.Spawn != nil || g.Resume != nil) {
+		spawn := g.Spawn
+		if spawn == nil {
+			spawn = []string{agent.PlaceholderPrompt}
+		}
+		h, err := agent.Generic(c.HarnessBinary, spawn, g.Resume, args)
+		if err != nil {
+			return nil, fmt.Errorf("routing.genericHarness: %w", err)
+		}
+		return h, nil
+	}
+	h, err := agent.ByName(c.Harness, c.HarnessBinary, args)
+	if err != nil {
+		return nil, fmt.Errorf("LOOP_HARNESS: %w", err)
+	}
+	return h, nil
+}
+
+func genericOf(file *config.Config) config.GenericHarness {
+	if file == nil {
+		return config.GenericHarness{}
+	}
+	return file.Routing.Harness.Generic
+}
+
+// HarnessCommand is the binary the harness runs: LOOP_HARNESS_BINARY, else
+// the kind's own.
+func (c Config) HarnessCommand() string {
+	if h, err := c.HarnessWith(nil); err == nil {
+		return h.Command()
+	}
+	return c.HarnessBinary
+}
+
+// harnessArgList is LOOP_HARNESS_ARGS as a list, nil when it is not set. The
+// value is never quoted in an error: an argument may hold a secret.
+func (c Config) harnessArgList() ([]string, error) {
+	if strings.TrimSpace(c.HarnessArgs) == "" {
+		return nil, nil
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(c.HarnessArgs), &args); err != nil || args == nil {
+		return nil, errors.New(`LOOP_HARNESS_ARGS is not a JSON array of strings, such as ["--permission-mode","acceptEdits"]`)
+	}
+	return args, nil
 }
