@@ -66,6 +66,7 @@ var types = []Type{
 	{"session.registered", slog.LevelInfo, "An agent session recorded the conversation id its harness chose (the-loop sessions register), so a respawn resumes it."},
 	{"session.pr_linked", slog.LevelInfo, "An agent session recorded a pull request as delivering its work item (the-loop sessions link-pr); already says it was linked before."},
 	{"session.workspace_removed", slog.LevelInfo, "A work item's workspace was removed after its session was cleaned up or the work item closed; kept_branches names branches with unpushed work kept for a person (kept: LOOP_WORKSPACE_KEEP left everything)."},
+	{"session.workspace_trusted", slog.LevelInfo, "The harness's first-run questions (Claude Code's workspace trust; its bypass-permissions notice only when the harness's arguments ask for bypass) were answered for a session's checkout (routing.harnessTrust)."},
 	{"session.refused", slog.LevelWarn, "A request to the session endpoint was refused; reason is one of no-token, bad-token, no-session, other-work-item, hosted-elsewhere, empty-question, bad-request, too-large, registry-unavailable, human-gate."},
 	{"graph.advanced", slog.LevelInfo, "A work item's graph moved to another node."},
 	{"graph.completed", slog.LevelInfo, "A work item's graph reached a terminal node."},

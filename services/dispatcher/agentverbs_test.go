@@ -61,6 +61,7 @@ func TestSessionCheck(t *testing.T) {
 	check("at phase selection", sessionapi.CheckWait, "phase-selection", "a person")
 	e.publish(comment(ref, 9801, alice, "the-loop execute"))
 	e.waitNode(ref, "requirements")
+	testkit.WaitFor(t, "the execute comment typed", func() bool { return len(e.inputsOf(sess.HarnessSessionID)) == 1 })
 	rep := check("at requirements, nothing written", sessionapi.CheckBlock, "requirements.md or", "bugfix.md", "the-loop graph complete")
 	if len(rep.Nodes) != 2 || rep.Nodes[0].Node != "phase-selection" || rep.Nodes[0].Status != sessionapi.CheckOK {
 		t.Errorf("visited nodes = %+v, want phase-selection ok then requirements", rep.Nodes)

@@ -102,6 +102,7 @@ func (c Config) settings() Settings {
 	if h, err := c.HarnessWith(nil); err == nil {
 		s.Harness = h
 	}
+	s.HarnessFor = func(file *config.Config) (agent.Harness, error) { return c.HarnessWith(file) }
 	return s
 }
 

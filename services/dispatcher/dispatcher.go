@@ -63,6 +63,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/services/dispatcher/internal/agent"
@@ -91,6 +92,9 @@ const (
 type Settings struct {
 	// Harness is the agent harness (default agent.Claude()).
 	Harness agent.Harness
+	// HarnessFor builds the harness from the operator config in force
+	// (routing.defaultHarness, routing.harnessArgs); nil: Harness.
+	HarnessFor func(*config.Config) (agent.Harness, error)
 	// Runner hosts the sessions: RunnerTmux (default) or RunnerProcess.
 	Runner string
 	// TmuxBinary (default "tmux") and TmuxSocket (-L; default: tmux's

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/links"
 	"github.com/the-loop/bus/pkg/sessions"
 )
@@ -17,9 +18,31 @@ import (
 // opened. Each copy of a delivery is handled on its own ref's partition, so
 // the pull request's session lives where its events are consumed.
 
-// sessionPerPR reports whether pull requests get their own sessions.
-func (s *Service) sessionPerPR() bool {
-	return s.set.SessionPerPR
+// prSessions is routing.tmux.sessionPerPr in force: which pull requests
+// get their own sessions.
+func (s *Service) prSessions() config.PRSessions {
+	if s.set.SessionPerPR {
+		return config.PRSessionsAlways
+	}
+	if cfg := s.deps.Config(); cfg != nil {
+		return cfg.Routing.SessionPerPR
+	}
+	return config.PRSessionsNever
+}
+
+// ownSession reports whether, under mode, a pull request in repository
+// prRepo that delivers work item item gets a session of its own: always,
+// or for cross-repository only when it is in another repository than the
+// work item's (a pull request in the work item's own repository is its own
+// delivery, on its branch and in its checkout).
+func ownSession(mode config.PRSessions, prRepo, item string) bool {
+	switch mode {
+	case config.PRSessionsAlways:
+		return true
+	case config.PRSessionsCrossRepository:
+		return !strings.EqualFold(prRepo, repoOf(item))
+	}
+	return false
 }
 
 // isPRCopy reports whether in is the pull request's own copy of its event
@@ -32,10 +55,14 @@ func (in *input) isPRCopy() bool {
 // (dropped, or spawned the pull request's session); otherwise it goes on
 // its ordinary way.
 func (s *Service) prRoute(ctx context.Context, store *sessions.Store, in *input, rec sessions.Record) (bool, error) {
-	if !s.sessionPerPR() || in.pr == 0 || in.closing {
+	mode := s.prSessions()
+	if mode == config.PRSessionsNever || mode == "" || in.pr == 0 || in.closing {
 		return false, nil
 	}
 	if !in.isPRCopy() {
+		if !ownSession(mode, in.repository, in.ref) {
+			return false, nil
+		}
 		// The work item's copy: told that its pull request was opened,
 		// nothing else.
 		if in.ghEvent == "pull_request" && (in.action == "opened" || in.action == "reopened") {
@@ -47,7 +74,7 @@ func (s *Service) prRoute(ctx context.Context, store *sessions.Store, in *input,
 	if rec.Session.Live() {
 		return false, nil
 	}
-	item := s.deliveredItem(ctx, store, in)
+	item := s.deliveredItem(ctx, store, in, mode)
 	if item == "" {
 		return false, nil
 	}
@@ -57,7 +84,7 @@ func (s *Service) prRoute(ctx context.Context, store *sessions.Store, in *input,
 
 // deliveredItem is a work item with a live session that the pull request
 // of in delivers, by GitHub's own links or a session's, "" when none.
-func (s *Service) deliveredItem(ctx context.Context, store *sessions.Store, in *input) string {
+func (s *Service) deliveredItem(ctx context.Context, store *sessions.Store, in *input, mode config.PRSessions) string {
 	items := in.workItems
 	if ls, err := links.Open(ctx, s.deps.Conn); err == nil {
 		if linked, err := ls.WorkItems(ctx, in.ref); err == nil {
@@ -65,7 +92,7 @@ func (s *Service) deliveredItem(ctx context.Context, store *sessions.Store, in *
 		}
 	}
 	for _, it := range items {
-		if it == in.ref {
+		if it == in.ref || !ownSession(mode, in.repository, it) {
 			continue
 		}
 		if r, _, err := store.Get(ctx, it); err == nil && r.Session.Live() {

@@ -216,6 +216,7 @@ func TestSessionEnvironmentIsBuilt(t *testing.T) {
 	want["HARNESS_API_KEY"] = "harness-key-0042"
 	want[EnvSessionURL] = got[EnvSessionURL]
 	want[EnvSessionToken] = got[EnvSessionToken]
+	want[EnvStopMaxAttempts] = "3"
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("the session's environment (-want +got):\n%s", diff)
 	}

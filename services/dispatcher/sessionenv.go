@@ -3,8 +3,10 @@ package dispatcher
 import (
 	"maps"
 	"os"
+	"strconv"
 	"strings"
 
+	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
@@ -70,14 +72,24 @@ func osEnv() map[string]string {
 	return env
 }
 
-// sessionEnv is the whole environment of a session started with token.
-func (s *Service) sessionEnv(token string) map[string]string {
+// EnvStopMaxAttempts tells the plugin's Stop hook its bound (the
+// `the-loop hook stop` verb reads it).
+const EnvStopMaxAttempts = "LOOP_STOP_MAX_ATTEMPTS"
+
+// sessionEnv is the whole environment of a session of harness h started
+// with token: `the-loop` first on its PATH, so that the agent and the
+// plugin's hooks find the verbs they are told to run.
+func (s *Service) sessionEnv(h agent.Harness, token string) map[string]string {
 	env := maps.Clone(s.set.SessionEnv)
-	for k, v := range s.set.Harness.Env() {
+	for k, v := range h.Env() {
 		env[k] = v
+	}
+	if d := s.set.LoopBinaryDir; d != "" {
+		env["PATH"] = d + string(os.PathListSeparator) + env["PATH"]
 	}
 	env[EnvSessionURL] = s.sessionURL
 	env[EnvSessionToken] = token
+	env[EnvStopMaxAttempts] = strconv.Itoa(s.set.StopMaxAttempts)
 	return env
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/sessions"
+	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 	"github.com/the-loop/bus/services/dispatcher/internal/workspace"
 )
@@ -20,7 +21,7 @@ import (
 // session of that name is then its own spawn, not an occupant. Any other live
 // session of that name is never replaced.
 func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, cmd control.Command) error {
-	h := s.set.Harness
+	h := s.harness()
 	target := tmux.Target(in.ref)
 	token, tokenHash, err := newSessionToken(in.ref)
 	if err != nil {
@@ -36,7 +37,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 			slog.String("tmux_target", target), slog.String("error", "workspace: "+err.Error()), slog.Bool("will_retry", !in.last))...)
 		return fmt.Errorf("workspace of %s: %w", in.ref, err)
 	}
-	c, err := s.claimSpawn(ctx, store, in, cmd, target, tokenHash, ws)
+	c, err := s.claimSpawn(ctx, store, in, cmd, target, tokenHash, ws, h)
 	if errors.Is(err, errLive) {
 		return s.deliver(ctx, store, in)
 	}
@@ -49,8 +50,14 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 		return err
 	}
 	p := s.render(in, true, s.gates.context(ctx, in.ref, ""))
+	s.prepareHarness(ctx, in, h, ws.Primary)
 	argv := append([]string{h.Command()}, h.SpawnArgv(p, c.id)...)
-	err = s.tmux.Spawn(ctx, target, ws.Primary, s.sessionEnv(token), argv)
+	err = s.tmux.Spawn(ctx, target, ws.Primary, s.sessionEnv(h, token), argv)
+	if err == nil && !h.BootPromptInArgv() {
+		// A harness that takes no prompt on its command line reads the
+		// boot prompt as its first typed turn.
+		err = s.tmux.Deliver(ctx, target, p)
+	}
 	started := err == nil
 	if err != nil && c.recovering && errors.Is(err, tmux.ErrOccupied) {
 		err = nil // our own spawn from before the crash: it booted with this event
@@ -93,7 +100,7 @@ type spawnClaim struct {
 // claimSpawn writes the spawning claim for in's work item (with cmd's
 // control record), or finds this host's own claim of the same event from
 // before a crash. errLive: another live session holds the work item.
-func (s *Service) claimSpawn(ctx context.Context, store *sessions.Store, in *input, cmd control.Command, target, tokenHash string, ws *workspace.Workspace) (spawnClaim, error) {
+func (s *Service) claimSpawn(ctx context.Context, store *sessions.Store, in *input, cmd control.Command, target, tokenHash string, ws *workspace.Workspace, h agent.Harness) (spawnClaim, error) {
 	evID := in.ev.GetId()
 	var ctl *sessions.Control
 	if cmd != "" {
@@ -119,12 +126,17 @@ func (s *Service) claimSpawn(ctx context.Context, store *sessions.Store, in *inp
 			c.prev = &prev
 		}
 		c.id = s.set.NewSessionID()
+		if h.ChoosesSessionID() {
+			// Its own id reaches the registry with `the-loop sessions
+			// register`; until then a respawn starts afresh.
+			c.id = ""
+		}
 		if ctl != nil {
 			r.Control = ctl
 		}
 		now := time.Now().UTC()
 		r.Session = &sessions.Session{
-			Harness: s.set.Harness.Name(), HarnessSessionID: c.id, Cwd: ws.Primary, SpecDir: ws.SpecDir, Workspace: ws.Dir, Host: s.set.Host,
+			Harness: h.Name(), HarnessSessionID: c.id, Cwd: ws.Primary, SpecDir: ws.SpecDir, Workspace: ws.Dir, Host: s.set.Host,
 			TmuxTarget: target, Status: sessions.Spawning, Interaction: string(s.tmpl.Mode),
 			CreatedAt: now, LastEventAt: now, Pending: evID, TokenHash: tokenHash,
 		}
@@ -172,7 +184,7 @@ func (s *Service) spawnFailed(ctx context.Context, store *sessions.Store, in *in
 // conversation. A live occupant found meanwhile gets the paste instead (respawn
 // averted).
 func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, p string) error {
-	h := s.set.Harness
+	h := s.harness()
 	target := sess.TmuxTarget
 	if target == "" {
 		target = tmux.Target(in.ref)
@@ -197,7 +209,7 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 		s.unmarkPending(store, in.ref, in.ev.GetId())
 		return fmt.Errorf("registry: %w", err)
 	}
-	env := s.sessionEnv(token)
+	env := s.sessionEnv(h, token)
 	// The workspace is made again if it went (a person removed it); a
 	// session recorded before workspaces moves into its own.
 	cwd := sess.Cwd
@@ -209,6 +221,7 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	if sess.Workspace == "" || sess.Cwd == "" {
 		cwd = ws.Primary
 	}
+	s.prepareHarness(ctx, in, h, cwd)
 	if argv, ok := h.ResumeArgv(p, id); ok && h.Name() == sess.Harness {
 		err := s.tmux.Spawn(ctx, target, cwd, env, append([]string{h.Command()}, argv...))
 		switch {
@@ -227,9 +240,15 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	}
 	if !resumed {
 		id = s.set.NewSessionID()
+		if h.ChoosesSessionID() {
+			id = ""
+		}
 		err := s.tmux.Spawn(ctx, target, cwd, env, append([]string{h.Command()}, h.SpawnArgv(p, id)...))
 		if errors.Is(err, tmux.ErrOccupied) {
 			return s.averted(ctx, store, in, sess, target, p)
+		}
+		if err == nil && !h.BootPromptInArgv() {
+			err = s.tmux.Deliver(ctx, target, p)
 		}
 		if err != nil {
 			s.m.spawns.WithLabelValues("failed").Inc()
