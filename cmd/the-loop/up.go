@@ -38,6 +38,11 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	if err != nil {
 		return err
 	}
+	if s.Dispatcher.WorkspaceRoot == "" {
+		if s.Dispatcher.WorkspaceRoot, err = config.DefaultWorkspaceRoot(env); err != nil {
+			return err
+		}
+	}
 	if err := checkSessionWorkdir(s, store); err != nil {
 		return err
 	}
@@ -115,12 +120,18 @@ func (e *embedded) connect(ctx context.Context, identity string) (*bus.Conn, err
 // a shell, and must find no secret of the loop's (docs/architecture.md,
 // trust boundaries).
 func checkSessionWorkdir(s settings, store string) error {
-	wd := s.Dispatcher.Workdir
+	wd, wdName := s.Dispatcher.WorkspaceRoot, "LOOP_WORKSPACE_ROOT"
+	if wd == "" {
+		wd, wdName = s.Dispatcher.Workdir, "LOOP_DISPATCHER_WORKDIR"
+	}
 	secrets := map[string]string{"LOOP_STORE_DIR": store, "LOOP_NATS_NKEY_FILE": s.Common.NATS.NkeyFile, "LOOP_NATS_CREDS_FILE": s.Common.NATS.CredsFile}
 	for _, name := range []string{"LOOP_STORE_DIR", "LOOP_NATS_NKEY_FILE", "LOOP_NATS_CREDS_FILE"} {
 		if p := secrets[name]; p != "" && within(p, wd) {
-			return fmt.Errorf("%s (%s) is inside LOOP_DISPATCHER_WORKDIR (%s), where agent sessions work with a shell: keep the loop's secrets outside it (move one of the two)", name, p, wd)
+			return fmt.Errorf("%s (%s) is inside %s (%s), where agent sessions work with a shell: keep the loop's secrets outside it (move one of the two)", name, p, wdName, wd)
 		}
+	}
+	if store != "" && within(wd, store) {
+		return fmt.Errorf("%s (%s) is inside LOOP_STORE_DIR (%s), which holds the loop's seeds and key: agent sessions must work outside it (move one of the two)", wdName, wd, store)
 	}
 	return nil
 }

@@ -184,6 +184,25 @@ func DefaultStoreDir(env Env) (string, error) {
 	return filepath.Join(home, ".local", "state", "the-loop"), nil
 }
 
+// DefaultWorkspaceRoot is where `the-loop up` gives each work item its
+// workspace when LOOP_WORKSPACE_ROOT is empty: the-loop/workspaces under
+// XDG_DATA_HOME (~/.local/share by default), apart from the store, whose
+// seeds and key no session may find in its tree.
+func DefaultWorkspaceRoot(env Env) (string, error) {
+	if d := env["XDG_DATA_HOME"]; d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "the-loop", "workspaces"), nil
+	}
+	home := env["HOME"]
+	if home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("LOOP_WORKSPACE_ROOT is empty and there is no home directory to keep workspaces in: set LOOP_WORKSPACE_ROOT")
+		}
+		home = h
+	}
+	return filepath.Join(home, ".local", "share", "the-loop", "workspaces"), nil
+}
+
 // minEnvelopeKey is the shortest envelope key accepted: HMAC-SHA256 keys
 // shorter than the hash's 32 bytes weaken the signature that stops a
 // prompt-injected agent forging an approver's envelope
