@@ -41,6 +41,12 @@ Usage:
                                        ask on the work item; prints the recorded comment's URL
   the-loop graph status REF [--json]   the work item's process graph state
   the-loop graph complete REF          the agent's node is done: move the work item on
+  the-loop check [--json] [--fail-on block|unmet]
+                                       in an agent session: is its current node complete? exit 0 nothing
+                                       fails, 1 something fails (block: a node the agent can act on; unmet:
+                                       also a wait on a person), 2 could not ask the session endpoint
+  the-loop hook session-start|stop --harness claude|cursor
+                                       the plugin's harness hooks (JSON on stdin); no-op outside a session
   the-loop excerpt --event NAME [FILE|-]
                                        what a session is shown of a GitHub payload
   the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
@@ -57,9 +63,15 @@ Settings come from LOOP_* environment variables ('the-loop serve <service> --hel
 // failure, 2 usage error.
 func run(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) int {
 	err := dispatch(ctx, args, env, stdout, stderr)
+	var exit *exitError
 	switch {
 	case err == nil || errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, &exit):
+		if exit.msg != "" {
+			fmt.Fprintln(stderr, exit.msg)
+		}
+		return exit.code
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "the-loop: %v\n", err)
 		return 2
@@ -106,6 +118,10 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdAsk(ctx, rest, env, stdout, stderr)
 	case "graph":
 		return cmdGraph(ctx, rest, env, stdout, stderr)
+	case "check":
+		return cmdCheck(ctx, rest, env, stdout, stderr)
+	case "hook":
+		return cmdHook(ctx, rest, env, stdout, stderr)
 	case "health":
 		return cmdHealth(ctx, rest, env, stdout, stderr)
 	case "auth":
