@@ -149,7 +149,7 @@ func hookStarted(ctx context.Context, client sessionapi.Client, harness string, 
 	var b strings.Builder
 	report, err := client.Check(ctx)
 	if err != nil {
-		fmt.Fprintf(&b, "the-loop: this is an agent session of the loop, but its endpoint did not answer (%s); run `the-loop check` to see where the work item stands.\n", oneLine(err.Error()))
+		fmt.Fprintf(&b, "the-loop: this is an agent session of the loop, but its endpoint could not be asked (%s); run `the-loop check` to see where the work item stands.\n", oneLine(err.Error()))
 	} else {
 		fmt.Fprintf(&b, "the-loop: this session works on %s", oneLine(report.Ref))
 		if report.Graph != "" {

@@ -89,7 +89,7 @@ func TestHookSessionStart(t *testing.T) {
 	// The endpoint down: the rules anyway, exit 0.
 	e.Close()
 	code, out, _ = runHook(t, e.env(), startInput, "session-start", "--harness", "claude")
-	if code != 0 || !strings.Contains(out, "did not answer") || !strings.Contains(out, "never approve your own work") {
+	if code != 0 || !strings.Contains(out, "could not be asked") || !strings.Contains(out, "never approve your own work") {
 		t.Errorf("endpoint down: exit %d\n%s", code, out)
 	}
 }

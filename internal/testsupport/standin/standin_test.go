@@ -3,7 +3,10 @@ package standin
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +16,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/agent/plugin"
+	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
 // A paste is the text between the bracketed-paste markers, submitted by the
@@ -238,9 +242,11 @@ func TestPluginStopGuard(t *testing.T) {
 }
 
 // The real plugin, installed, with a the-loop built from ./cmd/the-loop on
-// PATH and no session in the environment: the SessionStart hook runs and
-// says nothing, /the-loop:work-on resolves to the installed command file,
-// and the Stop hook allows at once.
+// PATH. Outside a session: the SessionStart hook runs and says nothing,
+// /the-loop:work-on resolves to the installed command file, and the Stop
+// hook allows at once. In a session whose node blocks: SessionStart tells
+// the session where it stands, and the Stop hook blocks the bounded number
+// of times, then allows.
 func TestRealPlugin(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the-loop")
@@ -256,37 +262,85 @@ func TestRealPlugin(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	for _, k := range []string{"LOOP_SESSION_URL", "LOOP_SESSION_TOKEN"} {
+	for _, k := range []string{"LOOP_SESSION_URL", "LOOP_SESSION_TOKEN", "LOOP_STOP_MAX_ATTEMPTS"} {
 		t.Setenv(k, "")
 		os.Unsetenv(k)
 	}
-	dir := t.TempDir()
-	prompt := "This work item was armed for autonomous execution. Start by running `/the-loop:work-on github:o/r#1`."
-	in := strings.NewReader("\x1b[200~a review comment\x1b[201~\r")
-	if err := Run(dir, []string{"--session-id", "S1", "--plugin-dir", plug, prompt}, in, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	boots, _ := ReadBoots(dir)
-	if len(boots) != 1 || !slices.Equal(boots[0].Commands, []Command{{Slash: "/the-loop:work-on", File: filepath.Join(plug, "commands", "work-on.md"), Found: true}}) {
-		t.Errorf("boot: %+v", boots)
-	}
-	if len(boots) == 1 && (len(boots[0].Plugins) != 1 || boots[0].Plugins[0].Name != plugin.Name || boots[0].Plugins[0].Version != plugin.Version()) {
-		t.Errorf("plugins: %+v", boots[0].Plugins)
-	}
-	hooks, _ := ReadHooks(dir)
-	want := []Hooked{
-		{Event: "SessionStart", Matcher: "startup|resume", Command: "the-loop hook session-start --harness claude"},
-		{Event: "Stop", Turn: 0, Attempt: 1, Command: "the-loop hook stop --harness claude"},
-		{Event: "Stop", Turn: 1, Attempt: 1, Command: "the-loop hook stop --harness claude"},
-	}
-	if len(hooks) != len(want) {
-		t.Fatalf("hook runs: %+v", hooks)
-	}
-	for i, w := range want {
-		h := hooks[i]
-		if h.Event != w.Event || h.Matcher != w.Matcher || h.Command != w.Command || h.Turn != w.Turn || h.Attempt != w.Attempt ||
-			h.Exit != 0 || h.Blocked || h.Stdout != "" || h.Stderr != "" || h.Error != "" {
-			t.Errorf("run %d = %+v, want %+v, exit 0 and silent", i, h, w)
+	const prompt = "This work item was armed for autonomous execution. Start by running `/the-loop:work-on github:o/r#1`."
+	const stopCommand = "the-loop hook stop --harness claude"
+
+	t.Run("outside a session", func(t *testing.T) {
+		dir := t.TempDir()
+		in := strings.NewReader("\x1b[200~a review comment\x1b[201~\r")
+		if err := Run(dir, []string{"--session-id", "S1", "--plugin-dir", plug, prompt}, in, io.Discard); err != nil {
+			t.Fatal(err)
 		}
-	}
+		boots, _ := ReadBoots(dir)
+		if len(boots) != 1 || !slices.Equal(boots[0].Commands, []Command{{Slash: "/the-loop:work-on", File: filepath.Join(plug, "commands", "work-on.md"), Found: true}}) {
+			t.Fatalf("boot: %+v", boots)
+		}
+		if p := boots[0].Plugins; len(p) != 1 || p[0].Name != plugin.Name || p[0].Version != plugin.Version() {
+			t.Errorf("plugins: %+v", p)
+		}
+		hooks, _ := ReadHooks(dir)
+		want := []Hooked{
+			{Event: "SessionStart", Matcher: "startup|resume", Command: "the-loop hook session-start --harness claude"},
+			{Event: "Stop", Turn: 0, Attempt: 1, Command: stopCommand},
+			{Event: "Stop", Turn: 1, Attempt: 1, Command: stopCommand},
+		}
+		if len(hooks) != len(want) {
+			t.Fatalf("hook runs: %+v", hooks)
+		}
+		for i, w := range want {
+			h := hooks[i]
+			if h.Event != w.Event || h.Matcher != w.Matcher || h.Command != w.Command || h.Turn != w.Turn || h.Attempt != w.Attempt ||
+				h.Exit != 0 || h.Blocked || h.Stdout != "" || h.Stderr != "" || h.Error != "" {
+				t.Errorf("run %d = %+v, want %+v, exit 0 and silent", i, h, w)
+			}
+		}
+	})
+
+	t.Run("in a session", func(t *testing.T) {
+		const token = "lst1.Z2l0aHViOm8vciMx.BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
+		endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer "+token || r.URL.Path != sessionapi.PathCheck {
+				http.Error(w, `{"error":"refused"}`, http.StatusUnauthorized)
+				return
+			}
+			_ = json.NewEncoder(w).Encode(sessionapi.CheckReport{
+				Ref: "github:o/r#1", Graph: "work-item", CurrentNode: "requirements", Status: sessionapi.CheckBlock,
+				Messages: []string{"no requirements.md or bugfix.md in docs/specs/issue-1"},
+			})
+		}))
+		defer endpoint.Close()
+		t.Setenv("LOOP_SESSION_URL", endpoint.URL)
+		t.Setenv("LOOP_SESSION_TOKEN", token)
+		t.Setenv("LOOP_STOP_MAX_ATTEMPTS", "2")
+		t.Setenv("TMPDIR", t.TempDir())
+		dir := t.TempDir()
+		if err := Run(dir, []string{"--session-id", "S2", "--plugin-dir", plug, prompt}, strings.NewReader(""), io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		hooks, _ := ReadHooks(dir)
+		if len(hooks) != 4 {
+			t.Fatalf("hook runs: %+v", hooks)
+		}
+		if h := hooks[0]; h.Event != "SessionStart" || h.Exit != 0 || !strings.Contains(h.Stdout, "Current node: requirements; status: block.") {
+			t.Errorf("SessionStart: %+v", h)
+		}
+		for i, h := range hooks[1:3] {
+			if h.Event != "Stop" || h.Exit != 2 || !h.Blocked || !strings.Contains(h.Stderr, fmt.Sprintf("(attempt %d of 2)", i+1)) ||
+				!strings.Contains(h.Stderr, "no requirements.md or bugfix.md") {
+				t.Errorf("stop %d: %+v", i+1, h)
+			}
+		}
+		if h := hooks[3]; h.Exit != 0 || h.Blocked || !h.StopHookActive || !strings.Contains(h.Stderr, "still incomplete after 2 attempts") {
+			t.Errorf("stop 3: %+v", h)
+		}
+		for _, h := range hooks {
+			if strings.Contains(h.Stdout+h.Stderr, token) {
+				t.Errorf("the token is in a hook's output: %+v", h)
+			}
+		}
+	})
 }
