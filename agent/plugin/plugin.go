@@ -109,6 +109,9 @@ func Install(dir string) error {
 		if slices.Contains(shipped, p) {
 			continue
 		}
+		if !underRealDirs(dir, p) {
+			continue // a link on the way could lead anywhere: not ours to remove
+		}
 		dst := filepath.Join(dir, filepath.FromSlash(p))
 		if st, err := os.Lstat(dst); err == nil && !st.IsDir() {
 			if err := os.Remove(dst); err != nil {
@@ -128,6 +131,18 @@ func Install(dir string) error {
 		return fmt.Errorf("plugin install: %w", err)
 	}
 	return nil
+}
+
+// underRealDirs reports whether every directory on the way from dir to its
+// entry p (slash-separated) is a directory, not a link to one.
+func underRealDirs(dir, p string) bool {
+	for parent := path.Dir(p); parent != "."; parent = path.Dir(parent) {
+		st, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(parent)))
+		if err != nil || !st.IsDir() {
+			return false
+		}
+	}
+	return true
 }
 
 // ensureDir makes p a directory: whatever else stands there (a file, a

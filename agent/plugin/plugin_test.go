@@ -396,9 +396,12 @@ func TestInstall(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o600))
 	must(t, os.MkdirAll(filepath.Join(dir, "old/deep"), 0o755))
 	must(t, os.WriteFile(filepath.Join(dir, "old/deep/gone.md"), []byte("retired"), 0o644))
+	elsewhere := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(elsewhere, "precious.md"), []byte("keep"), 0o644))
+	must(t, os.Symlink(elsewhere, filepath.Join(dir, "linked")))
 	list, err := os.ReadFile(filepath.Join(dir, installedList))
 	must(t, err)
-	must(t, os.WriteFile(filepath.Join(dir, installedList), append(list, []byte("old/deep/gone.md\n../escape\n")...), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, installedList), append(list, []byte("old/deep/gone.md\n../escape\nlinked/precious.md\n")...), 0o644))
 
 	if err := Install(dir); err != nil {
 		t.Fatal(err)
@@ -407,7 +410,11 @@ func TestInstall(t *testing.T) {
 	if got["notes.txt"] != "-rw------- mine" {
 		t.Errorf("the user's file: %q", got["notes.txt"])
 	}
+	if b, err := os.ReadFile(filepath.Join(elsewhere, "precious.md")); err != nil || string(b) != "keep" {
+		t.Errorf("Install removed a file through a link: %v", err)
+	}
 	delete(got, "notes.txt")
+	delete(got, "linked")
 	if !mapsEqual(got, first) {
 		for p, v := range got {
 			if first[p] != v {

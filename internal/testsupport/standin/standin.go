@@ -149,9 +149,11 @@ type Input struct {
 	At time.Time `json:"at,omitzero"`
 }
 
-// Run is the stand-in: it parses args, records the boot in dir, then
-// records every submitted paste read from in until in ends. Each record is
-// echoed to out, so a person attached to the session sees what it was told.
+// Run is the stand-in: it parses args, loads the plugins they name and runs
+// their SessionStart hooks, records the boot in dir, then records every
+// submitted paste read from in until in ends, trying to finish (the Stop
+// hooks) after the boot prompt and after each paste. Each record is echoed
+// to out, so a person attached to the session sees what it was told.
 func Run(dir string, args []string, in io.Reader, out io.Writer) error {
 	boot := bootOf(args)
 	obey := boot.Env[EnvObey] == "1"
@@ -244,8 +246,9 @@ func bootOf(args []string) Boot {
 }
 
 // maxStopTries bounds the tries to finish one turn while Stop hooks block
-// it: Claude Code itself has no such bound, the hooks must; the guard keeps
-// a hook that never allows from looping a test forever.
+// it. Claude Code leaves that bound to the hooks (stop_hook_active tells
+// them they are being tried again); the guard keeps a hook that never
+// allows from looping a test forever.
 const maxStopTries = 10
 
 // defaultHookTimeout is a hook's time when its plugin sets none.
