@@ -41,6 +41,7 @@ Usage:
                                        ask on the work item; prints the recorded comment's URL
   the-loop graph status REF [--json]   the work item's process graph state
   the-loop graph complete REF          the agent's node is done: move the work item on
+<<<<<<< HEAD
   the-loop graph show [--json]         in an agent session: its graph, node by node, and where it stands
   the-loop sessions register --harness-session-id ID
                                        in an agent session: record the conversation id its harness chose
@@ -49,6 +50,14 @@ Usage:
   the-loop instructions [--json]       in an agent session: the repository's instructions for the current step
   the-loop scenarios [--glob P]... [--json]
                                        in an agent session: the test scenarios the repository's tests declare
+=======
+  the-loop check [--json] [--fail-on block|unmet]
+                                       in an agent session: is its current node complete? exit 0 nothing
+                                       fails, 1 something fails (block: a node the agent can act on; unmet:
+                                       also a wait on a person), 2 could not ask the session endpoint
+  the-loop hook session-start|stop --harness claude|cursor
+                                       the plugin's harness hooks (JSON on stdin); no-op outside a session
+>>>>>>> i25-plugin
   the-loop excerpt --event NAME [FILE|-]
                                        what a session is shown of a GitHub payload
   the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
@@ -65,9 +74,15 @@ Settings come from LOOP_* environment variables ('the-loop serve <service> --hel
 // failure, 2 usage error.
 func run(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) int {
 	err := dispatch(ctx, args, env, stdout, stderr)
+	var exit *exitError
 	switch {
 	case err == nil || errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, &exit):
+		if exit.msg != "" {
+			fmt.Fprintln(stderr, exit.msg)
+		}
+		return exit.code
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "the-loop: %v\n", err)
 		return 2
@@ -114,10 +129,17 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdAsk(ctx, rest, env, stdout, stderr)
 	case "graph":
 		return cmdGraph(ctx, rest, env, stdout, stderr)
+<<<<<<< HEAD
 	case "instructions":
 		return cmdInstructions(ctx, rest, env, stdout, stderr)
 	case "scenarios":
 		return cmdScenarios(ctx, rest, env, stdout, stderr)
+=======
+	case "check":
+		return cmdCheck(ctx, rest, env, stdout, stderr)
+	case "hook":
+		return cmdHook(ctx, rest, env, stdout, stderr)
+>>>>>>> i25-plugin
 	case "health":
 		return cmdHealth(ctx, rest, env, stdout, stderr)
 	case "auth":

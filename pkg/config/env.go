@@ -111,6 +111,10 @@ type NATS struct {
 type Session struct {
 	URL   string `envconfig:"SESSION_URL" desc:"inside an agent session: the dispatcher's session endpoint (set by the dispatcher)"`
 	Token Secret `envconfig:"SESSION_TOKEN" desc:"inside an agent session: the session's own token for the endpoint (set by the dispatcher)"`
+	// StopMaxAttempts is read by `the-loop hook stop` itself, from the
+	// environment as it is: declared here so that the other verbs accept a
+	// session's environment.
+	StopMaxAttempts int `envconfig:"STOP_MAX_ATTEMPTS" default:"3" desc:"inside an agent session: how many times in a row the plugin's Stop hook sends the agent back to an incomplete node before it lets the session stop (set by the dispatcher)"`
 }
 
 // GitHub is how the services that keep the ledger on GitHub reach it:

@@ -16,11 +16,23 @@
 // that contains RunMarker runs the rest of that line with `sh -c` in its
 // working directory and environment, and records the command, its output and
 // its exit code (Ran records, ReadRuns). The attack suite drives it so.
+//
+// Given --plugin-dir DIR (repeatable), it loads each plugin the way Claude
+// Code does, with package agent/plugin's readers: it resolves every
+// /plugin:command its boot prompt names to the command's file (recorded in
+// the boot), runs the plugins' SessionStart hooks whose matcher matches the
+// start (startup or resume), and after every turn (the boot prompt, each
+// prompt typed into it) tries to finish: it runs the Stop hooks, and while
+// one blocks the stop (exit 2), tries again at once with stop_hook_active
+// set, as Claude Code goes on and stops again, up to maxStopTries. Every
+// hook run is recorded (Hooked records, ReadHooks). Claude Code's other
+// flags are kept in the boot record as they were given (Boot.Args).
 package standin
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,8 +40,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/the-loop/bus/agent/plugin"
 )
 
 // Record files in the stand-in's directory.
@@ -37,6 +53,7 @@ const (
 	BootsFile  = "boots.jsonl"
 	InputsFile = "inputs.jsonl"
 	RunsFile   = "runs.jsonl"
+	HooksFile  = "hooks.jsonl"
 )
 
 // EnvObey, set to 1 in the stand-in's environment, makes it run the commands
@@ -59,6 +76,59 @@ type Boot struct {
 	// directory.
 	Env map[string]string `json:"env,omitempty"`
 	Dir string            `json:"dir,omitempty"`
+	// Args are the flags of the argv the stand-in does not read itself,
+	// in order, each with its value when it has one.
+	Args []string `json:"args,omitempty"`
+	// PluginDirs are the --plugin-dir directories, as given; Plugins what
+	// loading each found.
+	PluginDirs []string `json:"plugin_dirs,omitempty"`
+	Plugins    []Plugin `json:"plugins,omitempty"`
+	// Commands are the /plugin:command names the boot prompt holds and
+	// where each resolved (only with plugin directories).
+	Commands []Command `json:"commands,omitempty"`
+}
+
+// Plugin is one plugin directory as the stand-in loaded it.
+type Plugin struct {
+	Dir     string `json:"dir"`
+	Name    string `json:"name,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Error: the plugin could not be loaded (Claude Code reports it and
+	// goes on without it).
+	Error string `json:"error,omitempty"`
+}
+
+// Command is a slash command of the boot prompt and the file it resolved
+// to (Found false: no loaded plugin ships it).
+type Command struct {
+	Slash string `json:"slash"`
+	File  string `json:"file,omitempty"`
+	Found bool   `json:"found"`
+}
+
+// Hooked is one run of a plugin's hook.
+type Hooked struct {
+	SessionID string `json:"session_id"`
+	// Event is SessionStart or Stop; Turn the turn it ended (0: the boot
+	// prompt, n: the nth prompt typed in); Attempt the try to finish
+	// within the turn, from 1.
+	Event   string `json:"event"`
+	Turn    int    `json:"turn"`
+	Attempt int    `json:"attempt,omitempty"`
+	Plugin  string `json:"plugin"`
+	Matcher string `json:"matcher,omitempty"`
+	// Command is as the hooks file has it (before ${CLAUDE_PLUGIN_ROOT} is
+	// expanded).
+	Command        string `json:"command"`
+	StopHookActive bool   `json:"stop_hook_active,omitempty"`
+	Exit           int    `json:"exit"`
+	Stdout         string `json:"stdout,omitempty"`
+	Stderr         string `json:"stderr,omitempty"`
+	// Blocked: a Stop hook refused the stop (exit 2, or a "block"
+	// decision); Stderr (or the decision's reason) says why.
+	Blocked bool `json:"blocked,omitempty"`
+	// Error: the hook could not run, or ran out of time.
+	Error string `json:"error,omitempty"`
 }
 
 // Ran is one command an obedient stand-in ran.
@@ -79,9 +149,11 @@ type Input struct {
 	At time.Time `json:"at,omitzero"`
 }
 
-// Run is the stand-in: it parses args, records the boot in dir, then
-// records every submitted paste read from in until in ends. Each record is
-// echoed to out, so a person attached to the session sees what it was told.
+// Run is the stand-in: it parses args, loads the plugins they name and runs
+// their SessionStart hooks, records the boot in dir, then records every
+// submitted paste read from in until in ends, trying to finish (the Stop
+// hooks) after the boot prompt and after each paste. Each record is echoed
+// to out, so a person attached to the session sees what it was told.
 func Run(dir string, args []string, in io.Reader, out io.Writer) error {
 	boot := bootOf(args)
 	obey := boot.Env[EnvObey] == "1"
@@ -96,6 +168,11 @@ func Run(dir string, args []string, in io.Reader, out io.Writer) error {
 		}
 		_, _ = io.WriteString(out, "\x1b[?2004h") // bracketed paste on
 	}
+	h := load(dir, &boot, out)
+	// Claude Code runs SessionStart before it reads the first prompt.
+	if err := h.sessionStart(); err != nil {
+		return err
+	}
 	if err := appendJSON(filepath.Join(dir, BootsFile), boot); err != nil {
 		return err
 	}
@@ -105,37 +182,58 @@ func Run(dir string, args []string, in io.Reader, out io.Writer) error {
 			return err
 		}
 	}
+	if err := h.finish(0); err != nil {
+		return err
+	}
+	turn := 0
 	return readSubmitted(in, func(text string) error {
 		if err := appendJSON(filepath.Join(dir, InputsFile), Input{SessionID: boot.SessionID, Text: text, At: time.Now()}); err != nil {
 			return err
 		}
 		echo(out, "typed into the session", text)
 		if obey {
-			return runAll(dir, boot.SessionID, text)
+			if err := runAll(dir, boot.SessionID, text); err != nil {
+				return err
+			}
 		}
-		return nil
+		turn++
+		return h.finish(turn)
 	})
 }
 
 // bootOf is the boot record of a harness started with args (Claude Code's
-// argv: --session-id or --resume, the prompt last) in this process's
-// environment and working directory.
+// argv: --session-id or --resume, --plugin-dir DIR, other flags, the prompt
+// last) in this process's environment and working directory.
 func bootOf(args []string) Boot {
 	boot := Boot{}
+	if len(args) > 0 {
+		boot.Prompt = args[len(args)-1]
+		args = args[:len(args)-1]
+	}
 	for i := 0; i < len(args); i++ {
-		switch args[i] {
-		case "--session-id", "--resume":
-			if i+1 < len(args) {
-				boot.Mode, boot.SessionID = "spawn", args[i+1]
-				if args[i] == "--resume" {
-					boot.Mode = "resume"
-				}
+		a := args[i]
+		hasValue := i+1 < len(args)
+		switch {
+		case (a == "--session-id" || a == "--resume") && hasValue:
+			boot.Mode, boot.SessionID = "spawn", args[i+1]
+			if a == "--resume" {
+				boot.Mode = "resume"
+			}
+			i++
+		case a == "--plugin-dir" && hasValue:
+			boot.PluginDirs = append(boot.PluginDirs, args[i+1])
+			i++
+		case strings.HasPrefix(a, "--plugin-dir="):
+			boot.PluginDirs = append(boot.PluginDirs, strings.TrimPrefix(a, "--plugin-dir="))
+		default:
+			// A flag the stand-in does not read, with its value when the
+			// next argument is not a flag itself.
+			boot.Args = append(boot.Args, a)
+			if strings.HasPrefix(a, "-") && !strings.Contains(a, "=") && hasValue && !strings.HasPrefix(args[i+1], "-") {
+				boot.Args = append(boot.Args, args[i+1])
 				i++
 			}
 		}
-	}
-	if len(args) > 0 {
-		boot.Prompt = args[len(args)-1]
 	}
 	boot.Env = map[string]string{}
 	for _, kv := range os.Environ() {
@@ -146,6 +244,207 @@ func bootOf(args []string) Boot {
 	boot.Dir, _ = os.Getwd()
 	return boot
 }
+
+// maxStopTries bounds the tries to finish one turn while Stop hooks block
+// it. Claude Code leaves that bound to the hooks (stop_hook_active tells
+// them they are being tried again); the guard keeps a hook that never
+// allows from looping a test forever.
+const maxStopTries = 10
+
+// defaultHookTimeout is a hook's time when its plugin sets none.
+const defaultHookTimeout = 60 * time.Second
+
+// slashCommand is a /plugin:command in a prompt (after a space, a quote, a
+// bracket or a backtick, so that a URL's scheme is none).
+var slashCommand = regexp.MustCompile("(?:^|[\\s`'\"(\\[])(/[A-Za-z0-9][A-Za-z0-9_-]*:[A-Za-z0-9][A-Za-z0-9_.-]*)")
+
+// harness is the plugins a stand-in loaded, and what it needs to run their
+// hooks as Claude Code would.
+type harness struct {
+	dir     string // records
+	boot    *Boot
+	out     io.Writer
+	plugins []loaded
+}
+
+// loaded is a plugin that loaded: its directory (absolute) and hooks.
+type loaded struct {
+	root  string
+	hooks plugin.Hooks
+}
+
+// load loads boot's plugin directories, recording in boot what each held
+// and where the boot prompt's slash commands resolved.
+func load(dir string, boot *Boot, out io.Writer) *harness {
+	h := &harness{dir: dir, boot: boot, out: out}
+	if len(boot.PluginDirs) == 0 {
+		return h
+	}
+	names := map[string]string{} // plugin name → root
+	for _, d := range boot.PluginDirs {
+		root := d
+		if !filepath.IsAbs(root) {
+			root = filepath.Join(boot.Dir, root)
+		}
+		p := Plugin{Dir: d}
+		m, err := plugin.ReadManifest(root)
+		var hooks plugin.Hooks
+		if err == nil {
+			hooks, err = plugin.ReadHooks(root)
+		}
+		if err != nil {
+			p.Error = err.Error()
+			boot.Plugins = append(boot.Plugins, p)
+			continue
+		}
+		p.Name, p.Version = m.Name, m.Version
+		boot.Plugins = append(boot.Plugins, p)
+		names[m.Name] = root
+		h.plugins = append(h.plugins, loaded{root: root, hooks: hooks})
+	}
+	seen := map[string]bool{}
+	for _, m := range slashCommand.FindAllStringSubmatch(boot.Prompt, -1) {
+		slash := m[1]
+		if seen[slash] {
+			continue
+		}
+		seen[slash] = true
+		c := Command{Slash: slash}
+		name, _, _ := strings.Cut(strings.TrimPrefix(slash, "/"), ":")
+		if root, ok := names[name]; ok {
+			c.File, c.Found = plugin.ResolveCommand(root, name, slash)
+		}
+		boot.Commands = append(boot.Commands, c)
+	}
+	return h
+}
+
+// sessionStart runs the SessionStart hooks whose matcher matches how the
+// harness started: startup, or resume.
+func (h *harness) sessionStart() error {
+	source := "startup"
+	if h.boot.Mode == "resume" {
+		source = "resume"
+	}
+	input := map[string]any{"session_id": h.boot.SessionID, "cwd": h.boot.Dir, "hook_event_name": "SessionStart", "source": source}
+	for _, p := range h.plugins {
+		for _, g := range p.hooks["SessionStart"] {
+			if !g.Matches(source) {
+				continue
+			}
+			for _, hk := range g.Hooks {
+				r := h.run(p, g, hk, input)
+				r.Event = "SessionStart"
+				if err := appendJSON(filepath.Join(h.dir, HooksFile), r); err != nil {
+					return err
+				}
+				if r.Stdout != "" {
+					echo(h.out, "SessionStart hook said", r.Stdout)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// finish tries to end turn as Claude Code does: it runs every Stop hook;
+// when one blocks, it goes on at once and tries again with
+// stop_hook_active set, until a try is allowed or maxStopTries.
+func (h *harness) finish(turn int) error {
+	active := false
+	for attempt := 1; attempt <= maxStopTries; attempt++ {
+		input := map[string]any{"session_id": h.boot.SessionID, "cwd": h.boot.Dir, "hook_event_name": "Stop", "stop_hook_active": active}
+		blocked, ran := false, false
+		for _, p := range h.plugins {
+			for _, g := range p.hooks["Stop"] {
+				for _, hk := range g.Hooks {
+					r := h.run(p, g, hk, input)
+					r.Event, r.Turn, r.Attempt, r.StopHookActive = "Stop", turn, attempt, active
+					r.Blocked = stopBlocked(r)
+					if err := appendJSON(filepath.Join(h.dir, HooksFile), r); err != nil {
+						return err
+					}
+					ran = true
+					if r.Blocked {
+						blocked = true
+						echo(h.out, "the stop was blocked", r.Stderr)
+					}
+				}
+			}
+		}
+		if !ran || !blocked {
+			return nil
+		}
+		active = true
+	}
+	echo(h.out, "stand-in", fmt.Sprintf("still blocked after %d tries to stop; giving up on this turn", maxStopTries))
+	return nil
+}
+
+// stopBlocked reads a Stop hook's answer: exit 2, or exit 0 with the JSON
+// decision "block".
+func stopBlocked(r Hooked) bool {
+	if r.Exit == 2 {
+		return true
+	}
+	var d struct {
+		Decision string `json:"decision"`
+	}
+	return r.Exit == 0 && json.Unmarshal([]byte(r.Stdout), &d) == nil && d.Decision == "block"
+}
+
+// run runs one command hook of p as Claude Code does: `sh -c` in the
+// session's working directory and environment, with CLAUDE_PLUGIN_ROOT and
+// CLAUDE_PROJECT_DIR added and ${CLAUDE_PLUGIN_ROOT} expanded in the
+// command, input as JSON on stdin, within the hook's timeout.
+func (h *harness) run(p loaded, g plugin.MatcherGroup, hk plugin.Hook, input map[string]any) Hooked {
+	r := Hooked{SessionID: h.boot.SessionID, Plugin: p.root, Matcher: g.Matcher, Command: hk.Command}
+	if hk.Type != "command" {
+		r.Exit, r.Error = -1, fmt.Sprintf("hook type %q is not run by the stand-in", hk.Type)
+		return r
+	}
+	timeout := defaultHookTimeout
+	if hk.Timeout > 0 {
+		timeout = time.Duration(hk.Timeout) * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", strings.ReplaceAll(hk.Command, "${CLAUDE_PLUGIN_ROOT}", p.root))
+	cmd.Dir = h.boot.Dir
+	cmd.Env = append(os.Environ(), "CLAUDE_PLUGIN_ROOT="+p.root, "CLAUDE_PROJECT_DIR="+h.boot.Dir)
+	// Out of time, the hook's whole process group goes, as the harness
+	// kills it; a child that escaped it holding the output is waited for
+	// no longer than WaitDelay.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	in, _ := json.Marshal(input)
+	cmd.Stdin = bytes.NewReader(in)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		r.Exit, r.Error = -1, fmt.Sprintf("timed out after %s", timeout)
+	case errors.As(err, &exit):
+		r.Exit = exit.ExitCode()
+	case err != nil:
+		r.Exit, r.Error = -1, err.Error()
+	}
+	r.Stdout, r.Stderr = bounded(stdout.String()), bounded(stderr.String())
+	return r
+}
+
+func bounded(s string) string {
+	if len(s) > maxRunOutput {
+		return s[:maxRunOutput]
+	}
+	return s
+}
+
+// ReadHooks reads the hook runs of the stand-in in dir, in order.
+func ReadHooks(dir string) ([]Hooked, error) { return readJSONL[Hooked](filepath.Join(dir, HooksFile)) }
 
 // readSubmitted reads in as a terminal sees typing: bracketed pastes are
 // collected, and a carriage return outside a paste submits what was
