@@ -129,17 +129,14 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdAsk(ctx, rest, env, stdout, stderr)
 	case "graph":
 		return cmdGraph(ctx, rest, env, stdout, stderr)
-<<<<<<< HEAD
 	case "instructions":
 		return cmdInstructions(ctx, rest, env, stdout, stderr)
 	case "scenarios":
 		return cmdScenarios(ctx, rest, env, stdout, stderr)
-=======
 	case "check":
 		return cmdCheck(ctx, rest, env, stdout, stderr)
 	case "hook":
 		return cmdHook(ctx, rest, env, stdout, stderr)
->>>>>>> i25-plugin
 	case "health":
 		return cmdHealth(ctx, rest, env, stdout, stderr)
 	case "auth":
