@@ -265,6 +265,9 @@ type Service struct {
 	// workspaces makes each work item's checkouts (see workspace).
 	wsMu       sync.Mutex
 	workspaces *workspace.Manager
+	// plugin is where the loop's plugin was installed (nil: not yet, or
+	// not at all).
+	plugin atomic.Pointer[string]
 }
 
 // New returns the service with cfg's settings, adjusted by opts. It never
@@ -384,6 +387,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
+	s.installPlugin()
 	s.store.Store(store)
 	// Sessions reach the loop through the endpoint only; it is up before
 	// the first session is started.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"github.com/the-loop/bus/agent/plugin"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 )
@@ -32,10 +33,27 @@ func (s *Service) harness() agent.Harness {
 			h = built
 		}
 	}
-	if c, ok := h.(*agent.Command); ok && pluginsEnabled(cfg) {
-		h = c.WithExtra(c.PluginArgv(s.set.PluginDir)...)
+	if dir := s.plugin.Load(); dir != nil && *dir != "" && pluginsEnabled(cfg) {
+		if c, ok := h.(*agent.Command); ok {
+			h = c.WithExtra(c.PluginArgv(*dir)...)
+		}
 	}
 	return h
+}
+
+// installPlugin writes the loop's plugin where sessions load it from
+// (Settings.PluginDir). An image may ship it there already, read-only: an
+// identical tree is left as it is. A plugin that cannot be installed is
+// logged, and sessions start without it.
+func (s *Service) installPlugin() {
+	dir := s.set.PluginDir
+	if err := plugin.Install(dir); err != nil {
+		s.deps.Log.Error("dispatcher: the loop's plugin could not be installed; sessions start without its commands and hooks",
+			"dir", dir, "err", err)
+		return
+	}
+	s.plugin.Store(&dir)
+	s.deps.Log.Info("dispatcher: the loop's plugin is installed for sessions", "dir", dir, "version", plugin.Version())
 }
 
 func pluginsEnabled(cfg *config.Config) bool { return cfg == nil || cfg.Routing.Harness.Plugins.Enabled }
