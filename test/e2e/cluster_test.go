@@ -480,6 +480,9 @@ channels:
 		"LOOP_SLACK_API_URL="+c.slack.URL(),
 		"LOOP_HARNESS_BINARY="+wrapper,
 		"LOOP_DISPATCHER_WORKDIR="+workdir,
+		// The GitHub fake serves no repositories: each work item gets a
+		// directory of its own, without git.
+		"LOOP_WORKSPACE_STRATEGY=dir",
 		"LOOP_DISPATCHER_SPAWN=always",
 	)
 	c.env = common
