@@ -41,7 +41,6 @@ Usage:
                                        ask on the work item; prints the recorded comment's URL
   the-loop graph status REF [--json]   the work item's process graph state
   the-loop graph complete REF          the agent's node is done: move the work item on
-<<<<<<< HEAD
   the-loop graph show [--json]         in an agent session: its graph, node by node, and where it stands
   the-loop sessions register --harness-session-id ID
                                        in an agent session: record the conversation id its harness chose
@@ -50,14 +49,14 @@ Usage:
   the-loop instructions [--json]       in an agent session: the repository's instructions for the current step
   the-loop scenarios [--glob P]... [--json]
                                        in an agent session: the test scenarios the repository's tests declare
-=======
   the-loop check [--json] [--fail-on block|unmet]
                                        in an agent session: is its current node complete? exit 0 nothing
                                        fails, 1 something fails (block: a node the agent can act on; unmet:
                                        also a wait on a person), 2 could not ask the session endpoint
   the-loop hook session-start|stop --harness claude|cursor
                                        the plugin's harness hooks (JSON on stdin); no-op outside a session
->>>>>>> i25-plugin
+  the-loop plugin install DIR          install the loop's harness plugin in DIR (Claude Code: --plugin-dir DIR)
+  the-loop plugin version              the plugin's version
   the-loop excerpt --event NAME [FILE|-]
                                        what a session is shown of a GitHub payload
   the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
@@ -135,6 +134,8 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdScenarios(ctx, rest, env, stdout, stderr)
 	case "check":
 		return cmdCheck(ctx, rest, env, stdout, stderr)
+	case "plugin":
+		return cmdPlugin(ctx, rest, env, stdout, stderr)
 	case "hook":
 		return cmdHook(ctx, rest, env, stdout, stderr)
 	case "health":
