@@ -155,7 +155,47 @@ func loadSettings(env config.Env) (settings, error) {
 		return s, err
 	}
 	s.sessionEnv = dispatcher.SessionBaseEnv(env, s.Dispatcher.SessionEnvNames())
+	if err := checkAgentCredentials(env, s); err != nil {
+		return s, err
+	}
 	return s, nil
+}
+
+// checkAgentCredentials refuses to give agent sessions the loop's own
+// secrets under another name: agents fetch, push and open pull requests
+// with credentials the operator grants to agents (LOOP_SESSION_ENV names
+// their variables, LOOP_AGENT_GIT_CREDENTIALS their git credential store),
+// never the ledger's token or the envelope key, with which a prompt-injected
+// agent could write records as the ledger (docs/agents.md).
+func checkAgentCredentials(env config.Env, s settings) error {
+	secrets := map[string]string{}
+	for _, name := range []string{"LOOP_GITHUB_TOKEN", "LOOP_ENVELOPE_KEY", "LOOP_SLACK_BOT_TOKEN", "LOOP_SLACK_APP_TOKEN"} {
+		if v := strings.TrimSpace(env[name]); len(v) >= 8 {
+			secrets[name] = v
+		}
+	}
+	if len(secrets) == 0 {
+		return nil
+	}
+	for _, n := range s.Dispatcher.SessionEnvNames() {
+		for secret, v := range secrets {
+			if s.sessionEnv[n] == v {
+				return fmt.Errorf("LOOP_SESSION_ENV gives agent sessions %s, which holds the value of %s: agents get credentials of their own (a token of theirs in another variable, LOOP_AGENT_GIT_CREDENTIALS for git)", n, secret)
+			}
+		}
+	}
+	if f := s.Dispatcher.AgentGitCredentials; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("LOOP_AGENT_GIT_CREDENTIALS: %w", err)
+		}
+		for secret, v := range secrets {
+			if strings.Contains(string(b), v) {
+				return fmt.Errorf("LOOP_AGENT_GIT_CREDENTIALS (%s) holds the value of %s: agents push with credentials of their own, never the loop's", f, secret)
+			}
+		}
+	}
+	return nil
 }
 
 // newLogger writes JSON lines, or text for a person: format "text", or

@@ -665,4 +665,58 @@ func TestUpRefusesStoreInsideSessionWorkdir(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(wd, ".the-loop")); err == nil {
 		t.Error("up created its store inside the sessions' workdir before refusing")
 	}
+	// The workspace root, and the other way round: workspaces inside the
+	// store.
+	for _, c := range []struct{ store, root string }{
+		{filepath.Join(wd, "store"), wd},
+		{wd, filepath.Join(wd, "workspaces")},
+	} {
+		errb.Reset()
+		code = run(context.Background(), []string{"up"}, config.Env{
+			"LOOP_STORE_DIR": c.store, "LOOP_WORKSPACE_ROOT": c.root,
+			"LOOP_NATS_LISTEN": "127.0.0.1:0", "LOOP_ADMIN_ADDR": "127.0.0.1:0",
+		}, &out, &errb)
+		if code != 1 || !strings.Contains(errb.String(), "LOOP_STORE_DIR") || !strings.Contains(errb.String(), "LOOP_WORKSPACE_ROOT") {
+			t.Errorf("up with store %s and workspace root %s: exit %d\n%s", c.store, c.root, code, errb.String())
+		}
+	}
+}
+
+// TestAgentsNeverGetTheLoopsSecrets: a session variable or an agents' git
+// credential store holding the ledger's token or the envelope key is
+// refused before anything starts, naming what holds it.
+func TestAgentsNeverGetTheLoopsSecrets(t *testing.T) {
+	const token = "ghp_ledgerToken0123456789abcdefABCDEF"
+	creds := filepath.Join(t.TempDir(), "agent-git-credentials")
+	if err := os.WriteFile(creds, []byte("https://x-access-token:"+token+"@github.com\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		env  config.Env
+		says []string
+	}{
+		{"a session variable holding the ledger's token", config.Env{"LOOP_GITHUB_TOKEN": token, "GH_TOKEN": token, "LOOP_SESSION_ENV": "GH_TOKEN"},
+			[]string{"LOOP_SESSION_ENV", "GH_TOKEN", "LOOP_GITHUB_TOKEN"}},
+		{"a session variable holding the envelope key", config.Env{"LOOP_ENVELOPE_KEY": strings.Repeat("k", 40), "SIGNING": strings.Repeat("k", 40), "LOOP_SESSION_ENV": "SIGNING"},
+			[]string{"SIGNING", "LOOP_ENVELOPE_KEY"}},
+		{"the agents' git credentials holding the ledger's token", config.Env{"LOOP_GITHUB_TOKEN": token, "LOOP_AGENT_GIT_CREDENTIALS": creds},
+			[]string{"LOOP_AGENT_GIT_CREDENTIALS", "LOOP_GITHUB_TOKEN"}},
+	} {
+		var out, errb bytes.Buffer
+		c.env["LOOP_STORE_DIR"] = t.TempDir()
+		c.env["LOOP_NATS_LISTEN"], c.env["LOOP_ADMIN_ADDR"] = "127.0.0.1:0", "127.0.0.1:0"
+		code := run(context.Background(), []string{"up"}, c.env, &out, &errb)
+		if code != 1 {
+			t.Errorf("%s: exit %d, want 1\n%s", c.name, code, errb.String())
+		}
+		for _, s := range c.says {
+			if !strings.Contains(errb.String(), s) {
+				t.Errorf("%s: the refusal does not name %s:\n%s", c.name, s, errb.String())
+			}
+		}
+		if strings.Contains(errb.String(), token) || strings.Contains(errb.String(), strings.Repeat("k", 40)) {
+			t.Errorf("%s: the refusal carries the secret", c.name)
+		}
+	}
 }

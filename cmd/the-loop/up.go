@@ -38,7 +38,7 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	if err != nil {
 		return err
 	}
-	if s.Dispatcher.WorkspaceRoot == "" {
+	if s.Dispatcher.WorkspaceRoot == "" && env["LOOP_DISPATCHER_WORKDIR"] == "" {
 		if s.Dispatcher.WorkspaceRoot, err = config.DefaultWorkspaceRoot(env); err != nil {
 			return err
 		}
