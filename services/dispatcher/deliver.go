@@ -37,7 +37,7 @@ func deliveryMarker(in *input) string { return "- delivery: " + in.deliveryID }
 // marker is the pane line that shows in's prompt was received, or "" when
 // the event template prints no delivery line.
 func (s *Service) marker(in *input) string {
-	if in.deliveryID == "" || !strings.Contains(s.tmpl.Event, "$delivery_id") {
+	if in.deliveryID == "" || !strings.Contains(s.templates().Event, "$delivery_id") {
 		return ""
 	}
 	return deliveryMarker(in)

@@ -68,7 +68,6 @@ import (
 	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 	"github.com/the-loop/bus/services/dispatcher/internal/proc"
-	"github.com/the-loop/bus/services/dispatcher/internal/prompt"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 	"github.com/the-loop/bus/services/dispatcher/internal/workspace"
 )
@@ -243,7 +242,7 @@ type Service struct {
 	deps  service.Deps
 	set   Settings
 	tmux  terminal
-	tmpl  prompt.Templates
+	tmpl  templates
 	m     *metrics
 	store atomic.Pointer[sessions.Store]
 
@@ -282,15 +281,7 @@ func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: metrics: %w", Name, err)
 	}
-	mode, ok := prompt.ParseMode(set.InteractionMode)
-	if !ok {
-		deps.Log.Warn("dispatcher: unknown interaction mode; using work-item", "mode", set.InteractionMode)
-	}
-	tmpl, warnings := prompt.Load(set.EventTemplate, set.SpawnTemplate, mode)
-	for _, w := range warnings {
-		deps.Log.Warn("dispatcher: prompt template unreadable", "detail", w)
-	}
-	s := &Service{deps: deps, set: set, m: m, tmpl: tmpl}
+	s := &Service{deps: deps, set: set, m: m}
 	switch set.Runner {
 	case RunnerTmux:
 		s.tmux = &tmux.Server{Binary: set.TmuxBinary, Socket: set.TmuxSocket, RemainOnExit: true, Env: envList(set.SessionEnv)}

@@ -61,7 +61,7 @@ func commentOf(t *testing.T, event string, payload []byte) *loopv1.Event {
 // is it a comment).
 func TestCommentExcerptIsTheDeliverys(t *testing.T) {
 	root := testkit.SharedTestdata(t, "github-webhooks")
-	s := &Service{tmpl: prompt.Defaults()}
+	s := &Service{tmpl: templates{have: true, t: prompt.Defaults()}}
 	n := 0
 	for _, event := range []string{"issue_comment", "pull_request_review_comment", "pull_request_review"} {
 		files, err := filepath.Glob(filepath.Join(root, event, "*.json"))
@@ -106,7 +106,7 @@ func TestCommentExcerptIsTheDeliverys(t *testing.T) {
 // TestRecordExcerptIsTheDeliverys: a relayed record is shown as GitHub
 // delivered it — its poster, its whole body — like any other comment.
 func TestRecordExcerptIsTheDeliverys(t *testing.T) {
-	s := &Service{tmpl: prompt.Defaults()}
+	s := &Service{tmpl: templates{have: true, t: prompt.Defaults()}}
 	ev := relayed("github:octo/repo#3", 41, person(alice), "the-loop pause")
 	in, ok := s.read(ev)
 	if !ok {

@@ -196,9 +196,9 @@ func (s *Service) render(in *input, spawn bool, graphContext string) string {
 	ex, _ := excerpt.Excerpt(in.excerptEvent, in.payload) // total: a malformed payload still yields "{}"
 	d := promptData(in, ex, graphContext)
 	if spawn {
-		return s.tmpl.Render(promptSpawn, d)
+		return s.templates().Render(promptSpawn, d)
 	}
-	return s.tmpl.Render(promptEvent, d)
+	return s.templates().Render(promptEvent, d)
 }
 
 // commentEvent names the GitHub event behind a comment.human id

@@ -83,7 +83,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	s.m.spawns.WithLabelValues("spawn").Inc()
 	s.m.deliveries.WithLabelValues("spawned").Inc()
 	s.deps.Events.Emit(ctx, "session.spawned", append(sessionAttrs(in, rec.Session),
-		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.tmpl.Mode)))...)
+		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.templates().Mode)))...)
 	return nil
 }
 
@@ -137,7 +137,7 @@ func (s *Service) claimSpawn(ctx context.Context, store *sessions.Store, in *inp
 		now := time.Now().UTC()
 		r.Session = &sessions.Session{
 			Harness: h.Name(), HarnessSessionID: c.id, Cwd: ws.Primary, SpecDir: ws.SpecDir, Workspace: ws.Dir, Host: s.set.Host,
-			TmuxTarget: target, Status: sessions.Spawning, Interaction: string(s.tmpl.Mode),
+			TmuxTarget: target, Status: sessions.Spawning, Interaction: string(s.templates().Mode),
 			CreatedAt: now, LastEventAt: now, Pending: evID, TokenHash: tokenHash,
 		}
 		if in.prFor != "" {
@@ -271,7 +271,7 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	s.m.deliveries.WithLabelValues("respawned").Inc()
 	rec, _, _ := store.Get(ctx, in.ref)
 	s.deps.Events.Emit(ctx, "session.respawned", append(sessionAttrs(in, rec.Session),
-		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.tmpl.Mode)),
+		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.templates().Mode)),
 		slog.Bool("resumed", resumed))...)
 	return nil
 }
