@@ -141,8 +141,8 @@ const (
 
 // Workspace is routing.workspace: per-work-item checkouts sessions run in.
 type Workspace struct {
-	// Root is where checkouts are made; "" runs every session in
-	// LOOP_DISPATCHER_WORKDIR. A relative path is read from the config
+	// Root is where each work item's workspace is made (the process
+	// setting LOOP_WORKSPACE_ROOT); "": LOOP_DISPATCHER_WORKDIR. A relative path is read from the config
 	// file's directory; a leading ~/ is the dispatcher's home directory.
 	Root     string
 	Strategy WorkspaceStrategy
@@ -378,10 +378,28 @@ func (p *parser) workspace(v *yaml.Node, path string) {
 			if root != "" && root != "~" && !strings.HasPrefix(root, "~/") && !filepath.IsAbs(root) && p.dir != "" {
 				root = filepath.Join(p.dir, root)
 			}
+			if rest, ok := strings.CutPrefix(root, "~"); ok && (rest == "" || strings.HasPrefix(rest, "/")) {
+				if home, err := os.UserHomeDir(); err == nil {
+					root = filepath.Join(home, rest)
+				}
+			}
 			w.Root = root
+			if root != "" {
+				// The dispatcher reads its workspace at start, as a process
+				// setting: the environment's LOOP_WORKSPACE_ROOT wins.
+				p.setting(v, path, "LOOP_WORKSPACE_ROOT", root)
+			}
 		},
-		"strategy":      enumField(p, &w.Strategy, WorkspaceWorktree, WorkspaceWorktree, WorkspaceClone, WorkspaceDir),
-		"cloneProtocol": enumField(p, &w.CloneProtocol, "https", "https", "ssh"),
+		"strategy": func(v *yaml.Node, path string) {
+			enumField(p, &w.Strategy, WorkspaceWorktree, WorkspaceWorktree, WorkspaceClone, WorkspaceDir)(v, path)
+			p.setting(v, path, "LOOP_WORKSPACE_STRATEGY", string(w.Strategy))
+		},
+		"cloneProtocol": func(v *yaml.Node, path string) {
+			enumField(p, &w.CloneProtocol, "https", "https", "ssh")(v, path)
+			if w.CloneProtocol == "ssh" {
+				p.setting(v, path, "LOOP_WORKSPACE_GIT_URL", "git@{host}:{owner}/{repo}.git")
+			}
+		},
 		"defaultHost": func(v *yaml.Node, path string) {
 			var host string
 			p.str(&host)(v, path)
@@ -391,7 +409,12 @@ func (p *parser) workspace(v *yaml.Node, path string) {
 			}
 			w.DefaultHost = host
 		},
-		"keepCheckoutOnClose": p.boolean(&w.KeepCheckoutOnClose),
+		"keepCheckoutOnClose": func(v *yaml.Node, path string) {
+			p.boolean(&w.KeepCheckoutOnClose)(v, path)
+			if w.KeepCheckoutOnClose {
+				p.setting(v, path, "LOOP_WORKSPACE_KEEP", "true")
+			}
+		},
 		"gitBinary": func(v *yaml.Node, path string) {
 			var git string
 			p.str(&git)(v, path)
@@ -434,7 +457,7 @@ func sessionReference(d *Config) []refKey {
 		{"routing.promptTemplate", "path", "built in", "Template of the prompt typed into a running session (`$work_item`, `$event`, `$action`, `$repository`, `$delivery_id`, `$payload_excerpt`, `$interaction_directive`, `$graph_context`). A relative path is read from the config file's directory; a file that is not there is warned about and the built-in text used."},
 		{"routing.spawnPromptTemplate", "path", "built in", "Template of a new session's boot prompt, read as `routing.promptTemplate` is."},
 		{"routing.interaction.mode", "`work-item`, `cli`", code(d.Routing.Interaction), "Where a session takes its answers from: the work item (questions posted as comments) or a person attached to its terminal. Unknown: warning, `work-item` (never `cli`)."},
-		{"routing.workspace.root", "path", "`\"\"`", "Where per-work-item checkouts are made; empty runs every session in `LOOP_DISPATCHER_WORKDIR`. A relative path is read from the config file's directory; `~/` is the dispatcher's home directory."},
+		{"routing.workspace.root", "path", "`\"\"`", "Where each work item's workspace is made (`LOOP_WORKSPACE_ROOT`, which wins when set); empty: `LOOP_DISPATCHER_WORKDIR`. A relative path is read from the config file's directory; `~/` is the dispatcher's home directory."},
 		{"routing.workspace.strategy", "`worktree`, `clone`, `dir`", code(w.Strategy), "`worktree`: one clone per repository, a git worktree per work item; `clone`: a full clone per work item; `dir`: an empty directory per work item, nothing checked out. Unknown: warning, `worktree`."},
 		{"routing.workspace.cloneProtocol", "`https`, `ssh`", code(w.CloneProtocol), "The clone URL scheme. Unknown: warning, `https`."},
 		{"routing.workspace.defaultHost", "host name", code(w.DefaultHost), "The host of a repository whose event names none (GitHub Enterprise: its domain)."},

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -96,9 +97,21 @@ func TestHarnessKeys(t *testing.T) {
 			}},
 		{name: "workspace", in: "routing:\n  workspace: {root: ~/ws, strategy: dir, cloneProtocol: ssh, defaultHost: ghe.example.com, keepCheckoutOnClose: true, gitBinary: /opt/git}\n",
 			check: func(t *testing.T, c *Config) {
-				want := Workspace{Root: "~/ws", Strategy: WorkspaceDir, CloneProtocol: "ssh", DefaultHost: "ghe.example.com", KeepCheckoutOnClose: true, GitBinary: "/opt/git"}
+				home, _ := os.UserHomeDir()
+				want := Workspace{Root: filepath.Join(home, "ws"), Strategy: WorkspaceDir, CloneProtocol: "ssh", DefaultHost: "ghe.example.com", KeepCheckoutOnClose: true, GitBinary: "/opt/git"}
 				if c.Routing.Workspace != want {
 					t.Errorf("workspace = %+v", c.Routing.Workspace)
+				}
+				// What the dispatcher reads at start: process settings the
+				// environment may override.
+				var got []string
+				for _, s := range c.Settings {
+					got = append(got, s.Name+"="+s.Value)
+				}
+				wantSettings := []string{"LOOP_WORKSPACE_ROOT=" + want.Root, "LOOP_WORKSPACE_STRATEGY=dir",
+					"LOOP_WORKSPACE_GIT_URL=git@{host}:{owner}/{repo}.git", "LOOP_WORKSPACE_KEEP=true"}
+				if !slices.Equal(got, wantSettings) {
+					t.Errorf("settings %v, want %v", got, wantSettings)
 				}
 			}},
 		{name: "workspace values unknown", in: "routing:\n  workspace: {strategy: sideways, cloneProtocol: ftp}\n",

@@ -216,7 +216,7 @@ func TestOriginalKeyKinds(t *testing.T) {
 		{name: "a key the original had not either", in: "routingX: 1\n", errs: []string{"routingX (line 2): unknown key"}},
 		{name: "switched on by default", in: "routing:\n  reactions:\n    started: eyes\n", warns: []string{"routing.reactions.started"}},
 		{name: "read here now", in: "routing:\n  defaultHarness: cursor\n  interaction: {mode: cli}\n  workspace: {root: /w, strategy: clone}\n  tmux: {sessionPerPr: true, remainOnExit: true}\n",
-			warns: []string{"routing.tmux.remainOnExit"}, settings: []string{"LOOP_HARNESS=cursor"}},
+			warns: []string{"routing.tmux.remainOnExit"}, settings: []string{"LOOP_HARNESS=cursor", "LOOP_WORKSPACE_ROOT=/w", "LOOP_WORKSPACE_STRATEGY=clone"}},
 		{name: "an ignored section's keys each", in: "integrations:\n  jira:\n    api: {baseUrl: x, tokenEnv: Y}\n    cli: {}\n",
 			warns: []string{"integrations.jira.api.baseUrl", "integrations.jira.api.tokenEnv", "integrations.jira.cli"}},
 		{name: "typo under a mapped section", in: "webhooks:\n  ghWebhook:\n    prot: 1\n", errs: []string{"webhooks.ghWebhook.prot (line 4): unknown key"}},
