@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -70,6 +72,21 @@ func (p *player) agent() sessionapi.Client {
 	}
 	env := b[len(b)-1].Env
 	return sessionapi.Client{URL: env["LOOP_SESSION_URL"], Token: env["LOOP_SESSION_TOKEN"]}
+}
+
+// writeArtifact writes an artifact where the agent of work item number
+// keeps it: docs/specs/issue-N in the checkout its session works in.
+func (p *player) writeArtifact(number int, name, text string) (string, error) {
+	b, _ := standin.ReadBoots(p.st.agentDir)
+	if len(b) == 0 || b[len(b)-1].Dir == "" {
+		return "", fmt.Errorf("no session has booted to write %s in", name)
+	}
+	rel := filepath.Join("docs", "specs", fmt.Sprintf("issue-%d", number), name)
+	path := filepath.Join(b[len(b)-1].Dir, rel)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	return filepath.ToSlash(rel), os.WriteFile(path, []byte(text), 0o644)
 }
 
 // Play runs the seven steps against services already running on conn and

@@ -201,14 +201,14 @@ func (s *Stage) Env() map[string]string {
 		"LOOP_SLACK_APP_TOKEN":       socketfake.AppToken,
 		"LOOP_SLACK_API_URL":         s.Socket.URL(),
 		// The stand-in has no rate limit; real Slack wants 1s.
-		"LOOP_SLACK_POST_INTERVAL":      "50ms",
-		"LOOP_DISPATCHER_RUNNER":        s.runner,
-		"LOOP_TMUX_SOCKET":              s.tmuxSocket,
-		"LOOP_HARNESS_BINARY":           s.agentPath(),
-		"LOOP_DISPATCHER_WORKDIR":       s.workdir,
+		"LOOP_SLACK_POST_INTERVAL": "50ms",
+		"LOOP_DISPATCHER_RUNNER":   s.runner,
+		"LOOP_TMUX_SOCKET":         s.tmuxSocket,
+		"LOOP_HARNESS_BINARY":      s.agentPath(),
+		"LOOP_DISPATCHER_WORKDIR":  s.workdir,
 		// The stand-in GitHub serves no repositories: each work item gets
 		// a directory of its own, without git.
-		"LOOP_WORKSPACE_STRATEGY": "dir",
+		"LOOP_WORKSPACE_STRATEGY":       "dir",
 		"LOOP_DISPATCHER_HOST":          "demo",
 		"LOOP_DISPATCHER_SPAWN":         "labeled",
 		"LOOP_GITHUB_WRITES_PER_MINUTE": "600",

@@ -3,8 +3,6 @@ package demo
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -111,19 +109,20 @@ func (t *story) reply(ctx context.Context) error {
 
 // reachGate is the agent completing requirements: the approval gate.
 func (t *story) reachGate(ctx context.Context) error {
-	s, p, r, root, number := t.s, t.p, t.ref, t.root, t.number
+	p, r, root, number := t.p, t.ref, t.root, t.number
 	doc := "# Requirements\n\n- Limit each API token to 100 requests a minute.\n- Anonymous calls: 10 a minute.\n- Answer 429 with Retry-After.\n"
-	if err := os.WriteFile(filepath.Join(s.workdir, "requirements.md"), []byte(doc), 0o644); err != nil {
+	at, err := p.writeArtifact(number, "requirements.md", doc)
+	if err != nil {
 		return err
 	}
-	p.say("agent", "writes requirements.md, then: the-loop graph complete %s", r)
+	p.say("agent", "writes %s in its own checkout, then: the-loop graph complete %s", at, r)
 	if err := p.agent().Complete(ctx, r, nil); err != nil {
 		return err
 	}
 	if _, err := p.waitNode(ctx, r, "requirements-approval"); err != nil {
 		return err
 	}
-	_, err := p.waitSlack(ctx, root, string(catalog.PhaseApprovalPending), "100 requests a minute", fmt.Sprintf("https://github.com/%s/issues/%d", Repo, number))
+	_, err = p.waitSlack(ctx, root, string(catalog.PhaseApprovalPending), "100 requests a minute", fmt.Sprintf("https://github.com/%s/issues/%d", Repo, number))
 	return err
 }
 
@@ -156,10 +155,11 @@ func (t *story) approve(ctx context.Context) error {
 // complete takes the work through design, implementation and review.
 func (t *story) complete(ctx context.Context) error {
 	s, p, r, root, number := t.s, t.p, t.ref, t.root, t.number
-	if err := os.WriteFile(filepath.Join(s.workdir, "design.md"), []byte("# Design\n\nA token bucket per API token in Redis.\n"), 0o644); err != nil {
+	at, err := p.writeArtifact(number, "design.md", "# Design\n\nA token bucket per API token in Redis.\n")
+	if err != nil {
 		return err
 	}
-	p.say("agent", "writes design.md, then: the-loop graph complete %s", r)
+	p.say("agent", "writes %s, then: the-loop graph complete %s", at, r)
 	if err := p.agent().Complete(ctx, r, nil); err != nil {
 		return err
 	}
@@ -187,7 +187,7 @@ func (t *story) complete(ctx context.Context) error {
 	if _, err := p.waitNode(ctx, r, "complete"); err != nil {
 		return err
 	}
-	_, err := p.waitSlack(ctx, root, string(catalog.WorkItemComplete))
+	_, err = p.waitSlack(ctx, root, string(catalog.WorkItemComplete))
 	return err
 }
 

@@ -619,6 +619,10 @@ func (s *attackSuite) secrets(t *testing.T) map[string]string {
 // (where its records go, whether it obeys), not by the dispatcher.
 var harnessVars = map[string]bool{tmuxtest.EnvDir: true, standin.EnvObey: true}
 
+// sessionVars are the LOOP_* variables the dispatcher sets in a session: its
+// endpoint, its token, the Stop hook's bound.
+var sessionVars = map[string]bool{"LOOP_SESSION_URL": true, "LOOP_SESSION_TOKEN": true, "LOOP_STOP_MAX_ATTEMPTS": true}
+
 // Attack 2: secrets reach the sessions. w1's session started with no LOOP_*
 // variable but its endpoint and token and none of the deployment's secrets
 // (as its boot recorded, and as `env` in it prints), and its working
@@ -628,7 +632,7 @@ func (s *attackSuite) attackSecrets(t *testing.T) {
 	boot := s.boot(t, s.w1)
 	check := func(where string, env map[string]string) {
 		for k, v := range env {
-			if strings.HasPrefix(k, "LOOP_") && k != "LOOP_SESSION_URL" && k != "LOOP_SESSION_TOKEN" && !harnessVars[k] {
+			if strings.HasPrefix(k, "LOOP_") && !sessionVars[k] && !harnessVars[k] {
 				t.Errorf("%s: %s is set", where, k)
 			}
 			for name, secret := range secrets {
@@ -668,10 +672,12 @@ echo "@@ exit $?"
 	if f := strings.TrimSpace(sec["find"].out); f != "" || sec["find"].exit != 0 {
 		t.Errorf("the session's working directory holds (exit %d):\n%s", sec["find"].exit, f)
 	}
-	if d := strings.TrimSpace(sec["pwd"].out); d != s.c.workdir || boot.Dir != s.c.workdir {
-		t.Errorf("the session runs in %s (boot: %s), want %s", d, boot.Dir, s.c.workdir)
+	// Its own work item's directory under the workspace root.
+	own := filepath.Join(s.c.workdir, "items") + string(filepath.Separator)
+	if d := strings.TrimSpace(sec["pwd"].out); d != boot.Dir || !strings.HasPrefix(d, own) {
+		t.Errorf("the session runs in %s (boot: %s), want its own directory under %s", d, boot.Dir, own)
 	}
-	s.report(t, "attack 2 (secrets in sessions): none — %d variables, LOOP_* only LOOP_SESSION_URL/LOOP_SESSION_TOKEN (and the test harness's %s); none of %d secrets (5 settings, %d seeds) in the boot env or `env`; find in the workdir: nothing",
+	s.report(t, "attack 2 (secrets in sessions): none — %d variables, LOOP_* only LOOP_SESSION_URL/LOOP_SESSION_TOKEN/LOOP_STOP_MAX_ATTEMPTS (and the test harness's %s); none of %d secrets (5 settings, %d seeds) in the boot env or `env`; find in its workspace: nothing",
 		len(printed), tmuxtest.EnvDir, len(secrets), len(secrets)-5)
 }
 
@@ -890,10 +896,16 @@ func (s *attackSuite) gateMessage(t *testing.T, n int, visit string) (msg slackf
 // endpoint with its own token.
 func (s *attackSuite) complete(t *testing.T, n int, artifact, text string) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(s.c.workdir, artifact), []byte(text), 0o644); err != nil {
+	// The artifact goes where the work item's session keeps it: the spec
+	// directory of its own checkout.
+	boot := s.boot(t, n)
+	spec := filepath.Join(boot.Dir, "docs", "specs", fmt.Sprintf("issue-%d", n))
+	if err := os.MkdirAll(spec, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	boot := s.boot(t, n)
+	if err := os.WriteFile(filepath.Join(spec, artifact), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cl := sessionapi.Client{URL: boot.Env["LOOP_SESSION_URL"], Token: boot.Env["LOOP_SESSION_TOKEN"], HTTP: s.c.client}
 	ctx, cancel := context.WithTimeout(s.ctx, attackWait)
 	defer cancel()

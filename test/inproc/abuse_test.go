@@ -157,7 +157,7 @@ func TestAbuse3CollaboratorReplaysEnvelope(t *testing.T) {
 	})
 	w.comment(number, alice, "the-loop execute")
 	w.waitNode(r, "requirements")
-	w.writeArtifact("requirements.md", requirementsDoc)
+	w.writeArtifact(r, "requirements.md", requirementsDoc)
 	w.complete(r)
 	w.waitNode(r, "requirements-approval")
 

@@ -154,7 +154,7 @@ func TestEveryLogTypeIsReadBack(t *testing.T) {
 	// another record is not applied twice.
 	w.comment(number, alice, "the-loop execute")
 	w.waitNode(r, "requirements")
-	w.writeArtifact("requirements.md", requirementsDoc)
+	w.writeArtifact(r, "requirements.md", requirementsDoc)
 	w.complete(r)
 	w.waitNode(r, "requirements-approval")
 	before := len(w.gh.Comments(repo, number))
@@ -169,7 +169,7 @@ func TestEveryLogTypeIsReadBack(t *testing.T) {
 	if record == "" {
 		t.Fatal("the Slack approval is not on GitHub")
 	}
-	w.writeArtifact("design.md", "# Design\n\nA frobnicator.")
+	w.writeArtifact(r, "design.md", "# Design\n\nA frobnicator.")
 	w.complete(r)
 	w.waitNode(r, "design-approval")
 	w.commentID(number, ledgerLogin, record)

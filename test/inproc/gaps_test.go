@@ -97,7 +97,7 @@ func TestGap3SlackApprovalPassesGate(t *testing.T) {
 	// the move: wait for the write.
 	var doc string
 	if !testkit.Poll(wait, func() bool {
-		doc = w.readArtifact("requirements.md")
+		doc = w.readArtifact(r, "requirements.md")
 		return strings.Contains(doc, "@alice (requirements-approval") && strings.Contains(doc, record)
 	}) {
 		t.Errorf("approvedBy not written into the artifact:\n%s", doc)
@@ -112,7 +112,7 @@ func TestGap3SlackApprovalPassesGate(t *testing.T) {
 	})
 
 	// By button, at the design gate.
-	w.writeArtifact("design.md", "# Design\n\nA frobnicator.")
+	w.writeArtifact(r, "design.md", "# Design\n\nA frobnicator.")
 	w.complete(r)
 	w.waitNode(r, "design-approval")
 	ping := w.waitSlack(root, string(catalog.PhaseApprovalPending), "A frobnicator")
@@ -123,7 +123,7 @@ func TestGap3SlackApprovalPassesGate(t *testing.T) {
 		t.Errorf("button approval = %+v", st.ApprovedBy)
 	}
 	if !testkit.Poll(wait, func() bool {
-		doc = w.readArtifact("design.md")
+		doc = w.readArtifact(r, "design.md")
 		return strings.Contains(doc, "@alice (design-approval")
 	}) {
 		t.Errorf("approvedBy not written into design.md:\n%s", doc)

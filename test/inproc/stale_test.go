@@ -28,7 +28,7 @@ func (w *world) toDesignGate(number int, r, root string) (requirements, design s
 	requirements = w.waitSlack(root, string(catalog.PhaseApprovalPending), slackmsg.ApproveActionID, "The widget SHALL frobnicate")
 	w.comment(number, alice, "LGTM")
 	w.waitNode(r, "design")
-	w.writeArtifact("design.md", "# Design\n\nA frobnicator with a queue.")
+	w.writeArtifact(r, "design.md", "# Design\n\nA frobnicator with a queue.")
 	w.complete(r)
 	w.waitNode(r, "design-approval")
 	design = w.waitSlack(root, string(catalog.PhaseApprovalPending), slackmsg.ApproveActionID, "A frobnicator with a queue")
@@ -129,7 +129,7 @@ func TestAttack5StaleVisitAtTheDispatcher(t *testing.T) {
 	oldVisit := w.state(r).GateVisit(g)
 	w.comment(number, alice, "LGTM")
 	w.waitNode(r, "design")
-	w.writeArtifact("design.md", "# Design\n\nA frobnicator.")
+	w.writeArtifact(r, "design.md", "# Design\n\nA frobnicator.")
 	w.complete(r)
 	before := w.waitNode(r, "design-approval")
 

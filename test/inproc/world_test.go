@@ -25,6 +25,7 @@ import (
 	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/eventlog"
@@ -583,21 +584,39 @@ func (w *world) toRequirementsGate(number int, r string, artifact string) {
 	w.t.Helper()
 	w.comment(number, alice, "the-loop execute")
 	w.waitNode(r, "requirements")
-	w.writeArtifact("requirements.md", artifact)
+	w.writeArtifact(r, "requirements.md", artifact)
 	w.complete(r)
 	w.waitNode(r, "requirements-approval")
 }
 
-func (w *world) writeArtifact(name, text string) {
+// specDir is where work item r's session keeps its artifacts: the spec
+// directory of its own workspace, as the session registry records it.
+func (w *world) specDir(r string) string {
 	w.t.Helper()
-	if err := os.WriteFile(filepath.Join(w.work, name), []byte(text), 0o644); err != nil {
+	store, err := sessions.Open(context.Background(), w.conn)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	rec, _, err := store.Get(context.Background(), r)
+	if err != nil || rec.Session == nil || rec.Session.SpecDir == "" {
+		w.t.Fatalf("%s has no session with a spec directory (%v)", r, err)
+	}
+	if err := os.MkdirAll(rec.Session.SpecDir, 0o755); err != nil {
+		w.t.Fatal(err)
+	}
+	return rec.Session.SpecDir
+}
+
+func (w *world) writeArtifact(r, name, text string) {
+	w.t.Helper()
+	if err := os.WriteFile(filepath.Join(w.specDir(r), name), []byte(text), 0o644); err != nil {
 		w.t.Fatal(err)
 	}
 }
 
-func (w *world) readArtifact(name string) string {
+func (w *world) readArtifact(r, name string) string {
 	w.t.Helper()
-	b, err := os.ReadFile(filepath.Join(w.work, name))
+	b, err := os.ReadFile(filepath.Join(w.specDir(r), name))
 	if err != nil {
 		w.t.Fatal(err)
 	}
