@@ -219,7 +219,7 @@ func (p *parser) routingSessionFields(fields map[string]field) {
 			"marketplaceRepo": func(v *yaml.Node, path string) {
 				p.str(&pl.MarketplaceRepo)(v, path)
 				if s := strings.TrimSpace(pl.MarketplaceRepo); s != "" && s != OriginalMarketplace {
-					p.warn(v, path, "no marketplace is registered: sessions load the plugin shipped with the-loop for themselves (the harness's plugin flag), not %s's", clip(s))
+					p.warn(v, path, "no marketplace is registered: sessions load the plugin shipped with the-loop for themselves (the harness's plugin flag), not %s's (docs/decisions/095-the-plugin-loaded-per-session.md)", clip(s))
 				}
 			},
 		})

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/the-loop/bus/services/dispatcher/internal/agent"
+	"github.com/the-loop/bus/services/dispatcher/internal/workspace"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
@@ -86,6 +87,15 @@ func (s *Service) sessionEnv(h agent.Harness, token string) map[string]string {
 	}
 	if d := s.set.LoopBinaryDir; d != "" {
 		env["PATH"] = d + string(os.PathListSeparator) + env["PATH"]
+	}
+	if f := s.set.AgentGitCredentials; f != "" {
+		// The agent's git fetches and pushes with the operator's grant to
+		// agents, through git's credential store.
+		for _, kv := range workspace.CredentialEnv(f) {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = v
+			}
+		}
 	}
 	env[EnvSessionURL] = s.sessionURL
 	env[EnvSessionToken] = token

@@ -152,3 +152,32 @@ func TestWorkspacePerWorkItem(t *testing.T) {
 		t.Error("A's unpushed branch was deleted with its worktree")
 	}
 }
+
+// TestSessionsPushWithTheAgentsCredentials: with LOOP_AGENT_GIT_CREDENTIALS
+// a session's git takes its credentials from that store and from nothing
+// else: `git credential fill` in the session's environment answers the
+// agents' password.
+func TestSessionsPushWithTheAgentsCredentials(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	store := filepath.Join(t.TempDir(), "agent-credentials")
+	if err := os.WriteFile(store, []byte("https://agent-bot:agent-s3cret@git.example.test\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(s *Settings) { s.AgentGitCredentials = store })
+	sess := e.start("github:octo/repo#111", 10100)
+	env := e.bootEnv(sess.HarnessSessionID, 0)
+	cmd := exec.Command("git", "credential", "fill")
+	cmd.Stdin = strings.NewReader("protocol=https\nhost=git.example.test\n\n")
+	cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH"), "GIT_TERMINAL_PROMPT=0"}
+	for k, v := range env {
+		if strings.HasPrefix(k, "GIT_CONFIG_") {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "password=agent-s3cret") || !strings.Contains(string(out), "username=agent-bot") {
+		t.Errorf("git credential fill in the session's environment: %v\n%s", err, out)
+	}
+}
