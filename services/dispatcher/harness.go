@@ -56,7 +56,9 @@ func (s *Service) installPlugin() {
 	s.deps.Log.Info("dispatcher: the loop's plugin is installed for sessions", "dir", dir, "version", plugin.Version())
 }
 
-func pluginsEnabled(cfg *config.Config) bool { return cfg == nil || cfg.Routing.Harness.Plugins.Enabled }
+func pluginsEnabled(cfg *config.Config) bool {
+	return cfg == nil || cfg.Routing.Harness.Plugins.Enabled
+}
 
 // prepareHarness answers the harness's first-run questions for a session
 // that works in cwd (routing.harnessTrust). Best effort: a harness that

@@ -3,7 +3,6 @@ package dispatcher
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"strings"
 
 	"github.com/the-loop/bus/services/dispatcher/internal/workspace"
@@ -88,15 +87,6 @@ func (s *Service) removeWorkspace(ctx context.Context, in *input) {
 	}
 	s.deps.Events.Emit(ctx, "session.workspace_removed", slog.String("work_item", in.ref),
 		slog.Bool("kept", r.Kept), slog.Any("kept_branches", kept))
-}
-
-// relSpecDir is ws's spec directory relative to its primary checkout.
-func relSpecDir(ws *workspace.Workspace) string {
-	rel, err := filepath.Rel(ws.Primary, ws.SpecDir)
-	if err != nil {
-		return ""
-	}
-	return filepath.ToSlash(rel)
 }
 
 // WorkspaceConfig is Settings.Workspace, for hosts and tests outside the

@@ -71,7 +71,7 @@ func TestWorkspacePerWorkItem(t *testing.T) {
 	})
 	for _, x := range []struct {
 		ref, dir, spec, branch string
-		bootDir              string
+		bootDir                string
 	}{
 		{a, sa.Cwd, sa.SpecDir, "the-loop/issue-101", e.bootsOf(sa.HarnessSessionID)[0].Dir},
 		{b, sb.Cwd, sb.SpecDir, "the-loop/issue-102", e.bootsOf(sb.HarnessSessionID)[0].Dir},
