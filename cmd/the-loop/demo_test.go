@@ -24,9 +24,18 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "demo" && os.Args[2] == "agent" {
 		os.Exit(run(context.Background(), os.Args[1:], config.OSEnv(), os.Stdout, os.Stderr))
 	}
+	// The sessions these tests start answer Claude Code's first-run
+	// questions in their HOME: the test binary's own, never the user's.
+	home, err := os.MkdirTemp("", "the-loop-test-home-")
+	if err == nil {
+		os.Setenv("HOME", home)
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
+	}
+	if home != "" {
+		os.RemoveAll(home)
 	}
 	os.Exit(code)
 }

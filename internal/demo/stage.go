@@ -146,6 +146,8 @@ const operatorConfig = `version: "0.7.0"
 routing:
   authorizedUsers:
     - {github: alice, slack: UALICE, name: Alice}
+  # The stand-in agent is no Claude Code: nothing to answer in its settings.
+  harnessTrust: {enabled: false}
 channels:
   ledger: github
   slack:

@@ -81,6 +81,9 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 	if testing.Short() {
 		t.Skip("needs JetStream and tmux")
 	}
+	// Sessions' HOME is the test's own: the dispatcher answers Claude
+	// Code's first-run questions in it, never in the user's.
+	t.Setenv("HOME", t.TempDir())
 	e := &env{t: t, srv: bustest.NewServer(t), recs: &eventlog.Recorder{}, logs: &testkit.SyncBuffer{}, dir: t.TempDir(), ready: httpserver.NewReadiness()}
 	e.socket = tmuxtest.Socket(t)
 	e.srv.Provision(t, bustest.FastTopology(partitions))

@@ -60,6 +60,7 @@ func newFleet(tb testing.TB, parts int, sopts bustest.Options) *fleet {
 	if testing.Short() {
 		tb.Skip("needs JetStream and tmux")
 	}
+	tb.Setenv("HOME", tb.TempDir()) // the sessions' HOME, never the user's
 	f := &fleet{tb: tb, srv: bustest.StartServer(tb, sopts), dir: tb.TempDir(), parts: parts}
 	f.srv.Provision(tb, bustest.FastTopology(parts))
 	f.pub = f.srv.Connect(tb, "dispatcher-fleet-publisher")

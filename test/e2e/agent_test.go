@@ -114,6 +114,9 @@ func startAgentUp(t *testing.T) *agentUp {
 		"LOOP_TMUX_SOCKET="+newTmuxSocket(t),
 		"LOOP_HARNESS_BINARY="+wrapper,
 		"LOOP_WORKSPACE_ROOT="+a.root,
+		// The sessions' HOME, where up answers Claude Code's first-run
+		// questions: the test's own, never the user's.
+		"HOME="+filepath.Join(dir, "home"),
 		"LOOP_WORKSPACE_GIT_URL=file://"+upstreams+"/{owner}/{repo}.git",
 	)
 	logPath := filepath.Join(dir, "up.log")

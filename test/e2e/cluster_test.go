@@ -483,6 +483,8 @@ channels:
 		// The GitHub fake serves no repositories: each work item gets a
 		// directory of its own, without git.
 		"LOOP_WORKSPACE_STRATEGY=dir",
+		// The sessions' HOME (Claude Code's settings): the test's own.
+		"HOME="+filepath.Join(dir, "home"),
 		"LOOP_DISPATCHER_SPAWN=always",
 	)
 	c.env = common

@@ -53,6 +53,7 @@ func TestEveryLogTypeIsReadBack(t *testing.T) {
 	expect("routing.routed", map[string]any{"gh_event": "issues", "action": "labeled"})
 	expect("dispatch.dropped", map[string]any{"work_item": r, "reason": dispatcher.DropAwaitingStart})
 	expect("session.spawned", map[string]any{"work_item": r})
+	expect("session.workspace_trusted", map[string]any{"work_item": r, "harness": "claude"})
 	expect("bus.published", map[string]any{"work_item": r, "event_type": string(catalog.CommentHuman)})
 	expect("channel.posted", map[string]any{"work_item": r})
 	expect("graph.advanced", map[string]any{"work_item": r})
@@ -89,6 +90,15 @@ func TestEveryLogTypeIsReadBack(t *testing.T) {
 		t.Error("the session endpoint took a token that is not the session's")
 	}
 	expect("session.refused", map[string]any{"reason": "bad-token", "path": sessionapi.PathAsk})
+	// Its harness's own conversation id, and a pull request it opened.
+	if _, err := agent.Register(ctx, "", "conversation-42"); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	expect("session.registered", map[string]any{"work_item": r, "harness_session_id": "conversation-42"})
+	if _, err := agent.LinkPR(ctx, "", "#4242"); err != nil {
+		t.Fatalf("link-pr: %v", err)
+	}
+	expect("session.pr_linked", map[string]any{"work_item": r, "already": false})
 
 	// Paused, a Slack reply is recorded but reaches no session.
 	w.comment(number, alice, "the-loop pause")
@@ -187,6 +197,7 @@ func TestEveryLogTypeIsReadBack(t *testing.T) {
 	expect("session.closed", map[string]any{"work_item": r})
 	w.comment(number, alice, "the-loop cleanup")
 	expect("session.cleaned", map[string]any{"work_item": r, "found": true})
+	expect("session.workspace_removed", map[string]any{"work_item": r, "kept": false})
 	w.fault(t, "new-session", true)
 	c = w.comment(number, alice, "the-loop start")
 	id = "gh:issue-comment:" + itoa(c.ID)

@@ -225,6 +225,9 @@ func newWorldWith(t *testing.T, o worldOptions, edit ...func(*config.Config)) *w
 	if testing.Short() {
 		t.Skip("in-process end-to-end: needs JetStream, tmux and the fakes")
 	}
+	// Sessions' HOME is the test's own: the dispatcher answers Claude
+	// Code's first-run questions in it, never in the user's.
+	t.Setenv("HOME", t.TempDir())
 	w := &world{t: t, work: t.TempDir(), agent: t.TempDir(), loopLog: &loopLog{}}
 	socket := tmuxtest.Socket(t) // skips without tmux
 	w.tmuxSocket = socket
