@@ -38,6 +38,11 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	if err != nil {
 		return err
 	}
+	if env["LOOP_ADMIN_ADDR"] == "" {
+		// On a laptop the admin server (metrics, the status page) is for
+		// this machine: loopback unless the operator says otherwise.
+		s.Common.AdminAddr = "127.0.0.1:9090"
+	}
 	if s.Dispatcher.WorkspaceRoot == "" && env["LOOP_DISPATCHER_WORKDIR"] == "" {
 		if s.Dispatcher.WorkspaceRoot, err = config.DefaultWorkspaceRoot(env); err != nil {
 			return err

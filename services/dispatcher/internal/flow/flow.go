@@ -30,8 +30,10 @@ import (
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/graphstate"
+	"github.com/the-loop/bus/pkg/redact"
 	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
 // Why Complete refuses, for errors.Is.
@@ -146,6 +148,22 @@ type Options struct {
 	MaxChars int
 	// Now stamps the event.
 	Now time.Time
+	// Scrub masks secrets in the artifact's text before its excerpt
+	// leaves for the channels (nil: the environment's secrets and the
+	// usual token shapes, pkg/redact).
+	Scrub func(string) string
+}
+
+// scrub masks secrets in text an agent wrote, before it goes to a channel:
+// any session token, then what o.Scrub (or pkg/redact) finds. The artifact
+// is the agent's, and a prompt-injected agent may have pasted its
+// environment into it.
+func (o Options) scrub(text string) string {
+	text = sessionapi.Scrub(text, "")
+	if o.Scrub != nil {
+		return o.Scrub(text)
+	}
+	return redact.FromOS().Scrub(text)
 }
 
 // Event turns n, yielded by st, into the catalog event to publish (R4.4):
@@ -179,7 +197,7 @@ func Event(n graph.Notification, st *graph.State, o Options) (ev *loopv1.Event, 
 			note = err.Error()
 		default:
 			body.Artifact = name
-			body.ArtifactExcerpt = Excerpt(text, o.MaxChars)
+			body.ArtifactExcerpt = Excerpt([]byte(o.scrub(string(text))), o.MaxChars)
 		}
 	}
 	now := o.Now
@@ -234,7 +252,7 @@ func MovedEvent(ref, visit, g string, t graph.Transition, from *graph.Node, acto
 	}
 	if from != nil && from.Artifact != "" {
 		if name, text, err := ReadArtifact(o.Workdir, from.Artifact); err == nil {
-			body.Artifact, body.ArtifactExcerpt = name, Excerpt(text, o.MaxChars)
+			body.Artifact, body.ArtifactExcerpt = name, Excerpt([]byte(o.scrub(string(text))), o.MaxChars)
 		}
 	}
 	now := o.Now

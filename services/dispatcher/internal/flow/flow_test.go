@@ -142,3 +142,27 @@ func TestComplete(t *testing.T) {
 		t.Errorf("republish = %+v, %v: want a duplicate", ack, err)
 	}
 }
+
+// TestArtifactExcerptIsScrubbed: an artifact is the agent's text, and an
+// agent may have pasted its environment into it: the excerpt a channel is
+// sent carries no session token and no secret-shaped value.
+func TestArtifactExcerptIsScrubbed(t *testing.T) {
+	dir := t.TempDir()
+	token := "lst1.Z2l0aHViOm9jdG8vcmVwbyMx." + strings.Repeat("Qx", 21) + "Q"
+	doc := "# Requirements\n\nLOOP_SESSION_TOKEN=" + token + "\nGH_TOKEN=ghp_0123456789abcdefghijKLMNOPqrstuvWXYZ\nThe widget shall frob.\n"
+	if err := os.WriteFile(filepath.Join(dir, "requirements.md"), []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := &graph.State{Graph: "work-item", Ref: "github:octo/repo#1", Current: "requirements-approval"}
+	n := graph.Notification{Ref: st.Ref, Node: "requirements-approval", Type: catalog.PhaseApprovalPending, Artifact: "requirements.md"}
+	ev, note := Event(n, st, Options{Workdir: dir})
+	got := ev.GetNotification().GetArtifactExcerpt()
+	if note != "" || !strings.Contains(got, "The widget shall frob.") {
+		t.Fatalf("excerpt %q (note %q)", got, note)
+	}
+	for name, secret := range map[string]string{"the session token": strings.Repeat("Qx", 10), "a GitHub token": "ghp_0123456789"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("the excerpt carries %s:\n%s", name, got)
+		}
+	}
+}
