@@ -14,7 +14,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], config.OSEnv(), os.Stdout, os.Stderr)
+	env := config.OSEnv()
+	harden()
+	code := run(ctx, os.Args[1:], env, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

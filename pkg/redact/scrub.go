@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/the-loop/bus/pkg/pychar"
@@ -98,6 +99,11 @@ func New(o Options) Scrubber {
 // host name. A fact that cannot be read is left empty, so its rule is off.
 func FromOS() Scrubber {
 	env := map[string]string{}
+	withheldMu.Lock()
+	for name, value := range withheld {
+		env[name] = value
+	}
+	withheldMu.Unlock()
 	for _, kv := range os.Environ() {
 		if name, value, ok := strings.Cut(kv, "="); ok {
 			env[name] = value
@@ -351,4 +357,28 @@ func replaceTokens(text string) string {
 
 func isTokenByte(c byte) bool {
 	return c == '_' || c == '-' || '0' <= c && c <= '9' || isASCIILetter(c)
+}
+
+// withheld are the variables Withhold took out of this process's
+// environment, with their values: FromOS still masks them.
+var (
+	withheldMu sync.Mutex
+	withheld   = map[string]string{}
+)
+
+// Withhold removes the named variables from this process's environment,
+// once their values were read, so that neither a child process (a tmux
+// server, a git command) nor a same-user process reading
+// /proc/<pid>/environ finds them; FromOS goes on masking their values.
+func Withhold(names ...string) {
+	withheldMu.Lock()
+	defer withheldMu.Unlock()
+	for _, n := range names {
+		if v, ok := os.LookupEnv(n); ok {
+			if v != "" {
+				withheld[n] = v
+			}
+			os.Unsetenv(n)
+		}
+	}
 }
