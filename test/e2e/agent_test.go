@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -119,44 +118,7 @@ func startAgentUp(t *testing.T) *agentUp {
 		"HOME="+filepath.Join(dir, "home"),
 		"LOOP_WORKSPACE_GIT_URL=file://"+upstreams+"/{owner}/{repo}.git",
 	)
-	logPath := filepath.Join(dir, "up.log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(loop, "up")
-	cmd.Env, cmd.Stdout, cmd.Stderr = env, f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); f.Close(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			log, _ := os.ReadFile(logPath)
-			t.Logf("the-loop up's log:\n%s", tail(log, 6000))
-		}
-	})
-	if !testkit.Poll(2*time.Minute, func() bool {
-		resp, err := a.client.Get("http://" + admin + "/readyz")
-		if err != nil {
-			return false
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}) {
-		log, _ := os.ReadFile(logPath)
-		t.Fatalf("the-loop up not ready:\n%s", tail(log, 6000))
-	}
+	launchUp(t, loop, env, filepath.Join(dir, "up.log"), "http://"+admin+"/readyz", a.client)
 	return a
 }
 

@@ -473,20 +473,31 @@ routing:
 		"LOOP_HARNESS_BINARY="+harness,
 	)
 	logPath := filepath.Join(dir, "up.log")
+	launchUp(b, loop, env, logPath, "http://"+u.admin+"/readyz", u.client)
+	return u
+}
+
+// launchUp starts `the-loop up` with env, its output in logPath, stops it
+// (SIGTERM, then SIGKILL after 30 s) when the test ends, and waits until
+// readyz answers 200; it fails the test, with up's log, when up exits or
+// is not ready within 2 minutes, and shows the log's end when the test
+// failed.
+func launchUp(tb testing.TB, loop string, env []string, logPath, readyz string, client *http.Client) {
+	tb.Helper()
 	f, err := os.Create(logPath)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	cmd := exec.Command(loop, "up")
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); f.Close(); close(exited) }()
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -494,26 +505,30 @@ routing:
 			_ = cmd.Process.Kill()
 			<-exited
 		}
+		if tb.Failed() {
+			log, _ := os.ReadFile(logPath)
+			tb.Logf("the-loop up's log:\n%s", tail(log, 6000))
+		}
 	})
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		resp, err := u.client.Get("http://" + u.admin + "/readyz")
+		resp, err := client.Get(readyz)
 		if err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return u
+				return
 			}
 		}
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(logPath)
-			b.Fatalf("the-loop up exited:\n%s", log)
+			tb.Fatalf("the-loop up exited:\n%s", tail(log, 6000))
 		default:
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(logPath)
-			b.Fatalf("the-loop up not ready after 2m:\n%s", log)
+			tb.Fatalf("the-loop up not ready after 2m:\n%s", tail(log, 6000))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
