@@ -159,11 +159,8 @@ func (ep *sessionEndpoint) graphView(ctx context.Context, _ *http.Request, ref s
 // id, for a harness that picks it itself, so a respawn resumes it.
 func (ep *sessionEndpoint) register(ctx context.Context, r *http.Request, ref string, sess *sessions.Session, _ string) (int, any) {
 	var req sessionapi.RegisterRequest
-	if status, e, ok := readBody(r, &req, `{"harnessSessionId": "…"}`); !ok {
+	if status, e, ok := readOwn(r, &req, `{"harnessSessionId": "…"}`, ref); !ok {
 		return status, e
-	}
-	if e, ok := ownRef(req.Ref, ref); !ok {
-		return http.StatusForbidden, e
 	}
 	if !agent.ValidSessionID(req.HarnessSessionID) {
 		return http.StatusBadRequest, refusal{refusedBadRequest, "harnessSessionId must be 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit"}
@@ -197,11 +194,8 @@ var errNotOwn = errors.New("not the asking session")
 // work item and in the links ingress-github routes by.
 func (ep *sessionEndpoint) linkPR(ctx context.Context, r *http.Request, ref string, _ *sessions.Session, _ string) (int, any) {
 	var req sessionapi.LinkPRRequest
-	if status, e, ok := readBody(r, &req, `{"pullRequest": "16 | github:owner/repo#16"}`); !ok {
+	if status, e, ok := readOwn(r, &req, `{"pullRequest": "16 | github:owner/repo#16"}`, ref); !ok {
 		return status, e
-	}
-	if e, ok := ownRef(req.Ref, ref); !ok {
-		return http.StatusForbidden, e
 	}
 	pr, err := pullRequestRef(ref, req.PullRequest)
 	if err != nil {

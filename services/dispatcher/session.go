@@ -180,6 +180,18 @@ func readBody(r *http.Request, v any, shape string) (int, refusal, bool) {
 	return 0, refusal{}, true
 }
 
+// readOwn decodes the request's JSON body into req, as readBody does, and
+// refuses one that names a work item other than the session's ref.
+func readOwn(r *http.Request, req interface{ WorkItem() string }, shape, ref string) (int, refusal, bool) {
+	if status, e, ok := readBody(r, req, shape); !ok {
+		return status, e, false
+	}
+	if e, ok := ownRef(req.WorkItem(), ref); !ok {
+		return http.StatusForbidden, e, false
+	}
+	return 0, refusal{}, true
+}
+
 // ownRef refuses a request that names a work item other than the session's.
 func ownRef(asked, ref string) (refusal, bool) {
 	if asked != "" && asked != ref {
@@ -193,11 +205,8 @@ func ownRef(asked, ref string) (refusal, bool) {
 // ledger to record it.
 func (ep *sessionEndpoint) ask(ctx context.Context, r *http.Request, ref string, sess *sessions.Session, token string) (int, any) {
 	var req sessionapi.AskRequest
-	if status, e, ok := readBody(r, &req, `{"question": "…"}`); !ok {
+	if status, e, ok := readOwn(r, &req, `{"question": "…"}`, ref); !ok {
 		return status, e
-	}
-	if e, ok := ownRef(req.Ref, ref); !ok {
-		return http.StatusForbidden, e
 	}
 	// The session's own token is in its environment, which an agent may
 	// be talked into pasting ("$(env)"): it never leaves with the text, nor
@@ -241,11 +250,8 @@ func (ep *sessionEndpoint) ask(ctx context.Context, r *http.Request, ref string,
 // complete completes the session's own agent node.
 func (ep *sessionEndpoint) complete(ctx context.Context, r *http.Request, ref string, _ *sessions.Session, _ string) (int, any) {
 	var req sessionapi.CompleteRequest
-	if status, e, ok := readBody(r, &req, `{}`); !ok {
+	if status, e, ok := readOwn(r, &req, `{}`, ref); !ok {
 		return status, e
-	}
-	if e, ok := ownRef(req.Ref, ref); !ok {
-		return http.StatusForbidden, e
 	}
 	data, err := ep.gates.complete(ctx, ref, catalog.SourceSession)
 	if errors.Is(err, flow.ErrHumanGate) {

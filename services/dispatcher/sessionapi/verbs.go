@@ -232,3 +232,15 @@ func (c Client) Scenarios(ctx context.Context, globs []string) (Scenarios, error
 	err := c.get(ctx, PathScenarios, q, &s)
 	return s, err
 }
+
+// WorkItem is the work item a request names ("": the session's own).
+func (r AskRequest) WorkItem() string { return r.Ref }
+
+// WorkItem is the work item a request names ("": the session's own).
+func (r CompleteRequest) WorkItem() string { return r.Ref }
+
+// WorkItem is the work item a request names ("": the session's own).
+func (r RegisterRequest) WorkItem() string { return r.Ref }
+
+// WorkItem is the work item a request names ("": the session's own).
+func (r LinkPRRequest) WorkItem() string { return r.Ref }
