@@ -407,7 +407,9 @@ func newReq(body []byte, sig string) *http.Request {
 
 // TestUnsignedFloodCannotStarveGitHub (issue 26): three requests with a
 // well-formed but wrong signature announce 25 + 25 + 14 MiB — the whole
-// 64 MiB body budget — send 256 KiB each, then a KiB every 100 ms. Meanwhile
+// 64 MiB body budget (the last 128 KiB short, so that under the room
+// reserved for announced sizes, a chunk more than each body, the three took
+// it to the last chunk) — send 256 KiB each, then a KiB every 100 ms. Meanwhile
 // a signed delivery is accepted (202): the three hold room only for what
 // they sent. They are then cut off (408) once their bytes no longer pay for
 // the wait (here 5 s, and 1 s more per 3 MiB sent), and their room comes
@@ -421,7 +423,7 @@ func TestUnsignedFloodCannotStarveGitHub(t *testing.T) {
 	e.svc.bodies.ResetPeak()
 	start := time.Now()
 	var flood []*testkit.SlowPost
-	for i, size := range []int64{25 << 20, 25 << 20, 14 << 20} {
+	for i, size := range []int64{25 << 20, 25 << 20, 14<<20 - 2*webhook.Chunk - 1} {
 		p, err := testkit.StartSlowPost(e.http.URL+WebhookPath, http.Header{
 			"Content-Type": {"application/json"}, "X-Github-Event": {"issue_comment"},
 			"X-Github-Delivery": {fmt.Sprintf("flood-%d", i)}, "X-Hub-Signature-256": {bad},

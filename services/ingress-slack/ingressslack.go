@@ -13,7 +13,9 @@
 //     that could not be settled is left unacknowledged so Slack redelivers it.
 //   - events: the Events API and interactivity over HTTP, POST /slack/events
 //     and POST /slack/interactions on LOOP_SLACK_EVENTS_ADDR, Slack signature
-//     v0 with a 5-minute skew, fail-closed (401, nothing published).
+//     v0 with a 5-minute skew, fail-closed (401, nothing published),
+//     verified as the body streams in, within a cap on requests at once and
+//     on the memory of bodies being checked (events.go, pkg/webhook).
 //   - poll: bound threads through conversations.replies and the kickoff
 //     channel through conversations.history, cursors in KV "cursors", 429s
 //     honoured until their Retry-After. Work is sharded over LOOP_PARTITIONS
