@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -300,5 +301,24 @@ func TestPaceCutsStalledAndTricklingSenders(t *testing.T) {
 		}
 	case <-time.After(waitFor):
 		t.Fatalf("no answer within %v", waitFor)
+	}
+}
+
+// BenchmarkRead: a signed body read through the budget and its check, as
+// the intakes read one (without a connection, so without the deadline).
+func BenchmarkRead(b *testing.B) {
+	for _, size := range []int{4 << 10, 1 << 20} {
+		b.Run(strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
+			budget := NewBudget(MinBudget(int64(size)))
+			body := bytes.Repeat([]byte{'x'}, size)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				r := post(bytes.NewReader(body), int64(size))
+				if _, err := budget.Read(httptest.NewRecorder(), r, int64(size), DefaultPace, newCheck("k", body)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

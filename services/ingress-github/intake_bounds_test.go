@@ -406,15 +406,15 @@ func newReq(body []byte, sig string) *http.Request {
 }
 
 // TestUnsignedFloodCannotStarveGitHub (issue 26): three requests with a
-// well-formed but wrong signature announce 25 + 25 + 14 MiB — the whole
-// 64 MiB body budget (the last 128 KiB short, so that under the room
-// reserved for announced sizes, a chunk more than each body, the three took
-// it to the last chunk) — send 256 KiB each, then a KiB every 100 ms. Meanwhile
+// well-formed but wrong signature announce 25 + 25 + 14 MiB, as much as the
+// 64 MiB body budget, send 256 KiB each, then a KiB every 100 ms. Meanwhile
 // a signed delivery is accepted (202): the three hold room only for what
 // they sent. They are then cut off (408) once their bytes no longer pay for
 // the wait (here 5 s, and 1 s more per 3 MiB sent), and their room comes
-// back. Room was reserved for the announced sizes: the three held the budget
-// for the server's 30 s read timeout and GitHub's delivery was answered 503.
+// back. Room was reserved for the announced sizes, a chunk more than each
+// (which is why the third is 128 KiB short of 14 MiB: the three then took
+// the budget to the last chunk), and held for the server's 30 s read
+// timeout: GitHub's delivery was answered 503.
 func TestUnsignedFloodCannotStarveGitHub(t *testing.T) {
 	// A floor of 5 s rather than 2 s, so that on a loaded machine the three
 	// are surely all inside while the delivery is sent.

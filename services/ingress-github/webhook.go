@@ -76,11 +76,12 @@ const (
 
 // serveWebhook: a free slot → the signature header and the announced size,
 // before a byte of the body is read → the body streamed through the HMAC
-// into held memory, room taken as its bytes arrive, at a pace → signature → content type, headers, JSON → ping → bus
-// reachable → route and dedup → publish and PubAcks → 202. Nothing is
-// published for a request refused at any step before routing, an unsigned
-// body is never parsed, and 202 is sent only once every event is
-// acknowledged by the bus; a drop is a 200 naming its reason.
+// into held memory, room taken as its bytes arrive, at a pace → signature →
+// content type, headers, JSON → ping → bus reachable → route and dedup →
+// publish and PubAcks → 202. Nothing is published for a request refused at
+// any step before routing, an unsigned body is never parsed, and 202 is sent
+// only once every event is acknowledged by the bus; a drop is a 200 naming
+// its reason.
 func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	start, result := time.Now(), "refused"
