@@ -29,6 +29,7 @@ import (
 	"github.com/the-loop/bus/pkg/githubclient"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/service"
+	"github.com/the-loop/bus/pkg/webhook"
 	"github.com/the-loop/bus/services/ingress-github/internal/poll"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
 )
@@ -62,10 +63,15 @@ type Options struct {
 	// MaxBodyBytes bounds a webhook body (default MaxWebhookBytes).
 	MaxBodyBytes int64
 	// BodyBudget bounds the memory of the bodies being read and checked at
-	// once; a request whose announced size does not fit is answered 503
-	// with Retry-After before a byte is read (default DefaultBodyBudget;
-	// never below what one body of MaxBodyBytes needs).
+	// once. A request takes room for its bytes as they arrive, never for
+	// the size it announces; one whose next bytes find no room is answered
+	// 503 with Retry-After (default DefaultBodyBudget; never below what one
+	// body of MaxBodyBytes needs).
 	BodyBudget int64
+	// BodyPace is how fast a body must arrive; a sender that falls behind
+	// is cut off and answered 408 (default webhook.DefaultPace: 2 s, and
+	// 1 s more per 3 MiB received).
+	BodyPace webhook.Pace
 	// RefusalLogEvery is the least time between two webhook.rejected
 	// records of one reason (default 1m).
 	RefusalLogEvery time.Duration
@@ -111,7 +117,8 @@ func (o *Options) setDefaults() {
 	if o.BodyBudget <= 0 {
 		o.BodyBudget = d.BodyBudget
 	}
-	o.BodyBudget = max(o.BodyBudget, chunksFor(o.MaxBodyBytes)*bodyChunk)
+	o.BodyBudget = max(o.BodyBudget, webhook.MinBudget(o.MaxBodyBytes))
+	o.BodyPace = o.BodyPace.OrDefault()
 	if o.RefusalLogEvery <= 0 {
 		o.RefusalLogEvery = d.RefusalLogEvery
 	}
@@ -132,9 +139,9 @@ type Service struct {
 	m         *metrics
 	intake    *intake
 	validator Validator
-	slots     slots
-	bodies    *bodies
-	refusals  *refusals
+	slots     webhook.Slots
+	bodies    *webhook.Budget
+	refusals  *webhook.Refusals
 	insecure  bool
 	login     *ledgerLogin
 	// gh is the service's GitHub client: the token, or a GitHub App's
@@ -174,8 +181,8 @@ func New(deps service.Deps, cfg Config, with ...Option) (*Service, error) {
 		return nil, errors.New("ingress-github: no envelope key: it verifies ledger envelopes with LOOP_ENVELOPE_KEY")
 	}
 	s := &Service{deps: deps, cfg: cfg, key: []byte(cfg.EnvelopeKey.Reveal()), opts: opts, m: newMetrics(deps.Registry), listening: make(chan struct{}), refused: make(chan error, 1),
-		slots: make(slots, max(1, cfg.WebhookConcurrency)), bodies: newBodies(opts.BodyBudget),
-		refusals: newRefusals(deps.Events, opts.RefusalLogEvery, opts.Now)}
+		slots: webhook.NewSlots(cfg.WebhookConcurrency), bodies: webhook.NewBudget(opts.BodyBudget),
+		refusals: webhook.NewRefusals(deps.Events, viaWebhook, opts.RefusalLogEvery, opts.Now)}
 	s.intake = newIntake(s)
 	// With an app, its installation tokens instead of the token
 	// (docs/decisions/078-github-app-authentication.md).
@@ -338,7 +345,7 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 			h := http.Handler(s.Handler())
 			g.Go(func() error { return httpserver.Serve(gctx, ln, h, s.deps.Log) })
-			g.Go(func() error { s.refusals.run(gctx); return nil })
+			g.Go(func() error { s.refusals.Run(gctx); return nil })
 		}
 	}
 	if s.cfg.mode().poll() {

@@ -3,6 +3,7 @@ package ingressgithub
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,13 +12,17 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
+
 	"github.com/the-loop/bus/pkg/eventlog"
 	service "github.com/the-loop/bus/pkg/service"
+	"github.com/the-loop/bus/pkg/webhook"
 )
 
 // unsignedPosts sends n concurrent requests of body with a well-formed but
@@ -148,17 +153,25 @@ func TestRefusedBeforeReadingBody(t *testing.T) {
 }
 
 // heldPost is a signed delivery whose body the test feeds by hand: the
-// handler holds its slot (and its share of the body budget) until release.
+// handler holds its slot (and the room of the bytes sent) until release.
 type heldPost struct {
 	w    *httptest.ResponseRecorder
 	pw   *io.PipeWriter
 	body []byte
+	sent int
 	done chan struct{}
 }
 
 // holdPost starts a delivery and returns once the handler has read its
-// first byte, so it is inside: past the slot and the budget.
+// first byte, so it is inside: past the slot, holding room for its bytes.
 func holdPost(t *testing.T, h http.Handler, delivery string, body []byte) *heldPost {
+	t.Helper()
+	return holdPostAfter(t, h, delivery, body, 1)
+}
+
+// holdPostAfter is holdPost returning once the handler has read the first
+// sent bytes of the body.
+func holdPostAfter(t *testing.T, h http.Handler, delivery string, body []byte, sent int) *heldPost {
 	t.Helper()
 	pr, pw := io.Pipe()
 	r := httptest.NewRequest(http.MethodPost, WebhookPath, pr)
@@ -167,13 +180,13 @@ func holdPost(t *testing.T, h http.Handler, delivery string, body []byte) *heldP
 	r.Header.Set("X-GitHub-Event", "issue_comment")
 	r.Header.Set("X-GitHub-Delivery", delivery)
 	r.Header.Set("X-Hub-Signature-256", sign(testSecret, body))
-	p := &heldPost{w: httptest.NewRecorder(), pw: pw, body: body, done: make(chan struct{})}
+	p := &heldPost{w: httptest.NewRecorder(), pw: pw, body: body, sent: sent, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		h.ServeHTTP(p.w, r)
 	}()
 	// A pipe write returns only once the reader took the bytes.
-	if _, err := pw.Write(body[:1]); err != nil {
+	if _, err := pw.Write(body[:sent]); err != nil {
 		t.Fatalf("the handler never read %s: %v", delivery, err)
 	}
 	return p
@@ -182,7 +195,7 @@ func holdPost(t *testing.T, h http.Handler, delivery string, body []byte) *heldP
 // release sends the rest of the body and returns the status.
 func (p *heldPost) release(t *testing.T) int {
 	t.Helper()
-	if _, err := p.pw.Write(p.body[1:]); err != nil {
+	if _, err := p.pw.Write(p.body[p.sent:]); err != nil {
 		t.Fatal(err)
 	}
 	p.pw.Close()
@@ -236,9 +249,11 @@ func TestWebhookConcurrencyCap(t *testing.T) {
 	e.waitEvents("gh:issue-comment:1101", "gh:issue-comment:1102", "gh:issue-comment:1103")
 }
 
-// TestWebhookBodyBudget: a request whose announced size does not fit the
-// memory left for bodies being checked is refused 503 before its body is
-// read; the room comes back when the held body is done.
+// TestWebhookBodyBudget: with the memory for bodies being checked all held
+// by the bytes a delivery has sent, a request is refused 503 before its
+// body is read; the room comes back when the held body is done. Room is
+// taken as bytes arrive, never for an announced size
+// (TestUnsignedFloodCannotStarveGitHub).
 func TestWebhookBodyBudget(t *testing.T) {
 	e := newEnv(t, withOptions(func(o *Options) {
 		o.MaxBodyBytes = 100 << 10
@@ -246,7 +261,10 @@ func TestWebhookBodyBudget(t *testing.T) {
 	}))
 	h := e.svc.Handler()
 	big := issueCommentJSON("created", 1201, "alice", "OWNER", pad0(90<<10)) // two chunks
-	held := holdPost(t, h, "budget-1", big)
+	held := holdPostAfter(t, h, "budget-1", big, webhook.Chunk+1)            // both taken
+	if got := e.svc.bodies.Held(); got != 2*webhook.Chunk {
+		t.Fatalf("the held delivery holds %d bytes, want its two chunks", got)
+	}
 
 	small := issueCommentJSON("created", 1202, "alice", "OWNER", "small")
 	body := &countingBody{Reader: bytes.NewReader(small)}
@@ -355,7 +373,7 @@ func TestRefusalsCountedNotLogged(t *testing.T) {
 	clock.Add(time.Minute)
 	h.ServeHTTP(httptest.NewRecorder(), newReq(good, ""))
 	want[refusedSignature]++
-	e.svc.refusals.flush(context.Background())
+	e.svc.refusals.Flush(context.Background())
 	counted := map[string]int{}
 	for _, r := range rec.Since(0) {
 		if r.Event != "webhook.rejected" {
@@ -385,4 +403,74 @@ func newReq(body []byte, sig string) *http.Request {
 		r.Header.Set("X-Hub-Signature-256", sig)
 	}
 	return r
+}
+
+// TestUnsignedFloodCannotStarveGitHub (issue 26): three requests with a
+// well-formed but wrong signature announce 25 + 25 + 14 MiB, as much as the
+// 64 MiB body budget, send 256 KiB each, then a KiB every 100 ms. Meanwhile
+// a signed delivery is accepted (202): the three hold room only for what
+// they sent. They are then cut off (408) once their bytes no longer pay for
+// the wait (here 5 s, and 1 s more per 3 MiB sent), and their room comes
+// back. Room was reserved for the announced sizes, a chunk more than each
+// (which is why the third is 128 KiB short of 14 MiB: the three then took
+// the budget to the last chunk), and held for the server's 30 s read
+// timeout: GitHub's delivery was answered 503.
+func TestUnsignedFloodCannotStarveGitHub(t *testing.T) {
+	// A floor of 5 s rather than 2 s, so that on a loaded machine the three
+	// are surely all inside while the delivery is sent.
+	e := newEnv(t, withOptions(func(o *Options) { o.BodyPace.Floor = 5 * time.Second }))
+	bad := sign("not-the-secret", nil) // sha256= and 64 hex digits
+	e.svc.bodies.ResetPeak()
+	start := time.Now()
+	var flood []*testkit.SlowPost
+	for i, size := range []int64{25 << 20, 25 << 20, 14<<20 - 2*webhook.Chunk - 1} {
+		p, err := testkit.StartSlowPost(e.http.URL+WebhookPath, http.Header{
+			"Content-Type": {"application/json"}, "X-Github-Event": {"issue_comment"},
+			"X-Github-Delivery": {fmt.Sprintf("flood-%d", i)}, "X-Hub-Signature-256": {bad},
+		}, size, 256<<10, 1<<10, 100*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Stop()
+		flood = append(flood, p)
+	}
+	testkit.WaitFor(t, "the three requests to hold their first 256 KiB", func() bool {
+		return testutil.ToFloat64(e.svc.m.inflight) == 3 && e.svc.bodies.Held() >= 3*(256<<10)
+	})
+
+	sent := time.Now()
+	body := issueCommentJSON("created", 1301, "alice", "OWNER", "delivered during the flood")
+	r := e.post("issue_comment", "genuine-1301", body, "")
+	answered := time.Since(sent)
+	if r.Code != http.StatusAccepted {
+		t.Errorf("the signed delivery during the flood: %d %s, want 202", r.Code, r.Status)
+	}
+	if n := testutil.ToFloat64(e.svc.m.inflight); n != 3 {
+		t.Errorf("the flood's requests in flight when the delivery was answered: %v, want 3 (still trickling)", n)
+	}
+	e.waitEvents("gh:issue-comment:1301")
+
+	var cut []string
+	for i, p := range flood {
+		code, err := p.Wait(testkit.Patience)
+		// The answer, or the connection closed while the sender kept
+		// sending: the counter below says which refusal it was.
+		if err != nil && code == 0 && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+			t.Errorf("flood request %d: %v", i, err)
+		} else if err == nil && code != http.StatusRequestTimeout {
+			t.Errorf("flood request %d answered %d, want 408", i, code)
+		}
+		cut = append(cut, fmt.Sprintf("%d after %d KiB", code, p.Sent()>>10))
+	}
+	took := time.Since(start)
+	testkit.WaitFor(t, "the flood's room to come back", func() bool { return e.svc.bodies.Held() == 0 })
+	if got := rejectedCount(t, e, refusedSlow); got != 3 {
+		t.Errorf("slow-body refusals counted %v, want 3", got)
+	}
+	peak := e.svc.bodies.Peak()
+	t.Logf("signed delivery answered %d in %v during the flood; the flood (announcing 64 MiB) held at most %d KiB of the %d MiB budget and was cut within %v: %v",
+		r.Code, answered.Round(time.Millisecond), peak>>10, e.svc.bodies.Size()>>20, took.Round(100*time.Millisecond), cut)
+	if peak > 4<<20 {
+		t.Errorf("the flood held %d KiB of the budget, want what it sent (about 800 KiB)", peak>>10)
+	}
 }

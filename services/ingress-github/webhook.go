@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-github/v62/github"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/webhook"
 	"github.com/the-loop/bus/services/ingress-github/internal/route"
 )
 
@@ -56,6 +57,7 @@ const (
 	refusedOverCapacity = "over-capacity"
 	refusedSignature    = "invalid-signature"
 	refusedTooLarge     = "payload-too-large"
+	refusedSlow         = "slow-body"
 	refusedUnreadable   = "unreadable-body"
 	refusedContentType  = "unsupported-content-type"
 	refusedPayload      = "invalid-payload"
@@ -74,11 +76,12 @@ const (
 
 // serveWebhook: a free slot → the signature header and the announced size,
 // before a byte of the body is read → the body streamed through the HMAC
-// into held memory → signature → content type, headers, JSON → ping → bus
-// reachable → route and dedup → publish and PubAcks → 202. Nothing is
-// published for a request refused at any step before routing, an unsigned
-// body is never parsed, and 202 is sent only once every event is
-// acknowledged by the bus; a drop is a 200 naming its reason.
+// into held memory, room taken as its bytes arrive, at a pace → signature →
+// content type, headers, JSON → ping → bus reachable → route and dedup →
+// publish and PubAcks → 202. Nothing is published for a request refused at
+// any step before routing, an unsigned body is never parsed, and 202 is sent
+// only once every event is acknowledged by the bus; a drop is a 200 naming
+// its reason.
 func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	start, result := time.Now(), "refused"
@@ -93,12 +96,12 @@ func (s *Service) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		s.deps.Log.Warn(insecureWarning, "delivery_id", safeHeader(delivery))
 		s.m.unsigned.Inc()
 	}
-	if !s.slots.enter() {
+	if !s.slots.Enter() {
 		w.Header().Set("Retry-After", retryAfterOverloaded)
 		s.refuse(ctx, w, http.StatusServiceUnavailable, refusedOverCapacity, "over capacity: retry later")
 		return
 	}
-	defer s.slots.leave()
+	defer s.slots.Leave()
 	s.m.inflight.Inc()
 	defer s.m.inflight.Dec()
 
@@ -150,7 +153,10 @@ func (s *Service) admit(ctx context.Context, w http.ResponseWriter, r *http.Requ
 
 // readSigned checks the signature header and the announced size before a
 // byte of the body is read, then streams the body through the HMAC into
-// held memory. It answers a request it refuses (!ok).
+// held memory (webhook.Budget): a request holds room only for the bytes it
+// has sent, and only as long as they pay for at the pace, so requests that
+// have not proven their signature cannot keep the room from signed ones.
+// It answers a request it refuses (!ok).
 func (s *Service) readSigned(ctx context.Context, w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
 	v := s.validator
 	if v == nil {
@@ -161,7 +167,7 @@ func (s *Service) readSigned(ctx context.Context, w http.ResponseWriter, r *http
 		s.refuse(ctx, w, http.StatusUnauthorized, refusedSignature, "invalid signature")
 		return nil, false
 	}
-	body, err = s.bodies.read(w, r, s.opts.MaxBodyBytes, check)
+	body, err = s.bodies.Read(w, r, s.opts.MaxBodyBytes, s.opts.BodyPace, check)
 	var tooBig *http.MaxBytesError
 	switch {
 	case err == nil:
@@ -170,9 +176,11 @@ func (s *Service) readSigned(ctx context.Context, w http.ResponseWriter, r *http
 		s.refuse(ctx, w, http.StatusRequestEntityTooLarge, refusedTooLarge, "payload too large")
 	case errors.Is(err, ErrSignature):
 		s.refuse(ctx, w, http.StatusUnauthorized, refusedSignature, "invalid signature")
-	case errors.Is(err, errBusy):
+	case errors.Is(err, webhook.ErrBusy):
 		w.Header().Set("Retry-After", retryAfterOverloaded)
 		s.refuse(ctx, w, http.StatusServiceUnavailable, refusedOverCapacity, "over capacity: retry later")
+	case errors.Is(err, webhook.ErrSlow):
+		s.refuse(ctx, w, http.StatusRequestTimeout, refusedSlow, "body too slow")
 	default:
 		s.refuse(ctx, w, http.StatusBadRequest, refusedUnreadable, "unreadable body")
 	}
@@ -219,11 +227,11 @@ func (s *Service) deliver(ctx context.Context, w http.ResponseWriter, d route.De
 }
 
 // refuse answers a request refused before it could be judged as GitHub's
-// (unsigned, malformed, too large, over capacity): counted, summed into
-// webhook.rejected records, never one log record per request.
+// (unsigned, malformed, too large, too slow, over capacity): counted,
+// summed into webhook.rejected records, never one log record per request.
 func (s *Service) refuse(ctx context.Context, w http.ResponseWriter, code int, reason, msg string) {
 	s.m.rejected.WithLabelValues(reason).Inc()
-	s.refusals.add(ctx, reason, code)
+	s.refusals.Add(ctx, reason, code)
 	reply(w, code, msg, nil)
 }
 

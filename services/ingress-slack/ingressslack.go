@@ -13,7 +13,9 @@
 //     that could not be settled is left unacknowledged so Slack redelivers it.
 //   - events: the Events API and interactivity over HTTP, POST /slack/events
 //     and POST /slack/interactions on LOOP_SLACK_EVENTS_ADDR, Slack signature
-//     v0 with a 5-minute skew, fail-closed (401, nothing published).
+//     v0 with a 5-minute skew, fail-closed (401, nothing published),
+//     verified as the body streams in, within a cap on requests at once and
+//     on the memory of bodies being checked (events.go, pkg/webhook).
 //   - poll: bound threads through conversations.replies and the kickoff
 //     channel through conversations.history, cursors in KV "cursors", 429s
 //     honoured until their Retry-After. Work is sharded over LOOP_PARTITIONS
@@ -54,6 +56,7 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/service"
 	"github.com/the-loop/bus/pkg/threads"
+	"github.com/the-loop/bus/pkg/webhook"
 )
 
 // Name is the service name used for logs and `serve`.
@@ -80,6 +83,21 @@ type Options struct {
 	ReplicaID string
 	// MaxBodyBytes bounds an Events API request body (default 1 MiB).
 	MaxBodyBytes int64
+	// MaxConcurrent caps the Events API requests handled at once; one more
+	// is answered 503 with Retry-After (default 64).
+	MaxConcurrent int
+	// BodyBudget bounds the memory of the Events API bodies being read and
+	// checked at once; a request takes room as its bytes arrive, and one
+	// whose next bytes find none is answered 503 with Retry-After (default
+	// 8 MiB; never below what one body of MaxBodyBytes needs).
+	BodyBudget int64
+	// BodyPace is how fast an Events API body must arrive; a sender that
+	// falls behind is cut off and answered 408 (default
+	// webhook.DefaultPace).
+	BodyPace webhook.Pace
+	// RefusalLogEvery is the least time between two webhook.rejected
+	// records of one reason (default 1m).
+	RefusalLogEvery time.Duration
 	// RestartBackoff is the longest wait before a failed reader is started
 	// again (default 30s).
 	RestartBackoff time.Duration
@@ -97,12 +115,16 @@ const restartBase = 200 * time.Millisecond
 // DefaultOptions are the options New starts from.
 func DefaultOptions() Options {
 	return Options{
-		SuperviseEvery: time.Second,
-		ProcessTimeout: 2 * time.Second,
-		PingInterval:   30 * time.Second,
-		MaxBodyBytes:   1 << 20,
-		RestartBackoff: 30 * time.Second,
-		Now:            time.Now,
+		SuperviseEvery:  time.Second,
+		ProcessTimeout:  2 * time.Second,
+		PingInterval:    30 * time.Second,
+		MaxBodyBytes:    1 << 20,
+		MaxConcurrent:   64,
+		BodyBudget:      8 << 20,
+		BodyPace:        webhook.DefaultPace,
+		RefusalLogEvery: time.Minute,
+		RestartBackoff:  30 * time.Second,
+		Now:             time.Now,
 	}
 }
 
@@ -119,6 +141,17 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if o.MaxConcurrent <= 0 {
+		o.MaxConcurrent = d.MaxConcurrent
+	}
+	if o.BodyBudget <= 0 {
+		o.BodyBudget = d.BodyBudget
+	}
+	o.BodyBudget = max(o.BodyBudget, webhook.MinBudget(o.MaxBodyBytes))
+	o.BodyPace = o.BodyPace.OrDefault()
+	if o.RefusalLogEvery <= 0 {
+		o.RefusalLogEvery = d.RefusalLogEvery
 	}
 	if o.RestartBackoff <= 0 {
 		o.RestartBackoff = d.RestartBackoff
@@ -141,6 +174,11 @@ type Service struct {
 	opts Options
 	m    *metrics
 
+	// The Events API's bounds (events.go).
+	slots    webhook.Slots
+	bodies   *webhook.Budget
+	refusals *webhook.Refusals
+
 	// kv is set by Run once the KV buckets are open; nil before.
 	kv atomic.Pointer[stores]
 
@@ -161,6 +199,8 @@ func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	o.setDefaults()
 	s := &Service{
 		deps: deps, cfg: cfg, opts: o, m: newMetrics(deps.Registry),
+		slots: webhook.NewSlots(o.MaxConcurrent), bodies: webhook.NewBudget(o.BodyBudget),
+		refusals:  webhook.NewRefusals(deps.Events, viaEvents, o.RefusalLogEvery, o.Now),
 		listening: make(chan struct{}),
 	}
 	s.setStatus("starting")

@@ -14,6 +14,7 @@ type metrics struct {
 	dropped    *prometheus.CounterVec // by reason and via
 	duplicates *prometheus.CounterVec // PubAck said duplicate (a Slack retry), by via
 	rejected   *prometheus.CounterVec // HTTP requests refused before the pipeline, by reason
+	inflight   prometheus.Gauge       // Events API requests holding a slot
 	retried    *prometheus.CounterVec // messages left for Slack or the next poll to bring again, by via
 	acks       prometheus.Counter     // Socket Mode envelopes acknowledged
 	latency    prometheus.Histogram   // publish to PubAck
@@ -40,6 +41,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rejected: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_rejected_total", Help: "Events API requests refused before the pipeline, by reason.",
 		}, []string{"reason"}),
+		inflight: f.NewGauge(prometheus.GaugeOpts{
+			Name: "loop_ingress_slack_events_inflight", Help: "Events API requests being handled (at most 64 by default; one more is answered 503).",
+		}),
 		retried: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "loop_ingress_slack_retried_total", Help: "Messages not settled because the bus or KV failed; Slack or the next poll brings them again.",
 		}, []string{"via"}),
