@@ -6,8 +6,10 @@ import "testing"
 // is left can be taken again.
 func TestSlots(t *testing.T) {
 	s := NewSlots(2)
-	if !s.Enter() || !s.Enter() {
-		t.Fatal("two slots, but two requests could not enter")
+	for i := range 2 {
+		if !s.Enter() {
+			t.Fatalf("two slots, but request %d could not enter", i+1)
+		}
 	}
 	if s.Enter() {
 		t.Error("a third request entered two slots")
@@ -19,7 +21,7 @@ func TestSlots(t *testing.T) {
 	if !s.Enter() {
 		t.Error("a slot left could not be taken again")
 	}
-	if NewSlots(0).Enter() == false {
+	if !NewSlots(0).Enter() {
 		t.Error("NewSlots(0) has no slot; want at least one")
 	}
 }
