@@ -9,7 +9,7 @@ FUZZTIME  ?= 10s
 BENCHTIME ?= 2s
 
 .PHONY: all build tools test test-app test-race test-short lint fmt generate verify-generate proto-lint proto-breaking \
-        fuzz bench e2e compose-e2e tidy verify-tidy check-deps verify up clean
+        fuzz bench e2e compose-e2e harness tidy verify-tidy check-deps verify up clean
 
 all: build
 
@@ -85,6 +85,11 @@ compose-e2e:
 	@start=$$(date +%s); ./scripts/docker-env.sh && \
 	$(GO) test -count=1 -v -timeout=45m -tags='e2e compose' -run '^TestCompose$$' ./test/e2e/; rc=$$?; \
 	echo "stage compose-e2e: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
+
+## harness: copy this machine's Claude Code (the `claude` on PATH, or CLAUDE=path) to
+## bin/harness/claude, for the session image's HARNESS=prebuilt (docs/deploy.md).
+harness:
+	./scripts/harness.sh bin/harness/claude
 
 tidy:
 	$(GO) mod tidy

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -639,5 +640,33 @@ func TestDockerBuild(t *testing.T) {
 	}
 	if m := regexp.MustCompile(`ARG HARNESS_VERSION=(\S+)`).FindStringSubmatch(string(df)); m == nil || !regexp.MustCompile(`^\d+\.\d+\.\d+$`).MatchString(m[1]) {
 		t.Errorf("Claude Code is not pinned to a version: %v", m)
+	}
+	// The session image installs the loop's plugin where its
+	// LOOP_HARNESS_PLUGIN_DIR tells the dispatcher to hand it to the harness.
+	env := regexp.MustCompile(`LOOP_HARNESS_PLUGIN_DIR=(\S+)`).FindStringSubmatch(string(df))
+	inst := regexp.MustCompile(`the-loop plugin install (\S+);`).FindStringSubmatch(string(df))
+	if env == nil || inst == nil || env[1] != inst[1] {
+		t.Errorf("deploy/Dockerfile installs the plugin in %v, its LOOP_HARNESS_PLUGIN_DIR is %v", inst, env)
+	}
+	// BINARY=build compiles cmd/the-loop from what the build stage copies:
+	// every top-level directory of the module its packages live in.
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "../cmd/the-loop").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const module = "github.com/the-loop/bus/"
+	dirs := map[string]bool{}
+	for _, p := range strings.Fields(string(out)) {
+		if rest, ok := strings.CutPrefix(p, module); ok {
+			dirs[strings.Split(rest, "/")[0]] = true
+		}
+	}
+	if len(dirs) == 0 {
+		t.Fatal("go list found none of the module's packages")
+	}
+	for d := range dirs {
+		if !strings.Contains(string(df), "COPY "+d+" ./"+d+"\n") || !slices.Contains(lines, "!"+d+"/") {
+			t.Errorf("the-loop's packages in %s/ are not in the build stage (deploy/Dockerfile COPY, .dockerignore !%s/)", d, d)
+		}
 	}
 }

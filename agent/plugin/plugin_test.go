@@ -435,6 +435,58 @@ func TestInstall(t *testing.T) {
 	}
 }
 
+// Install over an identical tree writes nothing — no file, no temporary
+// file, no list — so that a dispatcher starting on an image whose plugin is
+// root's and read-only (deploy/Dockerfile) leaves it as it is: every entry is
+// the same file afterwards, with the same modification time, directories
+// included (a file created, renamed or removed in one would change its).
+func TestInstallIdenticalWritesNothing(t *testing.T) {
+	dir := installed(t)
+	before := map[string]os.FileInfo{}
+	walk := func(visit func(rel string, info os.FileInfo)) {
+		t.Helper()
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			info, err := os.Lstat(p)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(dir, p)
+			visit(rel, info)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	walk(func(rel string, info os.FileInfo) { before[rel] = info })
+	if _, ok := before[installedList]; !ok {
+		t.Fatalf("no %s after Install", installedList)
+	}
+	time.Sleep(20 * time.Millisecond) // so a write would show in a modification time
+	if err := Install(dir); err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	walk(func(rel string, info os.FileInfo) {
+		seen++
+		was, ok := before[rel]
+		switch {
+		case !ok:
+			t.Errorf("Install over an identical tree created %s", rel)
+		case !os.SameFile(was, info):
+			t.Errorf("Install over an identical tree replaced %s", rel)
+		case !was.ModTime().Equal(info.ModTime()) || was.Mode() != info.Mode():
+			t.Errorf("Install over an identical tree changed %s: %v %v, then %v %v", rel, was.Mode(), was.ModTime(), info.Mode(), info.ModTime())
+		}
+	})
+	if seen != len(before) {
+		t.Errorf("%d entries before the second Install, %d after", len(before), seen)
+	}
+}
+
 func mapsEqual(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,12 +33,22 @@ import (
 )
 
 // The compose run (`make compose-e2e`): the repository's docker-compose.yml,
-// unchanged, on this machine's Docker engine. An override file swaps only
-// the image sources — images built here from deploy/Dockerfile without
-// pulling anything — and joins the project to a network the test made, where
-// the GitHub and Slack fakes of this process are reached on the network's
-// gateway. The per-service env files (THE_LOOP_SECRETS) carry the tokens and
-// the fakes' URLs, as an operator's would carry GitHub Enterprise's.
+// unchanged, on this machine's Docker engine. An override file swaps the
+// image sources — images built here from deploy/Dockerfile without pulling
+// anything — gives the dispatcher the test's harness and plain workspace
+// directories (the GitHub fake serves no repositories), and joins the
+// project to a network the test made, where the GitHub and Slack fakes of
+// this process are reached on the network's gateway. The per-service env
+// files (THE_LOOP_SECRETS) carry the tokens and the fakes' URLs, as an
+// operator's would carry GitHub Enterprise's.
+//
+// The session image carries this machine's Claude Code when it has one
+// (HARNESS=prebuilt: scripts/harness.sh copies the `claude` on PATH, or
+// LOOP_TEST_CLAUDE, into the build context), and the stand-in agent beside
+// it as standin-agent, which the dispatcher runs as its claude harness;
+// without Claude Code the stand-in is the image's claude
+// (HARNESS=standin), and the checks of the real harness are skipped unless
+// LOOP_TEST_REQUIRE_CLAUDE=1 makes that a failure.
 const (
 	composeProject = "the-loop-e2e"
 	composeNetwork = "the-loop-e2e"
@@ -58,6 +69,14 @@ const (
 	composeLabel    = "the-loop: auto-execute"
 	composeStandIn  = "/workspace/.standin"
 	composeRepoRoot = "../.."
+	// composePluginDir is where the session image installs the loop's
+	// plugin, read-only (LOOP_HARNESS_PLUGIN_DIR in deploy/Dockerfile);
+	// composeStandInAgent the stand-in beside a real claude (STANDIN=1).
+	composePluginDir    = "/usr/local/share/the-loop/plugin"
+	composeStandInAgent = "/usr/local/bin/standin-agent"
+	// composeHarness is where HARNESS=prebuilt takes Claude Code from,
+	// under the repository root (the build context).
+	composeHarness = "bin/harness/claude"
 )
 
 // composeRun is one compose project under test.
@@ -70,6 +89,17 @@ type composeRun struct {
 	secrets string   // THE_LOOP_SECRETS: identities, env files, the route credential
 	op      *bus.Conn
 	graphs  *graphstate.Store
+	// claude is the version the host's Claude Code reports, the one the
+	// session image carries; "" when the image has the stand-in alone.
+	claude string
+	// story is the gate story's work item and its session's boot.
+	story *storyBoot
+}
+
+// storyBoot is a work item and the boot record of its session.
+type storyBoot struct {
+	n    int
+	boot standin.Boot
 }
 
 // TestCompose brings the real docker-compose.yml up on this machine's Docker
@@ -95,6 +125,7 @@ func TestCompose(t *testing.T) {
 	t.Logf("compose project up in %s", time.Since(began).Round(time.Second))
 
 	t.Run("GateStory", r.gateStory)
+	t.Run("SessionImage", r.sessionImage)
 	if t.Failed() {
 		return
 	}
@@ -116,6 +147,7 @@ func startCompose(t *testing.T) *composeRun {
 	natsCtx := filepath.Join(dir, "nats-image")
 	buildStatic(t, "github.com/nats-io/nats-server/v2", filepath.Join(natsCtx, "nats-server"))
 	ensureBase(t)
+	r.claude = hostClaude(t)
 	natsImage := "the-loop-e2e/nats:" + natsVersion(t)
 	dockerfile := "FROM " + composeBase + "\nCOPY nats-server /usr/local/bin/nats-server\nENTRYPOINT [\"/usr/local/bin/nats-server\"]\n"
 	if err := os.WriteFile(filepath.Join(natsCtx, "Dockerfile"), []byte(dockerfile), 0o600); err != nil {
@@ -194,14 +226,25 @@ channels:
 	build := func(args string) string {
 		return "    build:\n      network: none\n      args: {BINARY: prebuilt, " + args + "}\n"
 	}
-	ov := "# Image sources only: built here, no registry.\nservices:\n"
+	ov := "# Image sources built here, no registry; the dispatcher's harness and workspaces.\nservices:\n"
 	for _, name := range []string{"nats", "nats-2", "nats-3"} {
 		ov += "  " + name + ":\n    image: " + natsImage + "\n"
 	}
 	for _, name := range []string{"ingress-github", "ingress-slack", "ledger-writer", "slack-renderer"} {
 		ov += "  " + name + ":\n    image: " + composeServiceImage + "\n" + build("STATIC_BASE: scratch")
 	}
-	ov += "  dispatcher:\n    image: " + composeSessionImage + "\n" + build("SESSION_BASE: \""+composeBase+"\", HARNESS: standin")
+	// The GitHub fake serves no repositories: each work item gets a plain
+	// directory (operators keep the default, worktree).
+	session, env := "HARNESS: standin", "      LOOP_WORKSPACE_STRATEGY: dir\n"
+	if r.claude != "" {
+		// The real Claude Code is the image's claude; the stand-in,
+		// beside it, is the agent the dispatcher runs as its claude
+		// harness (trust and plugin flag as for Claude Code).
+		session = "HARNESS: prebuilt, STANDIN: \"1\""
+		env += "      LOOP_HARNESS_BINARY: " + composeStandInAgent + "\n"
+	}
+	ov += "  dispatcher:\n    image: " + composeSessionImage + "\n" + build("SESSION_BASE: \""+composeBase+"\", "+session) +
+		"    environment:\n" + env
 	ov += "networks:\n  default:\n    name: " + composeNetwork + "\n    external: true\n"
 	if err := os.WriteFile(override, []byte(ov), 0o600); err != nil {
 		t.Fatal(err)
@@ -267,6 +310,7 @@ func (r *composeRun) gateStory(t *testing.T) {
 	n := r.openItem(t, c, "Rate-limit the public API")
 	r.comment(t, c, n, fmt.Sprintf("the-loop start\n\nPlease work on this (%s).", tokenFor(n, 0)))
 	boot := r.waitBoot(t, n)
+	r.story = &storyBoot{n: n, boot: boot}
 	t.Logf("session booted in the dispatcher's container: %s %s, working in %s", boot.Mode, boot.SessionID, boot.Dir)
 	r.waitNode(t, n, "phase-selection")
 	root := r.waitThread(t, c, n)
@@ -325,6 +369,187 @@ func (r *composeRun) gateStory(t *testing.T) {
 		approvals = append(approvals, fmt.Sprintf("%s at %s via %s", a.Login, a.Node, a.Provenance.Channel))
 	}
 	t.Logf("gate story: start, ask, reply, approve, complete — %s is complete; approvedBy %s", ref(n), strings.Join(approvals, "; "))
+}
+
+// ---- the session image ----
+
+// sessionImage checks what the session image gives the gate story's session,
+// inside the dispatcher's containers: the loop's plugin installed read-only
+// where the dispatcher hands it to the harness, and left as it is by every
+// replica at start; the session started with --plugin-dir there, its boot
+// prompt's first command resolved to the plugin's file; its checkout
+// trusted in the session user's Claude Code config by the replica that
+// spawned it; and, when the image carries the real Claude Code, that it
+// runs and accepts the plugin.
+func (r *composeRun) sessionImage(t *testing.T) {
+	if r.story == nil {
+		t.Fatal("the gate story's session never booted: nothing to check")
+	}
+	n, boot := r.story.n, r.story.boot
+	out, err := r.composeOut("ps", "--quiet", "dispatcher")
+	ids := strings.Fields(out)
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("no running dispatcher container: %v", err)
+	}
+
+	// Every replica found the image's plugin and left it as it is (the
+	// directory is root's: a replica that wrote there would fail).
+	var spawner string
+	for _, id := range ids {
+		var installed, trusted bool
+		for _, rec := range r.logRecords(t, id) {
+			switch {
+			case rec["msg"] == "dispatcher: the loop's plugin is installed for sessions" && rec["dir"] == composePluginDir:
+				installed = true
+			case strings.HasPrefix(fmt.Sprint(rec["msg"]), "dispatcher: the loop's plugin could not be installed"):
+				t.Errorf("dispatcher %.12s: %v (%v)", id, rec["msg"], rec["err"])
+			case rec["msg"] == "session.workspace_trusted" && rec["work_item"] == ref(n):
+				trusted = true
+			}
+		}
+		if !installed {
+			t.Errorf("dispatcher %.12s never logged the plugin installed at %s", id, composePluginDir)
+		}
+		if trusted {
+			spawner = id
+		}
+	}
+	ro, err := dockerCmd(nil, "exec", ids[0], "sh", "-c",
+		`d="$1"; for p in "$d" "$d/hooks" "$d/hooks/hooks.json" "$d/.the-loop-installed"; do [ -w "$p" ] && echo "$p is writable"; done; stat -c '%U %a' "$d/hooks/hooks.json"`,
+		"sh", composePluginDir).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(ro)) != "root 644" {
+		t.Errorf("the image's plugin is not root's and read-only to the session user: %v\n%s", err, ro)
+	}
+	t.Logf("plugin: every dispatcher replica (%d) logged it installed at %s; its files are %s, read-only to uid 65532",
+		len(ids), composePluginDir, strings.TrimSpace(string(ro)))
+
+	// The session loaded it: --plugin-dir on its argv, the boot prompt's
+	// first command resolved to the image's file.
+	if !slices.Equal(boot.PluginDirs, []string{composePluginDir}) {
+		t.Errorf("the session's --plugin-dir: %q, want [%s] (args %q)", boot.PluginDirs, composePluginDir, boot.Args)
+	}
+	if len(boot.Plugins) != 1 || boot.Plugins[0].Name != "the-loop" || boot.Plugins[0].Error != "" {
+		t.Errorf("the session loaded plugins %+v, want the-loop", boot.Plugins)
+	}
+	var workOn *standin.Command
+	for i := range boot.Commands {
+		if boot.Commands[i].Slash == "/the-loop:work-on" {
+			workOn = &boot.Commands[i]
+		}
+	}
+	if workOn == nil || !workOn.Found || workOn.File != composePluginDir+"/commands/work-on.md" {
+		t.Errorf("/the-loop:work-on resolved to %+v (commands %+v)", workOn, boot.Commands)
+	} else {
+		t.Logf("session: started with --plugin-dir %s (plugin %s %s); /the-loop:work-on resolved to %s",
+			boot.PluginDirs[0], boot.Plugins[0].Name, boot.Plugins[0].Version, workOn.File)
+	}
+
+	// The checkout is trusted in the Claude Code config of the session
+	// user's home, in the replica that spawned the session.
+	if spawner == "" {
+		t.Errorf("no dispatcher replica logged session.workspace_trusted for %s", ref(n))
+	} else {
+		home, err := dockerCmd(nil, "exec", spawner, "sh", "-c", `getent passwd 65532 | cut -d: -f6; echo "$HOME"`).Output()
+		lines := strings.Fields(string(home))
+		if err != nil || len(lines) != 2 || lines[0] != lines[1] {
+			t.Fatalf("the session user's home: %q %v", home, err)
+		}
+		cfg := lines[0] + "/.claude.json"
+		raw, err := dockerCmd(nil, "exec", spawner, "cat", cfg).Output()
+		if err != nil {
+			t.Fatalf("cat %s in dispatcher %.12s: %v", cfg, spawner, err)
+		}
+		var conf struct {
+			Projects map[string]struct {
+				Trusted   bool `json:"hasTrustDialogAccepted"`
+				Onboarded bool `json:"hasCompletedProjectOnboarding"`
+			} `json:"projects"`
+		}
+		if err := json.Unmarshal(raw, &conf); err != nil {
+			t.Fatalf("%s: %v\n%s", cfg, err, raw)
+		}
+		p, ok := conf.Projects[boot.Dir]
+		if !ok || !p.Trusted || !p.Onboarded {
+			t.Errorf("%s: projects[%q] = %+v (present %v), want hasTrustDialogAccepted and hasCompletedProjectOnboarding\n%s", cfg, boot.Dir, p, ok, raw)
+		} else {
+			t.Logf("trust: %s in dispatcher %.12s has projects[%q].hasTrustDialogAccepted = true (and hasCompletedProjectOnboarding)", cfg, spawner, boot.Dir)
+		}
+	}
+
+	// The real harness: it runs, it is the host's version, and it accepts
+	// the plugin (with a home of its own: the session user's config stays
+	// the dispatcher's).
+	if r.claude == "" {
+		return // not in this image: hostClaude said so
+	}
+	version, err := dockerCmd(nil, "exec", ids[0], "claude", "--version").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(version)) != r.claude {
+		t.Errorf("claude --version in the dispatcher's container: %q %v, want %q (the host's)", version, err, r.claude)
+	}
+	valid, err := dockerCmd(nil, "exec", ids[0], "sh", "-c", `HOME="$(mktemp -d)" exec claude plugin validate "$1"`, "sh", composePluginDir).CombinedOutput()
+	if err != nil || !strings.Contains(string(valid), "Validation passed") {
+		t.Errorf("claude plugin validate %s in the dispatcher's container: %v\n%s", composePluginDir, err, valid)
+	}
+	t.Logf("Claude Code: claude --version in the dispatcher's container prints %q (the host's: %q); claude plugin validate %s: %s",
+		strings.TrimSpace(string(version)), r.claude, composePluginDir, lastLine(string(valid)))
+}
+
+// logRecords are the JSON log lines of container id.
+func (r *composeRun) logRecords(t *testing.T, id string) []map[string]any {
+	t.Helper()
+	logs, err := dockerCmd(nil, "logs", id).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker logs %.12s: %v", id, err)
+	}
+	var recs []map[string]any
+	for _, line := range strings.Split(string(logs), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil {
+			recs = append(recs, rec)
+		}
+	}
+	return recs
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// hostClaude copies this machine's Claude Code (LOOP_TEST_CLAUDE, else the
+// `claude` on PATH) into the build context for HARNESS=prebuilt and returns
+// the version it reports; "" when there is none, which fails the test under
+// LOOP_TEST_REQUIRE_CLAUDE=1 (CI).
+func hostClaude(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("LOOP_TEST_CLAUDE")
+	if bin == "" {
+		bin, _ = exec.LookPath("claude")
+	} else if abs, err := filepath.Abs(bin); err == nil {
+		bin = abs
+	}
+	if bin == "" {
+		if os.Getenv("LOOP_TEST_REQUIRE_CLAUDE") == "1" {
+			t.Fatal("LOOP_TEST_REQUIRE_CLAUDE=1 but no Claude Code: put `claude` on PATH or name it in LOOP_TEST_CLAUDE")
+		}
+		t.Log("Claude Code is not installed (no `claude` on PATH, LOOP_TEST_CLAUDE unset): the session image carries the stand-in alone (HARNESS=standin), and claude --version, claude plugin validate and the host-version check are skipped; LOOP_TEST_REQUIRE_CLAUDE=1 makes this a failure")
+		return ""
+	}
+	version, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", bin, err)
+	}
+	start := time.Now()
+	cmd := exec.Command("./scripts/harness.sh", composeHarness)
+	cmd.Dir = composeRepoRoot
+	cmd.Env = append(os.Environ(), "CLAUDE="+bin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("scripts/harness.sh: %v\n%s", err, out)
+	}
+	t.Logf("Claude Code %s from %s, for the session image (HARNESS=prebuilt): %s in %s",
+		strings.TrimSpace(string(version)), bin, strings.TrimSpace(string(out)), time.Since(start).Round(time.Second))
+	return strings.TrimSpace(string(version))
 }
 
 // openItem opens an issue by Alice with the auto-execute label and delivers
