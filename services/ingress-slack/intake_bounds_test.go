@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -189,7 +190,7 @@ func TestEventsConcurrencyCap(t *testing.T) {
 // reason, never a log line each; after the interval the records account for
 // every refusal. Every refusal was a log line of its own.
 func TestEventsRefusalsCountedNotLogged(t *testing.T) {
-	clock := &fixedClock{t: time.Now()}
+	clock := ghfake.NewManualClock(time.Now())
 	e := newEnv(t)
 	s := e.start(func(_ *Config, o *Options) { o.Now = clock.Now })
 	e.waitReady(s)
@@ -247,7 +248,7 @@ func TestEventsRefusalsCountedNotLogged(t *testing.T) {
 			t.Errorf("a refusal was logged on its own: %v", r)
 		}
 	}
-	clock.Add(time.Minute)
+	clock.Advance(time.Minute)
 	h.ServeHTTP(httptest.NewRecorder(), kinds[0].req())
 	want[refusedHeaders]++
 	s.refusals.Flush(context.Background())
@@ -268,24 +269,6 @@ func TestEventsRefusalsCountedNotLogged(t *testing.T) {
 		t.Errorf("records count %v, want %v", counted, want)
 	}
 	t.Logf("1001 refusals of %d reasons: %d log records", len(want), len(recs))
-}
-
-// fixedClock is a clock the test moves.
-type fixedClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fixedClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fixedClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }
 
 // TestUnsignedFloodCannotStarveSlack (issue 26): eight unsigned 1 MiB posts
