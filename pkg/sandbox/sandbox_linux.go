@@ -1,0 +1,131 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// levels are the Landlock configurations a sandbox enforces, strongest
+// first; Apply takes the first the kernel offers.
+//
+//   - With ABI 9: every file access right of ABI 9, which adds connecting to
+//     pathname unix sockets made outside the sandbox (granted on no path);
+//     TCP bind and connect; both IPC scopes.
+//   - landlock.V6: file access rights up to ABI 5 (truncate, ioctl on
+//     devices), TCP bind and connect (ABI 4), both IPC scopes (ABI 6).
+//
+// UDP (ABI 10) is left alone: a session resolves names over it.
+var levels = []landlock.Config{
+	{HandledAccessFS: landlock.V9.HandledAccessFS, HandledAccessNet: landlock.V6.HandledAccessNet, Scoped: landlock.V6.Scoped},
+	landlock.V6,
+}
+
+// level is the strongest of levels this kernel enforces, probed by making
+// (not enforcing) a ruleset.
+func level() (landlock.Config, error) {
+	var err error
+	for _, c := range levels {
+		var fd int
+		fd, _, err = c.NewRulesetFD()
+		if err == nil {
+			if fd >= 0 {
+				_ = unix.Close(fd)
+			}
+			return c, nil
+		}
+	}
+	return landlock.Config{}, fmt.Errorf("%w: %v", ErrUnsupported, err)
+}
+
+// Supported reports whether Apply can enforce a Policy here without
+// BestEffort: nil, or an error wrapping ErrUnsupported that says why not.
+func Supported() error {
+	if _, err := level(); err != nil {
+		return err
+	}
+	if !filterArch {
+		return fmt.Errorf("%w: no seccomp filter for this architecture", ErrUnsupported)
+	}
+	return nil
+}
+
+// ABI is the Landlock ABI version the kernel offers (0: none).
+func ABI() int {
+	v, err := llsys.LandlockGetABIVersion()
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// Apply confines the calling process, every thread of it, and everything
+// it executes from now on to p. Without p.BestEffort it refuses, changing
+// nothing, when the kernel cannot (ErrUnsupported).
+func Apply(p Policy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	cfg, err := level()
+	if err != nil {
+		if !p.BestEffort {
+			return err
+		}
+		cfg = landlock.V6.BestEffort()
+	}
+	if !filterArch && !p.BestEffort {
+		return fmt.Errorf("%w: no seccomp filter for this architecture", ErrUnsupported)
+	}
+	if err := cfg.Restrict(rules(p)...); err != nil {
+		return fmt.Errorf("sandbox: landlock: %w", err)
+	}
+	if !filterArch || ABI() == 0 {
+		return nil // best effort: nothing more to hold
+	}
+	// Landlock set no_new_privs on every thread, which an unprivileged
+	// seccomp filter needs.
+	if err := loadFilter(); err != nil {
+		return fmt.Errorf("sandbox: seccomp: %w", err)
+	}
+	return nil
+}
+
+// rules are p's Landlock rules.
+func rules(p Policy) []landlock.Rule {
+	var out []landlock.Rule
+	dirs, files := existing(p.ReadWrite)
+	if len(dirs) > 0 {
+		// A terminal opened anew (/dev/tty, a pseudo-terminal) needs its
+		// ioctls; there are device files in no other rw directory.
+		out = append(out, landlock.RWDirs(dirs...).WithIoctlDev())
+	}
+	if len(files) > 0 {
+		out = append(out, landlock.RWFiles(files...).WithIoctlDev())
+	}
+	dirs, files = existing(p.ReadOnly)
+	if len(dirs) > 0 {
+		out = append(out, landlock.PathAccess(llsys.AccessFSReadFile|llsys.AccessFSReadDir, dirs...))
+	}
+	if len(files) > 0 {
+		out = append(out, landlock.PathAccess(llsys.AccessFSReadFile, files...))
+	}
+	dirs, files = existing(p.Exec)
+	if len(dirs) > 0 {
+		out = append(out, landlock.RODirs(dirs...))
+	}
+	if len(files) > 0 {
+		out = append(out, landlock.ROFiles(files...))
+	}
+	for _, port := range p.ConnectTCP {
+		out = append(out, landlock.ConnectTCP(port))
+	}
+	return out
+}
+
+// errFilterLoad wraps a failure to install the filter.
+var errFilterLoad = errors.New("the filter was not installed on every thread")
