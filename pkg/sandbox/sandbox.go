@@ -33,7 +33,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -144,23 +143,6 @@ func Exec(p Policy, argv, env []string) error {
 		return fmt.Errorf("sandbox: exec %s: %w", path, err)
 	}
 	return nil
-}
-
-// existing is paths without those that do not exist (they grant nothing),
-// split into directories and files: Landlock gives a file only the rights
-// that apply to files.
-func existing(paths []string) (dirs, files []string) {
-	for _, p := range paths {
-		fi, err := os.Stat(p)
-		switch {
-		case err != nil:
-		case fi.IsDir():
-			dirs = append(dirs, p)
-		default:
-			files = append(files, p)
-		}
-	}
-	return dirs, files
 }
 
 type pathList []string

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -125,6 +126,23 @@ func rules(p Policy) []landlock.Rule {
 		out = append(out, landlock.ConnectTCP(port))
 	}
 	return out
+}
+
+// existing is paths without those that do not exist (they grant nothing),
+// split into directories and files: Landlock gives a file only the rights
+// that apply to files.
+func existing(paths []string) (dirs, files []string) {
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		switch {
+		case err != nil:
+		case fi.IsDir():
+			dirs = append(dirs, p)
+		default:
+			files = append(files, p)
+		}
+	}
+	return dirs, files
 }
 
 // errFilterLoad wraps a failure to install the filter.
