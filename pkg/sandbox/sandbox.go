@@ -124,15 +124,19 @@ func (p Policy) Command(loop string, argv []string) []string {
 	return append(out, argv...)
 }
 
-// Exec confines this process to p and replaces it with argv, argv[0]
-// looked up on PATH once confined: the command is found, and run, with the
-// rights it keeps. It returns only on failure, and never runs argv
-// unconfined.
+// Exec replaces this process with argv confined to p, argv[0] looked up
+// on PATH once confined: the command is found, and run, with the rights it
+// keeps. It returns only on failure, and never runs argv unconfined.
+//
+// Only the thread that executes argv is confined (the new program has no
+// other), the goroutine locked to it for good: unlike Apply, this needs no
+// signalling of the process's other threads, which a process already in a
+// sandbox that hides /proc could not do.
 func Exec(p Policy, argv, env []string) error {
 	if len(argv) == 0 {
 		return errors.New("sandbox: no command to run")
 	}
-	if err := Apply(p); err != nil {
+	if err := confineThread(p); err != nil {
 		return err
 	}
 	path, err := exec.LookPath(argv[0])

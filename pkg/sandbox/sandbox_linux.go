@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -68,29 +69,79 @@ func ABI() int {
 // Apply confines the calling process, every thread of it, and everything
 // it executes from now on to p. Without p.BestEffort it refuses, changing
 // nothing, when the kernel cannot (ErrUnsupported).
+//
+// On kernels before Landlock ABI 8, a binary built with cgo reaches its
+// other threads through libpsx, which reads /proc/self/task: Apply in a
+// process already confined away from /proc ends it. Exec does not need
+// this.
 func Apply(p Policy) error {
-	if err := p.Validate(); err != nil {
-		return err
-	}
-	cfg, err := level()
+	cfg, err := configFor(p)
 	if err != nil {
-		if !p.BestEffort {
-			return err
-		}
-		cfg = landlock.V6.BestEffort()
-	}
-	if !filterArch && !p.BestEffort {
-		return fmt.Errorf("%w: no seccomp filter for this architecture", ErrUnsupported)
+		return err
 	}
 	if err := cfg.Restrict(rules(p)...); err != nil {
 		return fmt.Errorf("sandbox: landlock: %w", err)
 	}
-	if !filterArch || ABI() == 0 {
-		return nil // best effort: nothing more to hold
+	return filter(unix.SECCOMP_FILTER_FLAG_TSYNC)
+}
+
+// confineThread confines the calling OS thread to p, locking the calling
+// goroutine to it for good: what Exec runs before it executes a command.
+func confineThread(p Policy) error {
+	cfg, err := configFor(p)
+	if err != nil {
+		return err
 	}
-	// Landlock set no_new_privs on every thread, which an unprivileged
-	// seccomp filter needs.
-	if err := loadFilter(); err != nil {
+	if ABI() >= 7 {
+		// Denials of the command Exec runs are logged (by the audit
+		// subsystem, where it is on), as a sandbox's should be.
+		cfg = cfg.EnableLoggingForSubprocesses()
+	}
+	fd, flags, err := cfg.NewRulesetFD(rules(p)...)
+	if err != nil {
+		return fmt.Errorf("sandbox: landlock: %w", err)
+	}
+	if fd < 0 {
+		return nil // best effort, and nothing the kernel can enforce
+	}
+	defer unix.Close(fd)
+	runtime.LockOSThread() // never unlocked: the thread is confined
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("sandbox: no_new_privs: %w", err)
+	}
+	if err := llsys.LandlockRestrictSelf(fd, flags); err != nil {
+		return fmt.Errorf("sandbox: landlock_restrict_self: %w", err)
+	}
+	return filter(0)
+}
+
+// configFor is the Landlock configuration p is enforced with, or why it
+// cannot be.
+func configFor(p Policy) (landlock.Config, error) {
+	if err := p.Validate(); err != nil {
+		return landlock.Config{}, err
+	}
+	cfg, err := level()
+	if err != nil {
+		if !p.BestEffort {
+			return landlock.Config{}, err
+		}
+		cfg = landlock.V6.BestEffort()
+	}
+	if !filterArch && !p.BestEffort {
+		return landlock.Config{}, fmt.Errorf("%w: no seccomp filter for this architecture", ErrUnsupported)
+	}
+	return cfg, nil
+}
+
+// filter installs the seccomp filter once Landlock is enforced (which set
+// no_new_privs, as an unprivileged filter needs); flags TSYNC for every
+// thread. Without Landlock (best effort) there is nothing to hold.
+func filter(flags uintptr) error {
+	if !filterArch || ABI() == 0 {
+		return nil
+	}
+	if err := loadFilter(flags); err != nil {
 		return fmt.Errorf("sandbox: seccomp: %w", err)
 	}
 	return nil

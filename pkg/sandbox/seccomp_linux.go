@@ -88,12 +88,13 @@ func program() []unix.SockFilter {
 		ret(unix.SECCOMP_RET_ALLOW))
 }
 
-// loadFilter installs program on every thread of the process (TSYNC). The
-// caller has set no_new_privs.
-func loadFilter() error {
+// loadFilter installs program on the calling thread, or on every thread of
+// the process with flags SECCOMP_FILTER_FLAG_TSYNC. The caller has set
+// no_new_privs.
+func loadFilter(flags uintptr) error {
 	p := program()
 	prog := unix.SockFprog{Len: uint16(len(p)), Filter: &p[0]}
-	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
+	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&prog)))
 	if e != 0 {
 		return e
 	}
