@@ -55,10 +55,11 @@ Usage:
                                        also a wait on a person), 2 could not ask the session endpoint
   the-loop hook session-start|stop --harness claude|cursor
                                        the plugin's harness hooks (JSON on stdin); no-op outside a session
-  the-loop sandbox [--rw PATH]... [--ro PATH]... [--exec PATH]... [--connect PORT]... -- COMMAND [ARGS...]
+  the-loop sandbox [--rw PATH]... [--ro PATH]... [--exec PATH]... [--connect PORT]... [--unix DIR]... -- COMMAND [ARGS...]
                                        run COMMAND confined by Landlock to those paths (read-write, read,
-                                       read and execute) and TCP ports; the dispatcher starts agent
-                                       sessions so. Fails, running nothing, on a kernel without Landlock
+                                       read and execute), TCP ports and unix socket directories; the
+                                       dispatcher starts agent sessions so. Fails, running nothing, on a
+                                       kernel without Landlock ABI 6
   the-loop plugin install DIR          install the loop's harness plugin in DIR (Claude Code: --plugin-dir DIR)
   the-loop plugin version              the plugin's version
   the-loop excerpt --event NAME [FILE|-]

@@ -28,7 +28,7 @@ func cmdSandbox(_ context.Context, args []string, _ config.Env, _, stderr io.Wri
 		return err
 	}
 	if fs.NArg() == 0 {
-		return fmt.Errorf("%w: sandbox [--rw PATH]... [--ro PATH]... [--exec PATH]... [--connect PORT]... -- COMMAND [ARGS...]", errUsage)
+		return fmt.Errorf("%w: sandbox [--rw PATH]... [--ro PATH]... [--exec PATH]... [--connect PORT]... [--unix DIR]... -- COMMAND [ARGS...]", errUsage)
 	}
 	return sandbox.Exec(p, fs.Args(), os.Environ())
 }

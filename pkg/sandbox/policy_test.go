@@ -13,10 +13,11 @@ import (
 // dispatcher puts before a session's argv) reads back the same, and the
 // flags refuse what is not a path or a port.
 func TestPolicyFlagsRoundTrip(t *testing.T) {
-	p := sandbox.Policy{ReadWrite: []string{"/w", "/tmp"}, ReadOnly: []string{"/etc"}, Exec: []string{"/usr"}, ConnectTCP: []uint16{443, 22}}
+	p := sandbox.Policy{ReadWrite: []string{"/w", "/tmp"}, ReadOnly: []string{"/etc"}, Exec: []string{"/usr"}, ConnectTCP: []uint16{443, 22},
+		UnixSockets: []string{"/tmp/tmux-1000"}}
 	argv := p.Command("/opt/the-loop", []string{"claude", "--rw", "x"})
 	want := []string{"/opt/the-loop", "sandbox", "--rw", "/w", "--rw", "/tmp", "--ro", "/etc", "--exec", "/usr",
-		"--connect", "443", "--connect", "22", "--", "claude", "--rw", "x"}
+		"--connect", "443", "--connect", "22", "--unix", "/tmp/tmux-1000", "--", "claude", "--rw", "x"}
 	if !slices.Equal(argv, want) {
 		t.Fatalf("Command:\n got %q\nwant %q", argv, want)
 	}
@@ -27,13 +28,13 @@ func TestPolicyFlagsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.Equal(back.ReadWrite, p.ReadWrite) || !slices.Equal(back.ReadOnly, p.ReadOnly) ||
-		!slices.Equal(back.Exec, p.Exec) || !slices.Equal(back.ConnectTCP, p.ConnectTCP) {
+		!slices.Equal(back.Exec, p.Exec) || !slices.Equal(back.ConnectTCP, p.ConnectTCP) || !slices.Equal(back.UnixSockets, p.UnixSockets) {
 		t.Errorf("read back %+v, want %+v", back, p)
 	}
 	if rest := fs.Args(); !slices.Equal(rest, []string{"claude", "--rw", "x"}) {
 		t.Errorf("the command after --: %q", rest)
 	}
-	for _, bad := range [][]string{{"--rw", "relative"}, {"--ro", ""}, {"--connect", "0"}, {"--connect", "65536"}, {"--connect", "https"}} {
+	for _, bad := range [][]string{{"--rw", "relative"}, {"--unix", "sockets"}, {"--ro", ""}, {"--connect", "0"}, {"--connect", "65536"}, {"--connect", "https"}} {
 		fs := flag.NewFlagSet("sandbox", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		var q sandbox.Policy

@@ -16,14 +16,17 @@
 //     made outside the sandbox (a tmux server's, an agent's) is refused
 //     too.
 //
-// Two ways round Landlock's TCP rules were measured on the kernels this
-// was built on, and are closed by a seccomp filter installed with the
-// Landlock domain: a Multipath TCP socket (IPPROTO_MPTCP), which Landlock's
+// Where Landlock's rules do not reach, a seccomp filter installed with the
+// Landlock domain closes the ways round them measured on the kernels this
+// was built on: a Multipath TCP socket (IPPROTO_MPTCP), which Landlock's
 // TCP rules do not see, cannot be made (EPROTONOSUPPORT, as on a kernel
 // without it: programs fall back to TCP); TCP Fast Open (MSG_FASTOPEN on
 // sendto, sendmsg or sendmmsg), which connects without connect(2), is
-// refused (EOPNOTSUPP); and io_uring, which makes sockets and sends without
-// those system calls, is not available (ENOSYS).
+// refused (EOPNOTSUPP); io_uring, which makes sockets and sends without
+// those system calls, is not available (ENOSYS). Before ABI 9, unix
+// sockets cannot be made at all (EACCES; socketpair(2) still works): a
+// pathname unix socket made outside the sandbox — a tmux server, the
+// user's D-Bus, an SSH, GPG or Docker socket — would be a way out.
 //
 // A restriction cannot be undone: a process already confined that applies
 // another Policy is confined by both. Nothing here loosens anything.
@@ -58,6 +61,12 @@ type Policy struct {
 	// ConnectTCP are the TCP ports the process may connect to, on any
 	// host. Nothing else may be connected to, and nothing bound.
 	ConnectTCP []uint16
+	// UnixSockets are directories (or sockets) whose pathname unix
+	// sockets, made outside the sandbox, the process may connect to (a
+	// tmux server's). Before Landlock ABI 9 a process can connect to no
+	// unix socket, or to any: with UnixSockets set it may make unix
+	// sockets, and reaches every one it can name.
+	UnixSockets []string
 	// BestEffort applies what the kernel offers, down to nothing; without
 	// it, Apply refuses on a kernel without Landlock ABI 6 (ErrUnsupported).
 	BestEffort bool
@@ -75,7 +84,7 @@ func (p Policy) Validate() error {
 	for _, set := range []struct {
 		flag  string
 		paths []string
-	}{{"--rw", p.ReadWrite}, {"--ro", p.ReadOnly}, {"--exec", p.Exec}} {
+	}{{"--rw", p.ReadWrite}, {"--ro", p.ReadOnly}, {"--exec", p.Exec}, {"--unix", p.UnixSockets}} {
 		for _, path := range set.paths {
 			if path == "" || !filepath.IsAbs(path) {
 				errs = append(errs, fmt.Errorf("sandbox: %s %q is not an absolute path", set.flag, path))
@@ -88,15 +97,17 @@ func (p Policy) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Flags registers p's flags on fs: --rw, --ro, --exec (repeatable, one
-// path each) and --connect (repeatable, one port each). Each adds to what
-// p allows; there is no flag that takes anything away from a restriction
-// in force, nor one that makes Apply settle for less (BestEffort).
+// Flags registers p's flags on fs: --rw, --ro, --exec, --unix (repeatable,
+// one path each) and --connect (repeatable, one port each). Each adds to
+// what p allows, from nothing; there is no flag that takes anything away
+// from a restriction in force, nor one that makes Apply settle for less
+// (BestEffort).
 func (p *Policy) Flags(fs *flag.FlagSet) {
 	fs.Var((*pathList)(&p.ReadWrite), "rw", "a file or directory the command may read, write and execute (repeatable)")
 	fs.Var((*pathList)(&p.ReadOnly), "ro", "a file or directory the command may read (repeatable)")
 	fs.Var((*pathList)(&p.Exec), "exec", "a file or directory the command may read and execute (repeatable)")
 	fs.Var((*portList)(&p.ConnectTCP), "connect", "a TCP port the command may connect to, on any host (repeatable)")
+	fs.Var((*pathList)(&p.UnixSockets), "unix", "a directory whose unix sockets the command may connect to; before Landlock ABI 9, any it can name (repeatable)")
 }
 
 // Args is p as the flags Flags reads, in a stable order.
@@ -113,6 +124,9 @@ func (p Policy) Args() []string {
 	}
 	for _, port := range p.ConnectTCP {
 		out = append(out, "--connect", strconv.Itoa(int(port)))
+	}
+	for _, r := range p.UnixSockets {
+		out = append(out, "--unix", r)
 	}
 	return out
 }
@@ -131,7 +145,8 @@ func (p Policy) Command(loop string, argv []string) []string {
 // Only the thread that executes argv is confined (the new program has no
 // other), the goroutine locked to it for good: unlike Apply, this needs no
 // signalling of the process's other threads, which a process already in a
-// sandbox that hides /proc could not do.
+// sandbox that hides /proc could not do. The terminal on its standard
+// streams, which argv inherits open, stays usable by its path too.
 func Exec(p Policy, argv, env []string) error {
 	if len(argv) == 0 {
 		return errors.New("sandbox: no command to run")

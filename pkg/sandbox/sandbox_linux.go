@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -29,26 +32,27 @@ var levels = []landlock.Config{
 }
 
 // level is the strongest of levels this kernel enforces, probed by making
-// (not enforcing) a ruleset.
-func level() (landlock.Config, error) {
-	var err error
-	for _, c := range levels {
+// (not enforcing) a ruleset; unixScoped: it refuses connecting to pathname
+// unix sockets made outside the sandbox (ABI 9), so the seccomp filter
+// need not refuse making unix sockets.
+func level() (cfg landlock.Config, unixScoped bool, err error) {
+	for i, c := range levels {
 		var fd int
 		fd, _, err = c.NewRulesetFD()
 		if err == nil {
 			if fd >= 0 {
 				_ = unix.Close(fd)
 			}
-			return c, nil
+			return c, i == 0, nil
 		}
 	}
-	return landlock.Config{}, fmt.Errorf("%w: %v", ErrUnsupported, err)
+	return landlock.Config{}, false, fmt.Errorf("%w: %v", ErrUnsupported, err)
 }
 
 // Supported reports whether Apply can enforce a Policy here without
 // BestEffort: nil, or an error wrapping ErrUnsupported that says why not.
 func Supported() error {
-	if _, err := level(); err != nil {
+	if _, _, err := level(); err != nil {
 		return err
 	}
 	if !filterArch {
@@ -75,20 +79,23 @@ func ABI() int {
 // process already confined away from /proc ends it. Exec does not need
 // this.
 func Apply(p Policy) error {
-	cfg, err := configFor(p)
+	cfg, unixScoped, err := configFor(p)
 	if err != nil {
 		return err
 	}
-	if err := cfg.Restrict(rules(p)...); err != nil {
+	if err := cfg.Restrict(rules(p, unixScoped)...); err != nil {
 		return fmt.Errorf("sandbox: landlock: %w", err)
 	}
-	return filter(unix.SECCOMP_FILTER_FLAG_TSYNC)
+	return filter(unix.SECCOMP_FILTER_FLAG_TSYNC, !unixScoped && len(p.UnixSockets) == 0)
 }
 
 // confineThread confines the calling OS thread to p, locking the calling
 // goroutine to it for good: what Exec runs before it executes a command.
+// The terminal the process runs on (its standard streams') stays usable
+// by its path — the command holds it open already.
 func confineThread(p Policy) error {
-	cfg, err := configFor(p)
+	p.ReadWrite = append(slices.Clone(p.ReadWrite), ownTerminals()...)
+	cfg, unixScoped, err := configFor(p)
 	if err != nil {
 		return err
 	}
@@ -97,7 +104,7 @@ func confineThread(p Policy) error {
 		// subsystem, where it is on), as a sandbox's should be.
 		cfg = cfg.EnableLoggingForSubprocesses()
 	}
-	fd, flags, err := cfg.NewRulesetFD(rules(p)...)
+	fd, flags, err := cfg.NewRulesetFD(rules(p, unixScoped)...)
 	if err != nil {
 		return fmt.Errorf("sandbox: landlock: %w", err)
 	}
@@ -112,43 +119,62 @@ func confineThread(p Policy) error {
 	if err := llsys.LandlockRestrictSelf(fd, flags); err != nil {
 		return fmt.Errorf("sandbox: landlock_restrict_self: %w", err)
 	}
-	return filter(0)
+	return filter(0, !unixScoped && len(p.UnixSockets) == 0)
+}
+
+// ownTerminals are the paths of the terminals on standard input, output
+// and error (/dev/pts/N): a program reopens its terminal by path
+// (/dev/stdout, ttyname).
+func ownTerminals() []string {
+	var out []string
+	for fd := 0; fd <= 2; fd++ {
+		if _, err := unix.IoctlGetTermios(fd, unix.TCGETS); err != nil {
+			continue
+		}
+		path, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		if err == nil && strings.HasPrefix(path, "/dev/") && !slices.Contains(out, path) {
+			out = append(out, path)
+		}
+	}
+	return out
 }
 
 // configFor is the Landlock configuration p is enforced with, or why it
 // cannot be.
-func configFor(p Policy) (landlock.Config, error) {
+func configFor(p Policy) (cfg landlock.Config, unixScoped bool, err error) {
 	if err := p.Validate(); err != nil {
-		return landlock.Config{}, err
+		return landlock.Config{}, false, err
 	}
-	cfg, err := level()
+	cfg, unixScoped, err = level()
 	if err != nil {
 		if !p.BestEffort {
-			return landlock.Config{}, err
+			return landlock.Config{}, false, err
 		}
 		cfg = landlock.V6.BestEffort()
 	}
 	if !filterArch && !p.BestEffort {
-		return landlock.Config{}, fmt.Errorf("%w: no seccomp filter for this architecture", ErrUnsupported)
+		return landlock.Config{}, false, fmt.Errorf("%w: no seccomp filter for this architecture", ErrUnsupported)
 	}
-	return cfg, nil
+	return cfg, unixScoped, nil
 }
 
 // filter installs the seccomp filter once Landlock is enforced (which set
 // no_new_privs, as an unprivileged filter needs); flags TSYNC for every
-// thread. Without Landlock (best effort) there is nothing to hold.
-func filter(flags uintptr) error {
+// thread; unixSockets refuses making unix sockets. Without Landlock (best
+// effort) there is nothing to hold.
+func filter(flags uintptr, unixSockets bool) error {
 	if !filterArch || ABI() == 0 {
 		return nil
 	}
-	if err := loadFilter(flags); err != nil {
+	if err := loadFilter(flags, unixSockets); err != nil {
 		return fmt.Errorf("sandbox: seccomp: %w", err)
 	}
 	return nil
 }
 
-// rules are p's Landlock rules.
-func rules(p Policy) []landlock.Rule {
+// rules are p's Landlock rules; unixScoped: the configuration handles
+// connecting to pathname unix sockets, which p.UnixSockets grants.
+func rules(p Policy, unixScoped bool) []landlock.Rule {
 	var out []landlock.Rule
 	dirs, files := existing(p.ReadWrite)
 	if len(dirs) > 0 {
@@ -175,6 +201,11 @@ func rules(p Policy) []landlock.Rule {
 	}
 	for _, port := range p.ConnectTCP {
 		out = append(out, landlock.ConnectTCP(port))
+	}
+	if unixScoped {
+		if dirs, files := existing(p.UnixSockets); len(dirs)+len(files) > 0 {
+			out = append(out, landlock.PathAccess(llsys.AccessFSResolveUnix, append(dirs, files...)...))
+		}
 	}
 	return out
 }

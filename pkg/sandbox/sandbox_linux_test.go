@@ -129,10 +129,17 @@ func do(p probe) error {
 	case "signal":
 		pid, _ := strconv.Atoi(p.Arg)
 		return unix.Kill(pid, 0)
-	case "abstract":
+	case "unix":
 		c, err := net.Dial("unix", p.Arg)
 		if err == nil {
 			c.Close()
+		}
+		return err
+	case "socketpair":
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+		if err == nil {
+			unix.Close(fds[0])
+			unix.Close(fds[1])
 		}
 		return err
 	case "io_uring":
@@ -334,40 +341,54 @@ func TestApplyConfinesTCP(t *testing.T) {
 }
 
 // TestApplyScopesIPC: a confined process cannot signal a process outside
-// its sandbox, connect to an abstract unix socket made outside it, or
-// reach into an outside process through /proc (its memory, its working
-// directory), though it may read /proc.
+// its sandbox, connect to a unix socket (abstract or pathname) made
+// outside it, or reach into an outside process through /proc (its memory,
+// its working directory), though it may read /proc and make a socketpair.
 func TestApplyScopesIPC(t *testing.T) {
 	needLandlock(t)
-	name := fmt.Sprintf("@the-loop-sandbox-test-%d", os.Getpid())
-	ln, err := net.Listen("unix", name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
+	abstract := fmt.Sprintf("@the-loop-sandbox-test-%d", os.Getpid())
+	pathname := filepath.Join(t.TempDir(), "outside.sock")
+	for _, name := range []string{abstract, pathname} {
+		ln, err := net.Listen("unix", name)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+	}
 	pid := strconv.Itoa(os.Getpid())
 	probes := []probe{
 		{"signal the parent", "signal", pid},
-		{"connect to the parent's abstract socket", "abstract", name},
+		{"connect to the parent's abstract socket", "unix", abstract},
+		{"connect to the parent's pathname socket", "unix", pathname},
+		{"make a socketpair", "socketpair", ""},
 		{"read the parent's memory", "read", "/proc/" + pid + "/mem"},
 		{"follow the parent's working directory", "readlink", "/proc/" + pid + "/cwd"},
 	}
 	// Unconfined, each works: the refusals below are the sandbox's.
 	check(t, probeIn(t, probeRequest{Probes: probes}), map[string]string{
-		"signal the parent": "ok", "connect to the parent's abstract socket": "ok", "follow the parent's working directory": "ok",
+		"signal the parent": "ok", "connect to the parent's abstract socket": "ok", "connect to the parent's pathname socket": "ok",
+		"make a socketpair": "ok", "follow the parent's working directory": "ok",
 	})
-	check(t, probeIn(t, probeRequest{Policy: sandbox.Policy{ReadOnly: []string{"/proc"}, Exec: system}, Probes: probes}), map[string]string{
+	// Before ABI 9 no unix socket can be made (seccomp, EACCES); from it,
+	// Landlock refuses the connection: scoped (EPERM) or by path (EACCES).
+	abstractRefusal := "EACCES"
+	if sandbox.ABI() >= 9 {
+		abstractRefusal = "EPERM"
+	}
+	check(t, probeIn(t, probeRequest{Policy: sandbox.Policy{ReadOnly: []string{"/proc"}, Exec: system, ReadWrite: []string{filepath.Dir(pathname)}}, Probes: probes}), map[string]string{
 		"signal the parent":                       "EPERM",
-		"connect to the parent's abstract socket": "EPERM",
+		"connect to the parent's abstract socket": abstractRefusal,
+		"connect to the parent's pathname socket": "EACCES",
+		"make a socketpair":                       "ok",
 		"read the parent's memory":                "EACCES",
 		"follow the parent's working directory":   "EACCES",
 	})

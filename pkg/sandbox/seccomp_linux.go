@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The seccomp filter closes what Landlock's TCP rules do not see (see the
+// The seccomp filter closes what Landlock's rules do not see (see the
 // package documentation). It inspects system call numbers and arguments
 // only, never memory, so it is exact:
 //
@@ -17,6 +17,11 @@ import (
 //     on amd64, arm32 on arm64), where socketcall(2) would hide the
 //     arguments, fails with ENOSYS;
 //   - socket(2) with protocol IPPROTO_MPTCP fails with EPROTONOSUPPORT;
+//   - with unixSockets, socket(2) of the AF_UNIX family fails with EACCES:
+//     before Landlock ABI 9 nothing else keeps a confined process from
+//     connecting to a pathname unix socket made outside its sandbox (a
+//     tmux server, the user's D-Bus or systemd, an SSH or Docker socket);
+//     socketpair(2) is left alone;
 //   - sendto(2), sendmsg(2) and sendmmsg(2) with MSG_FASTOPEN fail with
 //     EOPNOTSUPP, as with TCP Fast Open turned off;
 //   - io_uring_setup(2) fails with ENOSYS;
@@ -33,18 +38,18 @@ const (
 
 func argLow(i int) uint32 { return uint32(offArgs + 8*i) }
 
-// argRule refuses system call nr when its argument arg, masked or compared
-// by test, matches.
-type argRule struct {
-	nr    uint32
+// argCheck refuses a system call with errno when its argument arg, masked
+// (jset: arg & val != 0) or compared (arg == val), matches.
+type argCheck struct {
 	arg   int
-	jset  bool // test: arg & val != 0; else arg == val
+	jset  bool
 	val   uint32
 	errno unix.Errno
 }
 
-// program is the filter for this architecture.
-func program() []unix.SockFilter {
+// program is the filter for this architecture; unixSockets also refuses
+// making AF_UNIX sockets.
+func program(unixSockets bool) []unix.SockFilter {
 	stmt := func(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
 	jump := func(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
 		return unix.SockFilter{Code: code, Jt: jt, Jf: jf, K: k}
@@ -63,24 +68,36 @@ func program() []unix.SockFilter {
 			jump(unix.BPF_JMP|unix.BPF_JGE|unix.BPF_K, x32Bit, 0, 1),
 			ret(errno(unix.ENOSYS)))
 	}
-	for _, r := range []argRule{
-		{nr: sysSocket, arg: 2, val: unix.IPPROTO_MPTCP, errno: unix.EPROTONOSUPPORT},
-		{nr: sysSendto, arg: 3, jset: true, val: unix.MSG_FASTOPEN, errno: unix.EOPNOTSUPP},
-		{nr: sysSendmsg, arg: 2, jset: true, val: unix.MSG_FASTOPEN, errno: unix.EOPNOTSUPP},
-		{nr: sysSendmmsg, arg: 3, jset: true, val: unix.MSG_FASTOPEN, errno: unix.EOPNOTSUPP},
+	socket := []argCheck{{arg: 2, val: unix.IPPROTO_MPTCP, errno: unix.EPROTONOSUPPORT}}
+	if unixSockets {
+		socket = append(socket, argCheck{arg: 0, val: unix.AF_UNIX, errno: unix.EACCES})
+	}
+	fastOpen := func(arg int) []argCheck {
+		return []argCheck{{arg: arg, jset: true, val: unix.MSG_FASTOPEN, errno: unix.EOPNOTSUPP}}
+	}
+	for _, call := range []struct {
+		nr     uint32
+		checks []argCheck
+	}{
+		{sysSocket, socket},
+		{sysSendto, fastOpen(3)},
+		{sysSendmsg, fastOpen(2)},
+		{sysSendmmsg, fastOpen(3)},
 	} {
-		test := uint16(unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K)
-		if r.jset {
-			test = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+		// Not this call: skip its checks (three instructions each) and
+		// its final allow, the accumulator still holding the number.
+		p = append(p, jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, call.nr, 0, uint8(3*len(call.checks)+1)))
+		for _, c := range call.checks {
+			test := uint16(unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K)
+			if c.jset {
+				test = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+			}
+			p = append(p,
+				stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, argLow(c.arg)),
+				jump(test, c.val, 0, 1),
+				ret(errno(c.errno)))
 		}
-		// Not this call: skip the four instructions of its check, the
-		// accumulator still holding the call's number.
-		p = append(p,
-			jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, r.nr, 0, 4),
-			stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, argLow(r.arg)),
-			jump(test, r.val, 0, 1),
-			ret(errno(r.errno)),
-			ret(unix.SECCOMP_RET_ALLOW))
+		p = append(p, ret(unix.SECCOMP_RET_ALLOW))
 	}
 	return append(p,
 		jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, sysIOUringSetup, 0, 1),
@@ -88,11 +105,11 @@ func program() []unix.SockFilter {
 		ret(unix.SECCOMP_RET_ALLOW))
 }
 
-// loadFilter installs program on the calling thread, or on every thread of
-// the process with flags SECCOMP_FILTER_FLAG_TSYNC. The caller has set
-// no_new_privs.
-func loadFilter(flags uintptr) error {
-	p := program()
+// loadFilter installs program(unixSockets) on the calling thread, or on
+// every thread of the process with flags SECCOMP_FILTER_FLAG_TSYNC. The
+// caller has set no_new_privs.
+func loadFilter(flags uintptr, unixSockets bool) error {
+	p := program(unixSockets)
 	prog := unix.SockFprog{Len: uint16(len(p)), Filter: &p[0]}
 	r, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&prog)))
 	if e != 0 {

@@ -31,11 +31,14 @@ const (
 	SandboxOff      = "off"
 )
 
-// The system's directories a session runs programs from, and those it
-// reads; a path this system lacks is skipped.
+// The system's directories a session runs programs from, those it reads,
+// and the devices it uses (its own terminal besides, which `the-loop
+// sandbox` adds): not /dev/pts, where the user's other terminals are, to
+// be read from or typed into. A path this system lacks is skipped.
 var (
 	sandboxSystemExec = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}
 	sandboxSystemRead = []string{"/etc", "/proc", "/sys", "/run/systemd/resolve"}
+	sandboxDevices    = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/shm"}
 )
 
 // sandboxed reports whether sessions start confined: landlock is set, and
@@ -119,7 +122,10 @@ func (s *Service) serverPolicy(env map[string]string) (sandbox.Policy, error) {
 	if err := os.MkdirAll(sockets, 0o700); err != nil {
 		return sandbox.Policy{}, fmt.Errorf("tmux socket directory: %w", err)
 	}
-	p.ReadWrite = append(p.ReadWrite, root, sockets)
+	// tmux opens the terminals of the panes it makes, and its clients
+	// reach it by its socket.
+	p.ReadWrite = append(p.ReadWrite, root, sockets, "/dev")
+	p.UnixSockets = []string{sockets}
 	if home := env["HOME"]; home != "" {
 		p.ReadOnly = append(p.ReadOnly, filepath.Join(home, ".tmux.conf"), filepath.Join(home, ".config", "tmux"))
 	}
@@ -135,7 +141,9 @@ func (s *Service) serverLaunch() ([]string, error) {
 	if !s.sandboxed() {
 		return nil, nil
 	}
-	p, err := s.serverPolicy(s.set.SessionEnv)
+	// The environment sessions get, so that the server's sandbox holds
+	// theirs (HOME, TMPDIR, the harness's own).
+	p, err := s.serverPolicy(s.sessionEnv(s.harness(), ""))
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +153,7 @@ func (s *Service) serverLaunch() ([]string, error) {
 // basePolicy is what every session may do, whatever its work item: run the
 // system's programs, the-loop's and its harness's; read the system's
 // configuration, the plugin and the credentials the operator grants
-// agents; write TMPDIR, /dev (terminals, /dev/null) and its harness's
+// agents; write TMPDIR, the usual devices and its harness's
 // state in HOME (LOOP_SESSION_SANDBOX_WRITE); reach the TCP ports of
 // LOOP_SESSION_SANDBOX_PORTS and its session endpoint's.
 func (s *Service) basePolicy(env map[string]string) sandbox.Policy {
@@ -155,7 +163,7 @@ func (s *Service) basePolicy(env map[string]string) sandbox.Policy {
 		tmp = "/tmp"
 	}
 	p := sandbox.Policy{
-		ReadWrite: append([]string{tmp, "/dev"}, expandHome(s.set.SandboxWrite, home)...),
+		ReadWrite: append(append([]string{tmp}, sandboxDevices...), expandHome(s.set.SandboxWrite, home)...),
 		ReadOnly:  slices.Clone(sandboxSystemRead),
 		Exec:      append(slices.Clone(sandboxSystemExec), s.set.LoopBinaryDir),
 	}

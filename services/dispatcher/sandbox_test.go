@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+
 	"github.com/the-loop/bus/internal/testsupport/standin"
 	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/config"
@@ -66,8 +68,8 @@ func maybeRunLoopVerb() {
 // what a prompt-injected agent would try; it commits in its own worktree
 // (git writing its mirror's objects and refs) and reaches its session
 // endpoint, and is refused the store's operator seed, another work item's
-// workspace, the other mirrors, the bus's port, and a command run for it
-// by the tmux server.
+// workspace, the other mirrors, the bus's port, another terminal of the
+// user's, and the tmux server; which, asked from outside, is confined too.
 func TestSessionRunsSandboxed(t *testing.T) {
 	if err := sandbox.Supported(); err != nil {
 		t.Skipf("no Landlock sandbox on this kernel (Landlock ABI %d): %v", sandbox.ABI(), err)
@@ -156,6 +158,14 @@ func TestSessionRunsSandboxed(t *testing.T) {
 		return len(bs) > 0
 	})
 
+	// A terminal of the user's, which a session must not read from or type
+	// into.
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	defer tty.Close()
 	// What the agent tries, each line printed with what came of it.
 	script := fmt.Sprintf(`try() { name=$1; shift; if out=$("$@" 2>&1); then echo "$name: ok: $out"; else echo "$name: refused: $out"; fi; }
 try "commit in its own worktree" sh -c 'echo probe > probe.txt && git add probe.txt && git -c user.name=a -c user.email=a@example.test commit -q -m probe && git log --oneline -1'
@@ -164,8 +174,9 @@ try "read the store's operator seed" cat %s
 try "list another work item's workspace" ls %s
 try "list the mirrors" ls %s
 try "connect to the bus" the-loop dial %s
-try "have the tmux server read the seed" sh -c 'tmux -L %s run-shell "cat %s > %s 2>&1"; cat %s'
-`, endpoint.Host, seed, other, filepath.Join(root, "mirrors"), natsAddr.Host, socket, seed, filepath.Join(tmp, "leak"), filepath.Join(tmp, "leak"))
+try "open another terminal of the user's" sh -c 'echo typed > %s'
+try "have the tmux server read the seed" sh -c 'tmux -L %s run-shell "cat %s > %s 2>&1" && cat %s'
+`, endpoint.Host, seed, other, filepath.Join(root, "mirrors"), natsAddr.Host, tty.Name(), socket, seed, filepath.Join(tmp, "leak"), filepath.Join(tmp, "leak"))
 	probe := filepath.Join(loopDir, "probe.sh")
 	if err := os.WriteFile(probe, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
@@ -188,13 +199,14 @@ try "have the tmux server read the seed" sh -c 'tmux -L %s run-shell "cat %s > %
 		t.Log(l)
 	}
 	for name, want := range map[string]string{
-		"commit in its own worktree":         "ok: ",
-		"reach its session endpoint":         "ok: connected",
-		"read the store's operator seed":     "refused: cat: " + seed + ": Permission denied",
-		"list another work item's workspace": "refused: ls: cannot open directory '" + other + "': Permission denied",
-		"list the mirrors":                   "refused: ls: cannot open directory",
-		"connect to the bus":                 "connect: permission denied",
-		"have the tmux server read the seed": "cat: " + seed + ": Permission denied",
+		"commit in its own worktree":          "ok: ",
+		"reach its session endpoint":          "ok: connected",
+		"read the store's operator seed":      "refused: cat: " + seed + ": Permission denied",
+		"list another work item's workspace":  "refused: ls: cannot open directory '" + other + "': Permission denied",
+		"list the mirrors":                    "refused: ls: cannot open directory",
+		"connect to the bus":                  "connect: permission denied",
+		"open another terminal of the user's": "refused: sh: 1: cannot create " + tty.Name() + ": Permission denied",
+		"have the tmux server read the seed":  "refused: ",
 	} {
 		if !strings.HasPrefix(got[name], want) && !strings.Contains(got[name], want) {
 			t.Errorf("%s: %q, want %q", name, got[name], want)
@@ -207,6 +219,19 @@ try "have the tmux server read the seed" sh -c 'tmux -L %s run-shell "cat %s > %
 	sess := e.record(ref).Session
 	if log := gitRun(t, "-C", sess.Cwd, "log", "--oneline", "-1"); !strings.Contains(log, "probe") {
 		t.Errorf("the session's commit is not on its branch: %s", log)
+	}
+	// A session that reached the tmux server anyway (on a kernel before
+	// Landlock ABI 9 no session can make a unix socket, from it Landlock
+	// refuses the server's) would find it confined as well: asked here,
+	// from outside every sandbox, it cannot read the seed either.
+	leak := filepath.Join(tmp, "server-leak")
+	if out, err := exec.Command("tmux", "-L", socket, "run-shell", "cat "+seed+" > "+leak+" 2>&1").CombinedOutput(); err != nil {
+		t.Logf("tmux run-shell: %v %s", err, out)
+	}
+	if b, _ := os.ReadFile(leak); !strings.Contains(string(b), "Permission denied") {
+		t.Errorf("the tmux server, asked to read the seed: %q", b)
+	} else {
+		t.Logf("the tmux server, asked to read the seed: %s", strings.TrimSpace(string(b)))
 	}
 	// The server sessions run in was started confined, and says so.
 	mark, err := exec.Command("tmux", "-L", socket, "show-options", "-gqv", "@the-loop-sandbox").Output()
@@ -257,7 +282,7 @@ func TestSessionSandboxPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{ws.Dir, tmp, "/dev", filepath.Join(home, ".claude"), filepath.Join(home, ".claude.json"), filepath.Join(home, ".config")} {
+	for _, want := range []string{ws.Dir, tmp, "/dev/null", "/dev/tty", filepath.Join(home, ".claude"), filepath.Join(home, ".claude.json"), filepath.Join(home, ".config")} {
 		if !slices.Contains(p.ReadWrite, want) {
 			t.Errorf("the session may not write %s: %q", want, p.ReadWrite)
 		}
@@ -275,6 +300,9 @@ func TestSessionSandboxPolicy(t *testing.T) {
 	}
 	for _, set := range [][]string{p.ReadWrite, p.ReadOnly, p.Exec} {
 		for _, path := range set {
+			if within("/dev/pts", path) {
+				t.Errorf("the session is given %s, which holds the user's other terminals", path)
+			}
 			if path == root || within(filepath.Join(root, "items"), path) || within(filepath.Join(root, "mirrors"), path) {
 				t.Errorf("the session is given %s, which holds other work items", path)
 			}
