@@ -21,9 +21,9 @@ import (
 // repository's mirror its git writes), its harness's files, the system's
 // directories, TMPDIR, and TCP to a few ports and its session endpoint's:
 // the store, other work items' workspaces, other mirrors and the bus port
-// are out of its reach. Under the tmux runner the tmux server itself runs
-// confined to what every session may use, so that no session can have it
-// run a command outside its sandbox.
+// are out of its reach, and so is the tmux server. Under the tmux runner
+// that server runs confined as well, to what every session may use: a
+// second wall, should a session reach it and have it run a command.
 
 // Session sandboxes (LOOP_SESSION_SANDBOX).
 const (
