@@ -55,6 +55,11 @@ Usage:
                                        also a wait on a person), 2 could not ask the session endpoint
   the-loop hook session-start|stop --harness claude|cursor
                                        the plugin's harness hooks (JSON on stdin); no-op outside a session
+  the-loop sandbox [--rw PATH]... [--ro PATH]... [--exec PATH]... [--connect PORT]... [--unix DIR]... -- COMMAND [ARGS...]
+                                       run COMMAND confined by Landlock to those paths (read-write, read,
+                                       read and execute), TCP ports and unix socket directories; the
+                                       dispatcher starts agent sessions so. Fails, running nothing, on a
+                                       kernel without Landlock ABI 6
   the-loop plugin install DIR          install the loop's harness plugin in DIR (Claude Code: --plugin-dir DIR)
   the-loop plugin version              the plugin's version
   the-loop excerpt --event NAME [FILE|-]
@@ -134,6 +139,8 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdScenarios(ctx, rest, env, stdout, stderr)
 	case "check":
 		return cmdCheck(ctx, rest, env, stdout, stderr)
+	case "sandbox":
+		return cmdSandbox(ctx, rest, env, stdout, stderr)
 	case "plugin":
 		return cmdPlugin(ctx, rest, env, stdout, stderr)
 	case "hook":

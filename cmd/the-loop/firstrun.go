@@ -8,6 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/sandbox"
+	"github.com/the-loop/bus/services/dispatcher"
 )
 
 // isTerminal reports whether w is a terminal (a TTY), where people read.
@@ -70,6 +72,11 @@ func checklist(s settings, cfg *config.Config, lookPath func(string) (string, er
 	if _, err := lookPath(d.HarnessCommand()); err != nil {
 		sessions = append(sessions, fmt.Sprintf("the agent harness %q is not on PATH: install it, or set LOOP_HARNESS_BINARY to the harness (LOOP_HARNESS picks claude, cursor, aider or generic)", d.HarnessCommand()))
 	}
+	if d.SessionSandbox == dispatcher.SandboxLandlock {
+		if err := sandboxSupported(); err != nil {
+			sessions = append(sessions, fmt.Sprintf("this kernel cannot confine sessions (LOOP_SESSION_SANDBOX=landlock; Landlock ABI %d): %v. Sessions do not start: run Linux 6.7 or later with landlock among its LSMs, or set LOOP_SESSION_SANDBOX=off to run them unconfined, able to read what this user can, the store included", sandbox.ABI(), err))
+		}
+	}
 	return []capability{
 		{"GitHub intake", intake},
 		{"ledger writes", ledger},
@@ -77,6 +84,10 @@ func checklist(s settings, cfg *config.Config, lookPath func(string) (string, er
 		{"agent sessions", sessions},
 	}
 }
+
+// sandboxSupported is sandbox.Supported (a test stands in for a kernel
+// without Landlock).
+var sandboxSupported = sandbox.Supported
 
 // printChecklist writes the checklist, one capability a line with ✓ or ✗
 // and, under a ✗, what to do.

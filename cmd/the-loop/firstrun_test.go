@@ -17,6 +17,8 @@ import (
 
 	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/sandbox"
+	"github.com/the-loop/bus/services/dispatcher"
 )
 
 var (
@@ -220,5 +222,49 @@ func TestChecklistReady(t *testing.T) {
 	printChecklist(&b, checklist(s, operatorConfig(s), found))
 	if !strings.Contains(b.String(), "✗ Slack") || !strings.Contains(b.String(), "LOOP_SLACK_APP_TOKEN") {
 		t.Errorf("checklist without the Slack app token:\n%s", b.String())
+	}
+}
+
+// TestChecklistSandbox: under the session sandbox, a kernel that cannot
+// confine sessions is a missing piece of "agent sessions", saying how to
+// run them unconfined; with the sandbox off nothing is said of it.
+func TestChecklistSandbox(t *testing.T) {
+	found := func(string) (string, error) { return "/bin/true", nil }
+	defer func(f func() error) { sandboxSupported = f }(sandboxSupported)
+	sandboxSupported = func() error { return sandbox.ErrUnsupported }
+	for _, c := range []struct {
+		value string
+		want  bool
+	}{{dispatcher.SandboxLandlock, true}, {dispatcher.SandboxOff, false}} {
+		s, err := loadSettings(config.Env{"LOOP_SESSION_SANDBOX": c.value})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		printChecklist(&b, checklist(s, operatorConfig(s), found))
+		says := strings.Contains(b.String(), "✗ agent sessions") && strings.Contains(b.String(), "this kernel cannot confine sessions") &&
+			strings.Contains(b.String(), "LOOP_SESSION_SANDBOX=off")
+		if says != c.want {
+			t.Errorf("LOOP_SESSION_SANDBOX=%s on a kernel without Landlock:\n%s", c.value, b.String())
+		}
+	}
+}
+
+// TestUpRefusesSandboxPortsWithTheBus: a sandbox that would let sessions
+// connect to the bus's port is refused.
+func TestUpRefusesSandboxPortsWithTheBus(t *testing.T) {
+	s, err := loadSettings(config.Env{"LOOP_SESSION_SANDBOX": "landlock", "LOOP_SESSION_SANDBOX_PORTS": "443,4222"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSandboxPorts(s, "nats://127.0.0.1:4222"); err == nil || !strings.Contains(err.Error(), "LOOP_SESSION_SANDBOX_PORTS holds 4222") {
+		t.Errorf("the bus's port among the sandbox's: %v", err)
+	}
+	if err := checkSandboxPorts(s, "nats://127.0.0.1:4333"); err != nil {
+		t.Errorf("another port: %v", err)
+	}
+	s.Dispatcher.SessionSandbox = dispatcher.SandboxOff
+	if err := checkSandboxPorts(s, "nats://127.0.0.1:4222"); err != nil {
+		t.Errorf("sandbox off: %v", err)
 	}
 }

@@ -67,7 +67,7 @@ var services = []serviceDef{
 		return slackrenderer.New(d, h.settings.SlackRenderer)
 	}},
 	{dispatcher.Name, false, func(s *settings) any { return &s.Dispatcher }, func(d service.Deps, h *host) (runner, error) {
-		return dispatcher.New(d, h.settings.Dispatcher, dispatcher.WithSessionEnv(h.settings.sessionEnv))
+		return dispatcher.New(d, h.settings.Dispatcher, dispatcher.WithSessionEnv(h.settings.sessionEnv), dispatcher.WithSandboxHidden(h.sandboxHidden...))
 	}},
 	{ingressgithub.Name, true, func(s *settings) any { return &s.IngressGitHub }, func(d service.Deps, h *host) (runner, error) {
 		cfg := h.settings.IngressGitHub
@@ -231,6 +231,9 @@ type host struct {
 	operator func(ctx context.Context) (*bus.Conn, error)
 	// adminAt, if set, hears the admin server's address.
 	adminAt func(addr string)
+	// sandboxHidden are paths no session's sandbox may give it: `up`'s
+	// store.
+	sandboxHidden []string
 }
 
 // defaultConfig is the operator config without a file: nobody authorized,

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/services/dispatcher"
 )
 
 // cmdUp runs all five services in one process on an embedded JetStream server
@@ -51,11 +54,20 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	if err := checkSessionWorkdir(s, store); err != nil {
 		return err
 	}
+	if env["LOOP_SESSION_SANDBOX"] == "" && goruntime.GOOS == "linux" {
+		// Sessions run as the operator's own user here: each is confined
+		// to its own workspace, away from the store and the bus
+		// (SECURITY.md, docs/agents.md "Sandbox").
+		s.Dispatcher.SessionSandbox = dispatcher.SandboxLandlock
+	}
 	emb, err := startEmbedded(ctx, s, store, log)
 	if err != nil {
 		return err
 	}
 	defer emb.srv.Shutdown()
+	if err := checkSandboxPorts(s, emb.srv.ClientURL()); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "the-loop up: NATS on %s (embedded JetStream, authorization on; store %s)\n", emb.srv.ClientURL(), store)
 	fmt.Fprintf(stdout, "the-loop up: reading verbs (events, dlq list, sessions list, graph status) find the observer identity here; verbs that change something need LOOP_NATS_NKEY_FILE=%s\n",
 		filepath.Join(store, identitiesDir, bus.IdentityOperator+".nk"))
@@ -63,7 +75,8 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	printChecklist(stdout, checklist(s, operatorConfig(s), exec.LookPath))
 
 	h := &host{name: "the-loop up", settings: s, log: log, stdout: stdout, defs: services, envelopeKey: config.NewSecret(string(emb.key)), connect: emb.connect,
-		operator: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) }}
+		sandboxHidden: []string{store},
+		operator:      func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) }}
 	if err := h.run(ctx); err != nil {
 		return err
 	}
@@ -118,6 +131,25 @@ func startEmbedded(ctx context.Context, s settings, store string, log *slog.Logg
 // connect opens an in-process connection as identity.
 func (e *embedded) connect(ctx context.Context, identity string) (*bus.Conn, error) {
 	return e.srv.Connect(ctx, bus.Options{Name: "up/" + identity, Logger: e.log, Credentials: e.keys.credentials(identity), Identity: identity})
+}
+
+// checkSandboxPorts refuses a session sandbox that lets sessions connect
+// to the bus's port (natsURL's): the sandbox is what keeps them off it.
+func checkSandboxPorts(s settings, natsURL string) error {
+	if s.Dispatcher.SessionSandbox != dispatcher.SandboxLandlock {
+		return nil
+	}
+	u, err := url.Parse(natsURL)
+	if err != nil {
+		return nil
+	}
+	port := u.Port()
+	for _, p := range config.List(s.Dispatcher.SessionSandboxPorts) {
+		if p == port {
+			return fmt.Errorf("LOOP_SESSION_SANDBOX_PORTS holds %s, the port of the bus (LOOP_NATS_LISTEN): sandboxed sessions could reach it; take it out, or move the bus", port)
+		}
+	}
+	return nil
 }
 
 // checkSessionWorkdir refuses a session working directory that holds the

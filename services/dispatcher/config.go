@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/the-loop/bus/pkg/config"
@@ -21,7 +23,7 @@ type Config struct {
 	config.AutoExecute
 	Runner     string `envconfig:"DISPATCHER_RUNNER" default:"tmux" desc:"what hosts agent sessions: tmux (sessions survive restarts; attach to watch) or process (child processes of the dispatcher, for hosts without tmux; they end with it)"`
 	TmuxBinary string `envconfig:"TMUX_BINARY" default:"tmux" desc:"tmux binary the dispatcher runs sessions in"`
-	TmuxSocket string `envconfig:"TMUX_SOCKET" desc:"private tmux server name (tmux -L); empty: the user's default server"`
+	TmuxSocket string `envconfig:"TMUX_SOCKET" desc:"private tmux server name (tmux -L); empty: the user's default server, or with LOOP_SESSION_SANDBOX=landlock one of the loop's own named the-loop"`
 	// Harness, HarnessBinary and HarnessArgs choose the agent harness
 	// (docs/decisions/093-harness-settings.md).
 	Harness       string `envconfig:"HARNESS" default:"claude" desc:"agent harness sessions run: claude (Claude Code), cursor (cursor-agent), aider, or generic (any CLI: LOOP_HARNESS_BINARY [args…] PROMPT, or the operator config's routing.genericHarness); the operator config's routing.defaultHarness applies when this is not set"`
@@ -44,6 +46,12 @@ type Config struct {
 	// SessionAddr is where agent sessions reach the loop: sessions run on
 	// the dispatcher's host, so loopback.
 	SessionAddr string `envconfig:"SESSION_ADDR" default:"127.0.0.1:8790" desc:"listen address of the session endpoint agent sessions ask and complete through (loopback: sessions run on this host); keep the port fixed so sessions that outlive a restart still reach it"`
+	// The session sandbox (docs/agents.md, "Sandbox"): what a session may
+	// still read, write and reach.
+	SessionSandbox      string `envconfig:"SESSION_SANDBOX" default:"off" desc:"landlock: every agent session runs under 'the-loop sandbox', confined by Landlock to its own workspace, its harness's files, the system's directories and a few TCP ports, never the store, other work items or the bus (docs/agents.md, Sandbox; sessions do not start on a kernel without Landlock ABI 6); off: sessions can read and reach what the dispatcher's user can. 'the-loop up' on Linux defaults to landlock"`
+	SessionSandboxPorts string `envconfig:"SESSION_SANDBOX_PORTS" default:"22,80,443" desc:"comma-separated TCP ports a sandboxed session may connect to, on any host, besides its session endpoint's: git over SSH and HTTPS, package registries, the harness's API; add a proxy's. Never the bus's"`
+	SessionSandboxWrite string `envconfig:"SESSION_SANDBOX_WRITE" default:"~/.claude,~/.claude.json,~/.config,~/.cache,~/.npm" desc:"comma-separated files and directories a sandboxed session may also read and write, besides its workspace, TMPDIR, its terminal and the usual devices (~ is the sessions' HOME): where its harness and tools keep their state; /dev/pts here lets it make pseudo-terminals, and open the user's other terminals"`
+	SessionSandboxRead  string `envconfig:"SESSION_SANDBOX_READ" desc:"comma-separated files and directories a sandboxed session may also read and execute, besides the system's directories, the-loop's and the harness's (~ is the sessions' HOME): a toolchain installed elsewhere, ~/.ssh for git over SSH"`
 	// SessionEnv names variables of the dispatcher's environment an agent
 	// session also gets, besides the allow-list (PATH, HOME, TERM, locale…).
 	SessionEnv string `envconfig:"SESSION_ENV" desc:"comma-separated names of further variables agent sessions inherit (the harness's own settings, e.g. ANTHROPIC_API_KEY); LOOP_* never"`
@@ -80,6 +88,7 @@ func (c Config) Validate() error {
 	if _, err := c.HarnessWith(nil); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateSandbox())
 	for _, n := range c.SessionEnvNames() {
 		if strings.HasPrefix(n, config.Prefix+"_") {
 			errs = append(errs, fmt.Errorf("LOOP_SESSION_ENV names %s: the-loop's own settings never reach an agent session", n))
@@ -96,6 +105,12 @@ func (c Config) settings() Settings {
 		Workspace: workspace.Config{Root: c.WorkspaceRoot, Strategy: workspace.Strategy(c.WorkspaceStrategy),
 			URLTemplate: c.WorkspaceGitURL, Keep: c.WorkspaceKeep},
 		AgentGitCredentials: c.AgentGitCredentials, PluginDir: c.PluginDir, StopMaxAttempts: c.StopMaxAttempts,
+		Sandbox: c.SessionSandbox, SandboxWrite: listOf(c.SessionSandboxWrite), SandboxRead: listOf(c.SessionSandboxRead),
+	}
+	// Validate refuses ports that do not parse.
+	s.SandboxPorts, _ = c.sandboxPorts()
+	if s.SandboxPorts == nil {
+		s.SandboxPorts = []uint16{}
 	}
 	// Validate refuses a Config whose harness does not build; a zero
 	// Settings.Harness takes the default.
@@ -104,6 +119,49 @@ func (c Config) settings() Settings {
 	}
 	s.HarnessFor = func(file *config.Config) (agent.Harness, error) { return c.HarnessWith(file) }
 	return s
+}
+
+// validateSandbox checks the session sandbox's settings.
+func (c Config) validateSandbox() error {
+	var errs []error
+	switch c.SessionSandbox {
+	case SandboxLandlock, SandboxOff:
+	default:
+		errs = append(errs, fmt.Errorf("LOOP_SESSION_SANDBOX is %q: it must be landlock or off", c.SessionSandbox))
+	}
+	if _, err := c.sandboxPorts(); err != nil {
+		errs = append(errs, err)
+	}
+	for name, list := range map[string]string{"LOOP_SESSION_SANDBOX_WRITE": c.SessionSandboxWrite, "LOOP_SESSION_SANDBOX_READ": c.SessionSandboxRead} {
+		for _, p := range config.List(list) {
+			if p != "~" && !strings.HasPrefix(p, "~/") && !filepath.IsAbs(p) {
+				errs = append(errs, fmt.Errorf("%s names %q: a path must be absolute or start with ~/", name, p))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// listOf is a comma-separated list, empty (not nil) when v names nothing:
+// a setting set empty is not a setting left unset.
+func listOf(v string) []string {
+	if l := config.List(v); l != nil {
+		return l
+	}
+	return []string{}
+}
+
+// sandboxPorts is LOOP_SESSION_SANDBOX_PORTS as ports.
+func (c Config) sandboxPorts() ([]uint16, error) {
+	var out []uint16
+	for _, p := range config.List(c.SessionSandboxPorts) {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("LOOP_SESSION_SANDBOX_PORTS names %q: it must be TCP ports (1-65535), comma-separated", p)
+		}
+		out = append(out, uint16(n))
+	}
+	return out, nil
 }
 
 // HarnessWith is the harness c runs under the operator config in force (nil:

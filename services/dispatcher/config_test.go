@@ -38,6 +38,11 @@ func TestConfigRefuses(t *testing.T) {
 		{config.Env{"LOOP_HARNESS": "generic"}, "LOOP_HARNESS is generic: set LOOP_HARNESS_BINARY"},
 		{config.Env{"LOOP_HARNESS_ARGS": "--api-key=sk-secret"}, "LOOP_HARNESS_ARGS is not a JSON array of strings"},
 		{config.Env{"LOOP_HARNESS_ARGS": `{"a": 1}`}, "LOOP_HARNESS_ARGS is not a JSON array of strings"},
+		{config.Env{"LOOP_SESSION_SANDBOX": "on"}, `LOOP_SESSION_SANDBOX is "on": it must be landlock or off`},
+		{config.Env{"LOOP_SESSION_SANDBOX_PORTS": "443,0"}, `LOOP_SESSION_SANDBOX_PORTS names "0"`},
+		{config.Env{"LOOP_SESSION_SANDBOX_PORTS": "https"}, `LOOP_SESSION_SANDBOX_PORTS names "https"`},
+		{config.Env{"LOOP_SESSION_SANDBOX_WRITE": ".claude"}, `LOOP_SESSION_SANDBOX_WRITE names ".claude": a path must be absolute or start with ~/`},
+		{config.Env{"LOOP_SESSION_SANDBOX_READ": "~user/bin"}, `LOOP_SESSION_SANDBOX_READ names "~user/bin"`},
 	} {
 		var c Config
 		err := config.Process(tt.env, &c)

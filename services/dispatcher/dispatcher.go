@@ -154,8 +154,23 @@ type Settings struct {
 	StopMaxAttempts int
 	// LoopBinaryDir is put first on every session's PATH, so that the
 	// agent and the plugin's hooks find `the-loop` (default: this
-	// process's own directory when the process is the-loop).
+	// process's own directory when the process is the-loop). Its
+	// the-loop confines sessions.
 	LoopBinaryDir string
+	// Sandbox confines every session (sandbox.go): SandboxLandlock, or
+	// SandboxOff (default). Without LoopBinaryDir sessions start
+	// unconfined, and the log says so.
+	Sandbox string
+	// SandboxPorts are the TCP ports a confined session may connect to
+	// besides its endpoint's; SandboxWrite and SandboxRead the paths it may
+	// also write, and read and execute ("~/": the sessions' HOME). Nil
+	// takes the defaults of LOOP_SESSION_SANDBOX_PORTS, _WRITE and _READ.
+	SandboxPorts              []uint16
+	SandboxWrite, SandboxRead []string
+	// SandboxHidden are paths no session's sandbox may give it, or give
+	// anything inside of: `up` names its store. A sandbox that would is
+	// refused, and the session does not start.
+	SandboxHidden []string
 }
 
 func (c *Settings) setDefaults() {
@@ -224,6 +239,20 @@ func (c *Settings) setDefaults() {
 	if c.AgentGitCredentials != "" {
 		c.Workspace.Env = append(c.Workspace.Env, workspace.CredentialEnv(c.AgentGitCredentials)...)
 	}
+	if c.Sandbox == "" {
+		c.Sandbox = d.Sandbox
+	}
+	if c.SandboxPorts == nil {
+		c.SandboxPorts = d.SandboxPorts
+	}
+	if c.SandboxWrite == nil {
+		c.SandboxWrite = d.SandboxWrite
+	}
+	if c.Sandbox == SandboxLandlock && c.Runner == RunnerTmux && c.TmuxSocket == "" {
+		// The user's default server may hold their own shells, and was
+		// not started confined: sessions get a server of their own.
+		c.TmuxSocket = "the-loop"
+	}
 }
 
 // Option configures New.
@@ -232,6 +261,12 @@ type Option func(*Settings)
 // WithSettings replaces the settings Config set (unset fields take their
 // defaults): tests set what no environment variable does.
 func WithSettings(s Settings) Option { return func(c *Settings) { *c = s } }
+
+// WithSandboxHidden names paths no session's sandbox may give it (see
+// Settings.SandboxHidden): `up` names its store.
+func WithSandboxHidden(paths ...string) Option {
+	return func(c *Settings) { c.SandboxHidden = append(c.SandboxHidden, paths...) }
+}
 
 // WithSessionEnv sets the environment every session starts with: the host
 // picks it from its own with SessionBaseEnv and Config.SessionEnvNames.
@@ -267,6 +302,8 @@ type Service struct {
 	// plugin is where the loop's plugin was installed (nil: not yet, or
 	// not at all).
 	plugin atomic.Pointer[string]
+	// sandboxSupported stands in for sandbox.Supported in tests (nil: it).
+	sandboxSupported func() error
 }
 
 // New returns the service with cfg's settings, adjusted by opts. It never
@@ -284,7 +321,8 @@ func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	s := &Service{deps: deps, set: set, m: m}
 	switch set.Runner {
 	case RunnerTmux:
-		s.tmux = &tmux.Server{Binary: set.TmuxBinary, Socket: set.TmuxSocket, RemainOnExit: true, Env: envList(set.SessionEnv)}
+		s.tmux = &tmux.Server{Binary: set.TmuxBinary, Socket: set.TmuxSocket, RemainOnExit: true, Env: envList(set.SessionEnv),
+			Launch: s.serverLaunch}
 	case RunnerProcess:
 		s.tmux = &proc.Server{}
 	default:
@@ -326,6 +364,9 @@ func (s *Service) check() error {
 		return err
 	}
 	if err := s.set.Harness.Available(); err != nil {
+		return err
+	}
+	if err := s.sandboxProblem(); err != nil {
 		return err
 	}
 	_, err := s.workspace()
@@ -371,6 +412,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil
 	})
 	defer s.gates.serve()() // `the-loop graph` asks here, with or without sessions
+	if s.set.Sandbox == SandboxLandlock && !s.sandboxed() {
+		s.deps.Log.Warn("dispatcher: LOOP_SESSION_SANDBOX is landlock, but this process is not the-loop, whose binary confines sessions: sessions start unconfined")
+	}
 	if !s.waitAvailable(ctx) {
 		return nil
 	}

@@ -35,6 +35,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// Run as the-loop by a sandboxed session (sandbox_test.go), before the
+	// stand-in: the session's environment names the stand-in's directory.
+	maybeRunLoopVerb()
 	tmuxtest.MaybeRunStandIn()
 	os.Exit(m.Run())
 }

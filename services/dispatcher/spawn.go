@@ -51,8 +51,11 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	}
 	p := s.render(in, true, s.gates.context(ctx, in.ref, ""))
 	s.prepareHarness(ctx, in, h, ws.Primary)
-	argv := append([]string{h.Command()}, h.SpawnArgv(p, c.id)...)
-	err = s.tmux.Spawn(ctx, target, ws.Primary, s.sessionEnv(h, token), argv)
+	env := s.sessionEnv(h, token)
+	argv, err := s.confine(append([]string{h.Command()}, h.SpawnArgv(p, c.id)...), env, ws)
+	if err == nil {
+		err = s.tmux.Spawn(ctx, target, ws.Primary, env, argv)
+	}
 	if err == nil && !h.BootPromptInArgv() {
 		// A harness that takes no prompt on its command line reads the
 		// boot prompt as its first typed turn.
@@ -223,7 +226,10 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	}
 	s.prepareHarness(ctx, in, h, cwd)
 	if argv, ok := h.ResumeArgv(p, id); ok && h.Name() == sess.Harness {
-		err := s.tmux.Spawn(ctx, target, cwd, env, append([]string{h.Command()}, argv...))
+		argv, err := s.confine(append([]string{h.Command()}, argv...), env, ws)
+		if err == nil {
+			err = s.tmux.Spawn(ctx, target, cwd, env, argv)
+		}
 		switch {
 		case errors.Is(err, tmux.ErrOccupied):
 			return s.averted(ctx, store, in, sess, target, p)
@@ -243,7 +249,10 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 		if h.ChoosesSessionID() {
 			id = ""
 		}
-		err := s.tmux.Spawn(ctx, target, cwd, env, append([]string{h.Command()}, h.SpawnArgv(p, id)...))
+		argv, err := s.confine(append([]string{h.Command()}, h.SpawnArgv(p, id)...), env, ws)
+		if err == nil {
+			err = s.tmux.Spawn(ctx, target, cwd, env, argv)
+		}
 		if errors.Is(err, tmux.ErrOccupied) {
 			return s.averted(ctx, store, in, sess, target, p)
 		}

@@ -33,7 +33,12 @@ import (
 
 const agentRepo = "octo/agent"
 
-// agentUp is one `the-loop up` with a stand-in harness.
+// agentUp is one `the-loop up` with a stand-in harness. Its sessions run
+// in up's session sandbox (LOOP_SESSION_SANDBOX defaults to landlock under
+// up on Linux), so the harness and its records live where a session may
+// reach them: the harness (a copy of this test binary and its wrapper) in
+// a directory of its own, which the sandbox lets a session run, the
+// records in the sessions' TMPDIR.
 type agentUp struct {
 	t       *testing.T
 	gh      *ghfake.Server
@@ -42,6 +47,10 @@ type agentUp struct {
 	root    string
 	client  *http.Client
 	seq     int
+	// store is up's store; harness the harness's directory; tmp the
+	// sessions' TMPDIR; natsAddr the bus's address; socket the tmux
+	// server's name.
+	store, harness, tmp, natsAddr, socket string
 }
 
 func startAgentUp(t *testing.T) *agentUp {
@@ -54,8 +63,10 @@ func startAgentUp(t *testing.T) *agentUp {
 	}
 	loop, _ := binaries(t)
 	dir := t.TempDir()
-	a := &agentUp{t: t, standIn: filepath.Join(dir, "standin"), root: filepath.Join(dir, "workspaces"),
-		client: &http.Client{Timeout: 30 * time.Second}}
+	a := &agentUp{t: t, root: filepath.Join(dir, "workspaces"), client: &http.Client{Timeout: 30 * time.Second},
+		store: filepath.Join(dir, "store"), harness: filepath.Join(dir, "harness"), tmp: filepath.Join(dir, "tmp"),
+		natsAddr: fmt.Sprintf("127.0.0.1:%d", freePortTB(t)), socket: newTmuxSocket(t)}
+	a.standIn = filepath.Join(a.tmp, "standin")
 	a.gh = ghfake.New(t, ghfake.WithPrimaryLimit(0), ghfake.WithSecondaryLimits(0, 0))
 	a.gh.AddRepo(agentRepo)
 	a.gh.AddToken(ledgerToken, ledgerLogin)
@@ -81,16 +92,26 @@ func startAgentUp(t *testing.T) *agentUp {
 	if err := os.WriteFile(cfg, []byte("version: \"0.7.0\"\nrouting:\n  authorizedUsers:\n    - {github: "+alice+", name: Alice}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(a.standIn, 0o700); err != nil {
+	for _, d := range []string{a.standIn, a.harness} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
 		t.Fatal(err)
 	}
-	exe, err := os.Executable()
+	b, err := os.ReadFile(self)
 	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(a.harness, "e2e.test")
+	if err := os.WriteFile(exe, b, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	// The stand-in is this test binary (TestMain), obedient: it runs what
 	// a prompt marks, as a prompt-injected agent would.
-	wrapper := filepath.Join(dir, "claude")
+	wrapper := filepath.Join(a.harness, "claude")
 	script := fmt.Sprintf("#!/bin/sh\n%s=1 %s=%q exec %q \"$@\"\n", standin.EnvObey, tmuxtest.EnvDir, a.standIn, exe)
 	if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
 		t.Fatal(err)
@@ -99,8 +120,8 @@ func startAgentUp(t *testing.T) *agentUp {
 	admin := fmt.Sprintf("127.0.0.1:%d", freePortTB(t))
 	a.webhook = fmt.Sprintf("http://127.0.0.1:%d/gh-webhook", hook)
 	env := append(baseEnv(),
-		"LOOP_STORE_DIR="+filepath.Join(dir, "store"),
-		fmt.Sprintf("LOOP_NATS_LISTEN=127.0.0.1:%d", freePortTB(t)),
+		"LOOP_STORE_DIR="+a.store,
+		"LOOP_NATS_LISTEN="+a.natsAddr,
 		"LOOP_ADMIN_ADDR="+admin,
 		fmt.Sprintf("LOOP_GITHUB_WEBHOOK_ADDR=127.0.0.1:%d", hook),
 		"LOOP_GITHUB_WEBHOOK_SECRET="+webhookSecret,
@@ -110,12 +131,15 @@ func startAgentUp(t *testing.T) *agentUp {
 		"LOOP_CONFIG="+cfg,
 		fmt.Sprintf("LOOP_SLACK_EVENTS_ADDR=127.0.0.1:%d", freePortTB(t)),
 		fmt.Sprintf("LOOP_SESSION_ADDR=127.0.0.1:%d", freePortTB(t)),
-		"LOOP_TMUX_SOCKET="+newTmuxSocket(t),
+		"LOOP_TMUX_SOCKET="+a.socket,
 		"LOOP_HARNESS_BINARY="+wrapper,
 		"LOOP_WORKSPACE_ROOT="+a.root,
 		// The sessions' HOME, where up answers Claude Code's first-run
 		// questions: the test's own, never the user's.
 		"HOME="+filepath.Join(dir, "home"),
+		// The sessions' TMPDIR, which their sandbox lets them write: not
+		// the directory that holds the store.
+		"TMPDIR="+a.tmp,
 		"LOOP_WORKSPACE_GIT_URL=file://"+upstreams+"/{owner}/{repo}.git",
 	)
 	launchUp(t, loop, env, filepath.Join(dir, "up.log"), "http://"+admin+"/readyz", a.client)

@@ -9,13 +9,16 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sys/unix"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
@@ -60,6 +63,9 @@ type attackAttempt struct {
 
 // runAttacker runs attack mode and returns the process's exit code.
 func runAttacker(mode string, out io.Writer) int {
+	if mode == "connect" {
+		return attackConnect(os.Getenv(envAttackNATS), out)
+	}
 	if mode != "bus" {
 		fmt.Fprintf(os.Stderr, "unknown attack %q\n", mode)
 		return 2
@@ -221,4 +227,59 @@ func attackBus(url, ref, credential string, opts ...nats.Option) attackAttempt {
 		a.Did = append(a.Did, "write KV graph")
 	}
 	return a
+}
+
+// attackConnect (envAttack=connect) tries every way to open a TCP
+// connection to addr (host:port, IPv4) a sandboxed session has — connect
+// over IPv4 and over IPv6 to the v4-mapped address, a Multipath TCP
+// socket, TCP Fast Open (sendto, which connects without connect) — and
+// prints what each gave on one line. It exits 0 when one connected, 1
+// when all were refused.
+func attackConnect(addr string, out io.Writer) int {
+	host, p, err := net.SplitHostPort(addr)
+	port, perr := strconv.Atoi(p)
+	ip := net.ParseIP(host).To4()
+	if err != nil || perr != nil || ip == nil {
+		fmt.Fprintf(out, "bad address %q\n", addr)
+		return 2
+	}
+	v4 := &unix.SockaddrInet4{Port: port, Addr: [4]byte(ip)}
+	v6 := &unix.SockaddrInet6{Port: port}
+	copy(v6.Addr[:], net.IPv4(ip[0], ip[1], ip[2], ip[3]).To16())
+	connected := false
+	var results []string
+	for _, a := range []struct {
+		name          string
+		domain, proto int
+		sa            unix.Sockaddr
+		fastOpen      bool
+	}{
+		{"tcp", unix.AF_INET, 0, v4, false},
+		{"tcp over ipv6", unix.AF_INET6, 0, v6, false},
+		{"multipath tcp", unix.AF_INET, unix.IPPROTO_MPTCP, v4, false},
+		{"tcp fast open", unix.AF_INET, 0, v4, true},
+	} {
+		err := func() error {
+			fd, err := unix.Socket(a.domain, unix.SOCK_STREAM, a.proto)
+			if err != nil {
+				return fmt.Errorf("socket: %w", err)
+			}
+			defer unix.Close(fd)
+			if a.fastOpen {
+				return unix.Sendto(fd, []byte("PING\r\n"), unix.MSG_FASTOPEN, a.sa)
+			}
+			return unix.Connect(fd, a.sa)
+		}()
+		if err == nil {
+			connected = true
+			results = append(results, a.name+" connected")
+		} else {
+			results = append(results, a.name+" "+err.Error())
+		}
+	}
+	fmt.Fprintln(out, strings.Join(results, "; "))
+	if connected {
+		return 0
+	}
+	return 1
 }

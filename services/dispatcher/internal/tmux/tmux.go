@@ -51,7 +51,14 @@ var (
 	ErrOccupied = errors.New("tmux: session name occupied by a live session")
 	// ErrMissing: delivery found no live session to paste into.
 	ErrMissing = errors.New("tmux: session missing or dead")
+	// ErrUnconfined: the server runs, and was not started through
+	// Server.Launch; Spawn refuses to start a session in it.
+	ErrUnconfined = errors.New("tmux: the server was not started in the session sandbox")
 )
+
+// sealOption is the server option a server started through Server.Launch
+// carries, set to sealed.
+const sealOption, sealed = "@the-loop-sandbox", "confined"
 
 // deliveries numbers this process's deliveries, for their buffers' names.
 var deliveries atomic.Uint64
@@ -73,6 +80,14 @@ type Server struct {
 	// its global environment, so it must hold nothing a session must not
 	// see.
 	Env []string
+	// Launch, when set, gives the command (and its arguments) put before
+	// the tmux command that can start the server (Spawn's new-session), so
+	// that a server it starts runs confined — `the-loop sandbox …` — and
+	// with it every pane; nil: none. The same command marks the server
+	// (its option @the-loop-sandbox), and Spawn refuses a running server
+	// without the mark (ErrUnconfined): one started otherwise, which a
+	// confined session could ask to run a command outside its sandbox.
+	Launch func() ([]string, error)
 }
 
 func (s *Server) bin() string {
@@ -93,6 +108,11 @@ func (s *Server) Available() error {
 // run executes one tmux command. answered is false when tmux could not be
 // asked or did not answer in time; err is non-nil on a non-zero exit too.
 func (s *Server) run(ctx context.Context, stdin []byte, args ...string) (out string, answered bool, err error) {
+	return s.runVia(ctx, nil, stdin, args...)
+}
+
+// runVia is run with launch (a command and its arguments) put before tmux.
+func (s *Server) runVia(ctx context.Context, launch []string, stdin []byte, args ...string) (out string, answered bool, err error) {
 	t := s.Timeout
 	if t <= 0 {
 		t = 10 * time.Second
@@ -104,6 +124,9 @@ func (s *Server) run(ctx context.Context, stdin []byte, args ...string) (out str
 		full = append([]string{"-L", s.Socket}, args...)
 	}
 	cmd := exec.CommandContext(ctx, s.bin(), full...)
+	if len(launch) > 0 {
+		cmd = exec.CommandContext(ctx, launch[0], append(append(launch[1:len(launch):len(launch)], s.bin()), full...)...)
+	}
 	cmd.Env = s.Env
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
@@ -170,6 +193,16 @@ func (s *Server) Spawn(ctx context.Context, target, cwd string, env map[string]s
 	if strings.Contains(argv[0], "=") {
 		return fmt.Errorf("tmux: spawn: the command %q contains '=', which env would read as a variable", argv[0])
 	}
+	var launch []string
+	if s.Launch != nil {
+		var err error
+		if launch, err = s.Launch(); err != nil {
+			return fmt.Errorf("tmux: spawn %s: %w", target, err)
+		}
+	}
+	if err := s.confined(ctx, launch); err != nil {
+		return err
+	}
 	if err := s.clear(ctx, target, false); err != nil {
 		return err
 	}
@@ -196,17 +229,43 @@ func (s *Server) Spawn(ctx context.Context, target, cwd string, env map[string]s
 		// exits at once leaves a dead pane rather than no session.
 		args = append(args, ";", "set-option", "-t", window(target), "-w", "remain-on-exit", "on")
 	}
-	_, _, err := s.run(ctx, nil, args...)
+	if len(launch) > 0 {
+		args = append(args, ";", "set-option", "-g", sealOption, sealed)
+	}
+	_, _, err := s.runVia(ctx, launch, nil, args...)
 	if err != nil && strings.Contains(err.Error(), "duplicate session") {
 		// Someone created it between the clear and now: clear again, this
 		// time treating an unanswered probe as occupied, and retry once.
 		if cerr := s.clear(ctx, target, true); cerr != nil {
 			return cerr
 		}
-		_, _, err = s.run(ctx, nil, args...)
+		_, _, err = s.runVia(ctx, launch, nil, args...)
 	}
 	if err != nil {
 		return fmt.Errorf("tmux: spawn %s: %w", target, err)
+	}
+	return nil
+}
+
+// confined refuses (ErrUnconfined) a running server that launch did not
+// start, when there is a launch; no server running is fine: Spawn's
+// new-session starts it confined.
+func (s *Server) confined(ctx context.Context, launch []string) error {
+	if len(launch) == 0 {
+		return nil
+	}
+	out, answered, err := s.run(ctx, nil, "show-options", "-gqv", sealOption)
+	switch {
+	case !answered:
+		return fmt.Errorf("tmux: is the server confined: %w", err)
+	case err != nil:
+		return nil // no server running
+	case strings.TrimSpace(out) != sealed:
+		name := s.Socket
+		if name == "" {
+			name = "default"
+		}
+		return fmt.Errorf("%w: end it (tmux -L %s kill-server; its sessions resume at their next event) and the next spawn starts it confined", ErrUnconfined, name)
 	}
 	return nil
 }

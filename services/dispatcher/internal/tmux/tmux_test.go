@@ -263,3 +263,40 @@ func FuzzPasteable(f *testing.F) {
 		}
 	})
 }
+
+// TestLaunchStartsAndMarksTheServer: with a Launch, the spawn that starts
+// the server runs tmux through it and marks the server, and later spawns
+// use it; a server already running without the mark — started otherwise,
+// so not confined — is refused (ErrUnconfined), and nothing is started in
+// it.
+func TestLaunchStartsAndMarksTheServer(t *testing.T) {
+	ctx := context.Background()
+	launched := filepath.Join(t.TempDir(), "launched")
+	// The launcher records that it ran, then runs tmux as given.
+	launcher := []string{"sh", "-c", `echo x >> "$0"; exec "$@"`, launched}
+	s := &Server{Socket: tmuxtest.Socket(t), RemainOnExit: true, Launch: func() ([]string, error) { return launcher, nil }}
+	for _, target := range []string{"loop-a-1", "loop-a-2"} {
+		if err := s.Spawn(ctx, target, "", nil, []string{"sleep", "30"}); err != nil {
+			t.Fatalf("spawn %s: %v", target, err)
+		}
+	}
+	if b, _ := os.ReadFile(launched); strings.Count(string(b), "x") != 2 {
+		t.Errorf("the launcher ran %d times, want once per spawn", strings.Count(string(b), "x"))
+	}
+	if out, _, err := s.run(ctx, nil, "show-options", "-gqv", sealOption); err != nil || strings.TrimSpace(out) != sealed {
+		t.Errorf("the server's mark: %q (%v)", out, err)
+	}
+
+	plain := &Server{Socket: tmuxtest.Socket(t)}
+	if err := plain.Spawn(ctx, "loop-b-1", "", nil, []string{"sleep", "30"}); err != nil {
+		t.Fatal(err)
+	}
+	other := &Server{Socket: plain.Socket, Launch: s.Launch}
+	err := other.Spawn(ctx, "loop-b-2", "", nil, []string{"sleep", "30"})
+	if !errors.Is(err, ErrUnconfined) || !strings.Contains(err.Error(), "tmux -L "+plain.Socket+" kill-server") {
+		t.Fatalf("a spawn into an unmarked server: %v, want ErrUnconfined naming how to end it", err)
+	}
+	if st := other.Probe(ctx, "loop-b-2"); st != Absent {
+		t.Errorf("the refused session is %s", st)
+	}
+}

@@ -335,3 +335,42 @@ func (m *Manager) mirrorDir(r Repo) string {
 func (m *Manager) url(r Repo) string {
 	return strings.NewReplacer("{host}", r.Host, "{owner}", r.Owner, "{repo}", r.Name).Replace(m.cfg.URLTemplate)
 }
+
+// GitDirs are the directories outside c's own directory that git working
+// in c needs, for a session confined to its workspace
+// (docs/decisions/097-sessions-under-landlock.md): with the Worktree
+// strategy, write holds the worktree's own administrative directory in its
+// mirror and the mirror's objects, refs and logs (which GitDirs makes, as
+// git would at the first reflog it writes); read holds the mirror, whose
+// configuration, hooks and packed refs git reads and a session must not
+// change — they are every work item's. The others strategies keep
+// everything in c's directory: nothing.
+//
+// The worktree's directory is read from c's .git file, which the session
+// can write, so it is taken only when it lies in the mirror's worktrees/
+// directory; otherwise git in c gets nothing beyond c.
+func (m *Manager) GitDirs(c Checkout) (write, read []string) {
+	if m.cfg.Strategy != Worktree {
+		return nil, nil
+	}
+	mirror := m.mirrorDir(c.Repo)
+	read = []string{mirror}
+	write = []string{filepath.Join(mirror, "objects"), filepath.Join(mirror, "refs"), filepath.Join(mirror, "logs")}
+	_ = os.MkdirAll(filepath.Join(mirror, "logs"), 0o755)
+	b, err := os.ReadFile(filepath.Join(c.Dir, ".git"))
+	if err != nil {
+		return write, read
+	}
+	gitDir, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir: ")
+	if !ok {
+		return write, read
+	}
+	if !filepath.IsAbs(gitDir) {
+		gitDir = filepath.Join(c.Dir, gitDir)
+	}
+	gitDir = filepath.Clean(gitDir)
+	if samePath(filepath.Dir(gitDir), filepath.Join(mirror, "worktrees")) {
+		write = append(write, gitDir)
+	}
+	return write, read
+}
