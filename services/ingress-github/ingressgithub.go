@@ -332,7 +332,7 @@ func (s *Service) Run(ctx context.Context) error {
 			// warning, not an error of the service.
 			s.deps.Log.WarnContext(ctx, "webhook listener off", "reason", s.webhookOff)
 		} else {
-			ln, err := httpserver.Listen(s.cfg.WebhookAddr)
+			ln, err := httpserver.Listen("LOOP_GITHUB_WEBHOOK_ADDR", s.cfg.WebhookAddr)
 			if err != nil {
 				return fmt.Errorf("ingress-github: webhook: %w", err)
 			}
