@@ -52,7 +52,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	p := s.render(in, true, s.gates.context(ctx, in.ref, ""))
 	s.prepareHarness(ctx, in, h, ws.Primary)
 	env := s.sessionEnv(h, token)
-	argv, err := s.confine(append([]string{h.Command()}, h.SpawnArgv(p, c.id)...), env, ws)
+	argv, err := s.confineSession(target, append([]string{h.Command()}, h.SpawnArgv(p, c.id)...), env, ws)
 	if err == nil {
 		err = s.tmux.Spawn(ctx, target, ws.Primary, env, argv)
 	}
@@ -226,7 +226,7 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	}
 	s.prepareHarness(ctx, in, h, cwd)
 	if argv, ok := h.ResumeArgv(p, id); ok && h.Name() == sess.Harness {
-		argv, err := s.confine(append([]string{h.Command()}, argv...), env, ws)
+		argv, err := s.confineSession(target, append([]string{h.Command()}, argv...), env, ws)
 		if err == nil {
 			err = s.tmux.Spawn(ctx, target, cwd, env, argv)
 		}
@@ -249,7 +249,7 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 		if h.ChoosesSessionID() {
 			id = ""
 		}
-		argv, err := s.confine(append([]string{h.Command()}, h.SpawnArgv(p, id)...), env, ws)
+		argv, err := s.confineSession(target, append([]string{h.Command()}, h.SpawnArgv(p, id)...), env, ws)
 		if err == nil {
 			err = s.tmux.Spawn(ctx, target, cwd, env, argv)
 		}
