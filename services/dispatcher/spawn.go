@@ -169,10 +169,11 @@ func (s *Service) spawnFailed(ctx context.Context, store *sessions.Store, in *in
 		return fmt.Errorf("registry: undo spawn claim: %w", err)
 	}
 	if errors.Is(cause, tmux.ErrOccupied) {
-		// Never spawn over a live session (docs/requirements.md K12): an operator
-		// attaches, kills it, or runs `the-loop sessions cleanup`.
+		// Never spawn over a live session (docs/requirements.md K12): the
+		// work item is told, and a person adopts or ends it (leftover.go).
 		s.m.spawns.WithLabelValues("refused").Inc()
 		s.records.drop(ctx, in, DropSessionOccupied, slog.String("tmux_target", target), slog.Bool("will_retry", false))
+		s.reportLeftover(ctx, in, target)
 		return nil
 	}
 	s.m.spawns.WithLabelValues("failed").Inc()
