@@ -114,7 +114,7 @@ func TestSessionRunsSandboxed(t *testing.T) {
 	}
 	var root, socket string
 	e := newEnv(t, func(s *Settings) {
-		root, socket = s.Workdir, s.TmuxSocket
+		root, socket = s.Workdir, filepath.Join(s.TmuxDir, tmux.Target("github:octo/repo#7"))
 		h := standIn(t, records)
 		h.Binary = loop
 		h.Environment[standin.EnvObey] = "1"
@@ -142,7 +142,7 @@ func TestSessionRunsSandboxed(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			pane, _ := exec.Command("tmux", "-L", socket, "capture-pane", "-p", "-S", "-", "-t", "="+tmux.Target("github:octo/repo#7")+":").CombinedOutput()
+			pane, _ := exec.Command("tmux", "-S", socket, "capture-pane", "-p", "-S", "-", "-t", "="+tmux.Target("github:octo/repo#7")+":").CombinedOutput()
 			t.Logf("the session's pane:\n%s\nthe dispatcher's log:\n%s", pane, e.logs.String())
 		}
 	})
@@ -175,7 +175,7 @@ try "list another work item's workspace" ls %s
 try "list the mirrors" ls %s
 try "connect to the bus" the-loop dial %s
 try "open another terminal of the user's" sh -c 'echo typed > %s'
-try "have the tmux server read the seed" sh -c 'tmux -L %s run-shell "cat %s > %s 2>&1" && cat %s'
+try "have the tmux server read the seed" sh -c 'tmux -S %s run-shell "cat %s > %s 2>&1" && cat %s'
 `, endpoint.Host, seed, other, filepath.Join(root, "mirrors"), natsAddr.Host, tty.Name(), socket, seed, filepath.Join(tmp, "leak"), filepath.Join(tmp, "leak"))
 	probe := filepath.Join(loopDir, "probe.sh")
 	if err := os.WriteFile(probe, []byte(script), 0o755); err != nil {
@@ -225,7 +225,7 @@ try "have the tmux server read the seed" sh -c 'tmux -L %s run-shell "cat %s > %
 	// refuses the server's) would find it confined as well: asked here,
 	// from outside every sandbox, it cannot read the seed either.
 	leak := filepath.Join(tmp, "server-leak")
-	if out, err := exec.Command("tmux", "-L", socket, "run-shell", "cat "+seed+" > "+leak+" 2>&1").CombinedOutput(); err != nil {
+	if out, err := exec.Command("tmux", "-S", socket, "run-shell", "cat "+seed+" > "+leak+" 2>&1").CombinedOutput(); err != nil {
 		t.Logf("tmux run-shell: %v %s", err, out)
 	}
 	if b, _ := os.ReadFile(leak); !strings.Contains(string(b), "Permission denied") {
@@ -234,12 +234,12 @@ try "have the tmux server read the seed" sh -c 'tmux -L %s run-shell "cat %s > %
 		t.Logf("the tmux server, asked to read the seed: %s", strings.TrimSpace(string(b)))
 	}
 	// The server sessions run in was started confined, and says so.
-	mark, err := exec.Command("tmux", "-L", socket, "show-options", "-gqv", "@the-loop-sandbox").Output()
+	mark, err := exec.Command("tmux", "-S", socket, "show-options", "-gqv", "@the-loop-sandbox").Output()
 	if err != nil || strings.TrimSpace(string(mark)) != "confined" {
 		t.Errorf("the tmux server's mark: %q (%v)", mark, err)
 	}
 	// And the argv the session runs is the harness's under the-loop sandbox.
-	pane, err := exec.Command("tmux", "-L", socket, "list-panes", "-a", "-F", "#{pane_start_command}").Output()
+	pane, err := exec.Command("tmux", "-S", socket, "list-panes", "-a", "-F", "#{pane_start_command}").Output()
 	if err != nil || !strings.Contains(string(pane), loop+" sandbox --rw") {
 		t.Errorf("the pane's command: %s (%v)", pane, err)
 	}
