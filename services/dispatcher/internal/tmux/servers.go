@@ -143,7 +143,18 @@ func (p *Servers) Kill(ctx context.Context, target string) error {
 	if err != nil {
 		return fmt.Errorf("tmux: kill %s: %w", target, err)
 	}
-	p.removeStale(target)
+	// The server leaves its socket behind, and stops listening on it only
+	// as it exits, a moment after it answered.
+	for range 50 {
+		if p.removeStale(target) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	return nil
 }
 
