@@ -18,7 +18,7 @@ import (
 // session of `the-loop up` (its sandbox on, as on any Linux): an obedient
 // agent with a shell tries to read up's operator seed, to list another
 // work item's workspace, to connect to the bus (every way TCP offers), and
-// to have the tmux server its session runs in read the seed for it. Each
+// to have the tmux server its session runs on read the seed for it. Each
 // is refused, and the test prints what refused it (the server cannot be
 // reached: before Landlock ABI 9 a session makes no unix socket, from it
 // Landlock refuses the server's); the session still commits in its own
@@ -41,8 +41,8 @@ try "ask its endpoint (the-loop check)" sh -c 'the-loop check --json | grep -o "
 try "read up's operator seed" cat %[1]s
 try "list another work item's workspace" ls %[2]s
 try "connect to the bus" env %[3]s=connect %[4]s=%[5]s %[6]s
-try "have the tmux server read the seed" sh -c 'tmux -L %[7]s run-shell "cat %[1]s > %[8]s 2>&1" && cat %[8]s'
-`, seed, theirs.Dir, envAttack, envAttackNATS, a.natsAddr, filepath.Join(a.harness, "e2e.test"), a.socket, leak)
+try "have the tmux server read the seed" sh -c 'tmux -S %[7]s run-shell "cat %[1]s > %[8]s 2>&1" && cat %[8]s'
+`, seed, theirs.Dir, envAttack, envAttackNATS, a.natsAddr, filepath.Join(a.harness, "e2e.test"), a.socketOf(mine.n), leak)
 	probe := filepath.Join(a.harness, "probe.sh")
 	if err := os.WriteFile(probe, []byte(script), 0o700); err != nil {
 		t.Fatal(err)
