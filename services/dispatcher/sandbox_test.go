@@ -19,9 +19,11 @@ import (
 
 	"github.com/the-loop/bus/internal/testsupport/standin"
 	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/sandbox"
 	"github.com/the-loop/bus/pkg/service"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 	"github.com/the-loop/bus/services/dispatcher/internal/workspace"
@@ -243,6 +245,22 @@ try "have the tmux server read the seed" sh -c 'tmux -S %s run-shell "cat %s > %
 	if err != nil || !strings.Contains(string(pane), loop+" sandbox --rw") {
 		t.Errorf("the pane's command: %s (%v)", pane, err)
 	}
+
+	// A leftover in another work item's place, on a server not started in
+	// the sandbox: reported, and never adopted — it would run unconfined.
+	box := e.inbox()
+	const left = "github:octo/repo#9"
+	target := tmux.Target(left)
+	if out, err := exec.Command("tmux", "-S", filepath.Join(filepath.Dir(socket), target), "new-session", "-d", "-s", target, "--", "sleep", "600").CombinedOutput(); err != nil {
+		t.Fatalf("the leftover: %v %s", err, out)
+	}
+	e.publish(labeled(left, "lab-9"), comment(left, 70010, alice, "the-loop start"))
+	e.waitRecord("dispatch.dropped", map[string]any{"work_item": left, "reason": DropSessionOccupied})
+	e.inboxFind(box, "the unconfined leftover's report", func(ev *loopv1.Event) bool {
+		return ev.GetSubject() == left && ev.GetType() == string(catalog.ConflictEscalated)
+	})
+	e.publish(comment(left, 70011, alice, "the-loop adopt"))
+	e.waitRecord("control.rejected", map[string]any{"work_item": left, "command": "adopt", "reason": RejectLeftoverUnconfined})
 }
 
 // policyService is a Service with set's settings, enough to compute
