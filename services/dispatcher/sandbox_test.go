@@ -316,6 +316,25 @@ func TestSessionSandboxPolicy(t *testing.T) {
 	if !slices.Equal(p.ConnectTCP, []uint16{22, 80, 443, 8790}) {
 		t.Errorf("ports: %v, want the settings' and the endpoint's", p.ConnectTCP)
 	}
+	// The session's tmux server: that session's policy, its socket
+	// directory and the terminals of its pane — never another workspace;
+	// a socket directory a session could write is refused.
+	sp, err := s.serverPolicy(env, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(sp.ReadWrite, ws.Dir) || !slices.Contains(sp.ReadWrite, s.set.TmuxDir) || !slices.Equal(sp.UnixSockets, []string{s.set.TmuxDir}) {
+		t.Errorf("the server's policy: rw %q, unix %q", sp.ReadWrite, sp.UnixSockets)
+	}
+	for _, path := range sp.ReadWrite {
+		if path == root || within(filepath.Join(root, "items"), path) && !within(path, ws.Dir) {
+			t.Errorf("the session's server is given %s, which holds other work items", path)
+		}
+	}
+	if _, err := policyService(t, Settings{Workdir: root, Workspace: WorkspaceConfig{Strategy: WorkspaceDir}, LoopBinaryDir: loopDir,
+		Sandbox: SandboxLandlock, Harness: agent.Claude(), TmuxDir: filepath.Join(tmp, "tmux")}).serverPolicy(env, ws); err == nil {
+		t.Error("a socket directory in TMPDIR, which sessions write, was accepted")
+	}
 	for _, set := range [][]string{p.ReadWrite, p.ReadOnly, p.Exec} {
 		for _, path := range set {
 			if within("/dev/pts", path) {
