@@ -85,6 +85,9 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("LOOP_WORKSPACE_STRATEGY is %q: it must be worktree, clone or dir", c.WorkspaceStrategy))
 	}
+	if strings.ContainsAny(c.TmuxSocket, "/\x00") || c.TmuxSocket == ".." {
+		errs = append(errs, fmt.Errorf("LOOP_TMUX_SOCKET is %q: it must be a name, not a path (it is deprecated: set LOOP_TMUX_DIR)", c.TmuxSocket))
+	}
 	if c.TmuxDir != "" && !filepath.IsAbs(c.TmuxDir) {
 		errs = append(errs, fmt.Errorf("LOOP_TMUX_DIR is %q: it must be an absolute path", c.TmuxDir))
 	}
