@@ -73,10 +73,10 @@ type Stage struct {
 	Socket *socketfake.Server
 
 	dir, agentDir, workdir, runner, tmuxDir string
-	secret                                     string
-	webhookAddr                                string
-	exe                                        string
-	afterStep                                  func(ctx context.Context, step int) error
+	secret                                  string
+	webhookAddr                             string
+	exe                                     string
+	afterStep                               func(ctx context.Context, step int) error
 
 	// relay is GitHub delivering webhooks: one at a time, in write order.
 	relayMu sync.Mutex
