@@ -158,7 +158,8 @@ func (s *Service) serverLaunch(target string) ([]string, error) {
 	if !s.sandboxed() {
 		return nil, nil
 	}
-	l, ok := s.launches.Load(target)
+	// Taken, not kept: each spawn settles its own first.
+	l, ok := s.launches.LoadAndDelete(target)
 	if !ok {
 		return nil, fmt.Errorf("no sandbox settled for the tmux server of %s", target)
 	}
