@@ -48,9 +48,9 @@ type agentUp struct {
 	client  *http.Client
 	seq     int
 	// store is up's store; harness the harness's directory; tmp the
-	// sessions' TMPDIR; natsAddr the bus's address; socket the tmux
-	// server's name.
-	store, harness, tmp, natsAddr, socket string
+	// sessions' TMPDIR; natsAddr the bus's address; tmuxDir the
+	// directory of the sessions' tmux servers' sockets.
+	store, harness, tmp, natsAddr, tmuxDir string
 	// pid is up's process.
 	pid int
 	// home is the sessions' HOME.
@@ -69,7 +69,7 @@ func startAgentUp(t *testing.T) *agentUp {
 	dir := t.TempDir()
 	a := &agentUp{t: t, root: filepath.Join(dir, "workspaces"), client: &http.Client{Timeout: 30 * time.Second},
 		store: filepath.Join(dir, "store"), harness: filepath.Join(dir, "harness"), tmp: filepath.Join(dir, "tmp"),
-		natsAddr: fmt.Sprintf("127.0.0.1:%d", freePortTB(t)), socket: newTmuxSocket(t)}
+		natsAddr: fmt.Sprintf("127.0.0.1:%d", freePortTB(t)), tmuxDir: newTmuxDir(t)}
 	a.standIn = filepath.Join(a.tmp, "standin")
 	a.home = filepath.Join(dir, "home")
 	a.gh = ghfake.New(t, ghfake.WithPrimaryLimit(0), ghfake.WithSecondaryLimits(0, 0))
@@ -136,7 +136,7 @@ func startAgentUp(t *testing.T) *agentUp {
 		"LOOP_CONFIG="+cfg,
 		fmt.Sprintf("LOOP_SLACK_EVENTS_ADDR=127.0.0.1:%d", freePortTB(t)),
 		fmt.Sprintf("LOOP_SESSION_ADDR=127.0.0.1:%d", freePortTB(t)),
-		"LOOP_TMUX_SOCKET="+a.socket,
+		"LOOP_TMUX_DIR="+a.tmuxDir,
 		"LOOP_HARNESS_BINARY="+wrapper,
 		"LOOP_WORKSPACE_ROOT="+a.root,
 		// The sessions' HOME, where up answers Claude Code's first-run

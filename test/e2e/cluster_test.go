@@ -54,8 +54,6 @@ var (
 	binDir           string
 	loopBin, natsBin string
 	binErr           error
-	tmuxSocketSeq    int
-	tmuxSocketSeqMu  sync.Mutex
 )
 
 // defaultProcessLogMax is how much of a process's log a failure shows.
@@ -246,10 +244,10 @@ type cluster struct {
 	procs      []*proc // services, in start order
 	gh         *ghfake.Server
 	slack      *slackfake.Server
-	standIn    string // the stand-in harness's record directory
-	sockets    []string
-	webhook    string // ingress-github's POST /gh-webhook URL
-	events     string // ingress-slack's POST /slack/events URL
+	standIn    string   // the stand-in harness's record directory
+	sockets    []string // each dispatcher's LOOP_TMUX_DIR
+	webhook    string   // ingress-github's POST /gh-webhook URL
+	events     string   // ingress-slack's POST /slack/events URL
 	client     *http.Client
 	issues     []int // work-item issue numbers on the fake
 	stopOnce   sync.Once
@@ -341,15 +339,9 @@ func baseEnv() []string {
 	return out
 }
 
-func newTmuxSocket(t testing.TB) string {
-	tmuxSocketSeqMu.Lock()
-	tmuxSocketSeq++
-	n := tmuxSocketSeq
-	tmuxSocketSeqMu.Unlock()
-	name := fmt.Sprintf("loop-e2e-%d-%d", os.Getpid(), n)
-	t.Cleanup(func() { _ = exec.Command("tmux", "-L", name, "kill-server").Run() })
-	return name
-}
+// newTmuxDir is a directory for a dispatcher's tmux sockets
+// (LOOP_TMUX_DIR), its servers killed when t ends.
+func newTmuxDir(t testing.TB) string { return tmuxtest.Dir(t) }
 
 // startCluster starts everything and waits for every service's /readyz.
 func startCluster(t testing.TB, o clusterOptions) *cluster {
@@ -513,11 +505,11 @@ channels:
 		add("slack-renderer", i)
 	}
 	for i := range o.replicas {
-		sock := newTmuxSocket(t)
+		sock := newTmuxDir(t)
 		c.sockets = append(c.sockets, sock)
 		// A fixed session endpoint per replica: tmux sessions outlive a
 		// restart of their dispatcher and keep its address.
-		add("dispatcher", i, "LOOP_TMUX_SOCKET="+sock, fmt.Sprintf("LOOP_DISPATCHER_HOST=dispatcher-%d", i),
+		add("dispatcher", i, "LOOP_TMUX_DIR="+sock, fmt.Sprintf("LOOP_DISPATCHER_HOST=dispatcher-%d", i),
 			fmt.Sprintf("LOOP_SESSION_ADDR=127.0.0.1:%d", freePortTB(t)))
 	}
 	ghAddr := fmt.Sprintf("127.0.0.1:%d", freePortTB(t))

@@ -469,7 +469,7 @@ routing:
 		"LOOP_LOG_LEVEL=warn",
 		fmt.Sprintf("LOOP_SLACK_EVENTS_ADDR=127.0.0.1:%d", freePortTB(b)),
 		fmt.Sprintf("LOOP_SESSION_ADDR=127.0.0.1:%d", freePortTB(b)),
-		"LOOP_TMUX_SOCKET="+fmt.Sprintf("loop-intake-%d", os.Getpid()),
+		"LOOP_TMUX_DIR="+newTmuxDir(b),
 		"LOOP_DISPATCHER_WORKDIR="+work,
 		"LOOP_HARNESS_BINARY="+harness,
 	)

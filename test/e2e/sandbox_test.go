@@ -18,7 +18,7 @@ import (
 // session of `the-loop up` (its sandbox on, as on any Linux): an obedient
 // agent with a shell tries to read up's operator seed, to list another
 // work item's workspace, to connect to the bus (every way TCP offers), to
-// have the tmux server its session runs in read the seed for it, to read
+// have the tmux server its session runs on read the seed for it, to read
 // up's and every other process's environment, and to search its home, the
 // workspaces, the store and the usual secret mounts for seeds and keys. Each
 // is refused, and the test prints what refused it (the server cannot be
@@ -43,11 +43,11 @@ try "ask its endpoint (the-loop check)" sh -c 'the-loop check --json | grep -o "
 try "read up's operator seed" cat %[1]s
 try "list another work item's workspace" ls %[2]s
 try "connect to the bus" env %[3]s=connect %[4]s=%[5]s %[6]s
-try "have the tmux server read the seed" sh -c 'tmux -L %[7]s run-shell "cat %[1]s > %[8]s 2>&1" && cat %[8]s'
+try "have the tmux server read the seed" sh -c 'tmux -S %[7]s run-shell "cat %[1]s > %[8]s 2>&1" && cat %[8]s'
 try "read up's environment" sh -c 'tr "\0" "\n" < /proc/%[9]d/environ'
 try "read every process's environment for the loop's secrets" sh -c 'r=0; d=0; for e in /proc/[0-9]*/environ; do if cat $e >/dev/null 2>&1; then r=$((r+1)); else d=$((d+1)); fi; done; echo "$r readable (its own), $d refused"; cat /proc/[0-9]*/environ 2>/dev/null | tr "\0" "\n" | grep -E "^LOOP_[A-Z_]*(TOKEN|SECRET|KEY|SEED|PASSWORD)=" | grep -vx "LOOP_SESSION_TOKEN=$LOOP_SESSION_TOKEN"'
 try "search home, workspaces, store and secret mounts for seeds and keys" sh -c 'grep -rhoE "S[UOA][A-Z2-7]{56}|LOOP_ENVELOPE_KEY=.*" %[10]s %[11]s %[12]s /run/secrets /var/run/secrets 2>/dev/null | sort -u | grep .'
-`, seed, theirs.Dir, envAttack, envAttackNATS, a.natsAddr, filepath.Join(a.harness, "e2e.test"), a.socket, leak, a.pid, a.home, a.root, a.store)
+`, seed, theirs.Dir, envAttack, envAttackNATS, a.natsAddr, filepath.Join(a.harness, "e2e.test"), a.socketOf(mine.n), leak, a.pid, a.home, a.root, a.store)
 	probe := filepath.Join(a.harness, "probe.sh")
 	if err := os.WriteFile(probe, []byte(script), 0o700); err != nil {
 		t.Fatal(err)
