@@ -108,6 +108,9 @@ func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) e
 		return fmt.Errorf("demo: %w", err)
 	}
 	live.conn = conn
+	if err := emb.provision(ctx, s); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
 	run := startDemoHost(ctx, s, log, emb, &live)
 	shutdown := func() error {
 		stage.StopDeliveries()
