@@ -229,6 +229,10 @@ type host struct {
 	// operator, if set, connects as the operator identity: what the status
 	// page's DLQ replay acts with when LOOP_ADMIN_TOKEN is set.
 	operator func(ctx context.Context) (*bus.Conn, error)
+	// observer, if set, connects as the observer identity: what the status
+	// page reads the loop's content through (a service's own identity reads
+	// only what it consumes).
+	observer func(ctx context.Context) (*bus.Conn, error)
 	// adminAt, if set, hears the admin server's address.
 	adminAt func(addr string)
 	// sandboxHidden are paths no session's sandbox may give it: `up`'s
@@ -344,13 +348,11 @@ func (h *host) serveAll(ctx context.Context, ln net.Listener, conns map[string]*
 		g.Go(func() error { return watcher.Run(gctx) })
 	}
 	mux := httpserver.AdminMux(sh.ready, sh.reg)
-	page, op, err := h.statusPage(ctx, conns[h.defs[0].name], sh.topo, sh.current)
+	page, closePage, err := h.statusPage(ctx, conns[h.defs[0].name], sh.topo, sh.current)
 	if err != nil {
 		return err
 	}
-	if op != nil {
-		defer op.Close()
-	}
+	defer closePage()
 	statuspage.Register(mux, page)
 	g.Go(func() error { return httpserver.Serve(gctx, ln, mux, h.log) })
 	fmt.Fprintf(h.stdout, "%s: running %s; Ctrl-C drains and stops\n", h.name, strings.Join(names, ", "))
@@ -524,25 +526,43 @@ func awaitTopology(ctx context.Context, log *slog.Logger, c *bus.Conn, topo bus.
 	}
 }
 
-// statusPage is the status page's options: it reads over conn (every
-// identity's grant includes the page's reads), and replays as the operator
-// when LOOP_ADMIN_TOKEN is set and this host holds the operator identity.
-func (h *host) statusPage(ctx context.Context, conn *bus.Conn, topo bus.Topology, current func() *config.Config) (statuspage.Options, *bus.Conn, error) {
+// statusPage is the status page's options: it reads the bus's state over
+// conn (every identity may), the loop's content over the observer identity
+// when this host holds it (`up`, `demo`; `serve` with LOOP_STATUS_NKEY_FILE),
+// and replays as the operator when LOOP_ADMIN_TOKEN is set and this host
+// holds the operator identity. The returned func closes what it opened.
+func (h *host) statusPage(ctx context.Context, conn *bus.Conn, topo bus.Topology, current func() *config.Config) (statuspage.Options, func(), error) {
 	st := h.settings.Common.Status
 	o := statuspage.Options{
 		Conn: conn, Config: current, Topology: topo, Expose: st.Expose, Token: st.Token.Reveal(),
 		AdminToken: st.AdminToken.Reveal(), Log: h.log.With("service", "status"), Scrub: h.scrubber(),
 	}
+	var opened []*bus.Conn
+	closeAll := func() {
+		for _, c := range opened {
+			c.Close()
+		}
+	}
+	if h.observer != nil {
+		obs, err := h.observer(ctx)
+		if err != nil {
+			return o, closeAll, fmt.Errorf("status page: the observer identity: %w", err)
+		}
+		opened = append(opened, obs)
+		o.Observer = obs
+	}
 	if o.AdminToken == "" || h.operator == nil {
-		return o, nil, nil
+		return o, closeAll, nil
 	}
 	op, err := h.operator(ctx)
 	if err != nil {
-		return o, nil, fmt.Errorf("status page: the operator identity for DLQ replay: %w", err)
+		closeAll()
+		return o, func() {}, fmt.Errorf("status page: the operator identity for DLQ replay: %w", err)
 	}
+	opened = append(opened, op)
 	o.Replay = op
 	o.Events = eventlog.New("status", h.log.With("service", "status"), storedLog{op})
-	return o, op, nil
+	return o, closeAll, nil
 }
 
 // scrubber masks this process's secrets (and tokens of any shape) in what
