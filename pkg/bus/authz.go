@@ -13,8 +13,11 @@ import (
 // the two ingresses and the dispatcher publish to loop.in, each only the
 // types it raises; only the ledger-writer consumes the inbox and publishes
 // loop.ev; the slack-renderer and the dispatcher only read loop.ev; a KV
-// bucket is written only by its owner. Agent sessions have no identity at all:
-// they reach the loop through the dispatcher's session endpoint.
+// bucket is written only by its owner; no service shapes a stream or a
+// consumer, nor reads a message it does not consume (the operator
+// provisions: docs/decisions/098-provisioning-is-the-operators.md). Agent
+// sessions have no identity at all: they reach the loop through the
+// dispatcher's session endpoint.
 const (
 	IdentityIngressGitHub = "ingress-github"
 	IdentityIngressSlack  = "ingress-slack"
@@ -25,8 +28,8 @@ const (
 	// consumers' state, KV buckets, and asks the dispatcher's graph status.
 	// It publishes nothing that any service acts on.
 	IdentityObserver = "observer"
-	// IdentityOperator is the administrator: everything (DLQ replay, session
-	// controls, graph complete, stream maintenance).
+	// IdentityOperator is the administrator: everything (provisioning, DLQ
+	// replay, session controls, graph complete, stream maintenance).
 	IdentityOperator = "operator"
 )
 
