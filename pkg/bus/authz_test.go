@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 )
@@ -466,4 +468,54 @@ func nkeyOption(seed []byte) (nats.Option, error) {
 		return nil, err
 	}
 	return nats.Nkey(pub, kp.Sign), nil
+}
+
+// TestPartitionsSharedWithinTheGrant: two replicas of the ledger-writer, each
+// on its own connection as the ledger-writer's identity, share the inbox's
+// partitions (the members bucket under its own keys, pinned consumers), and
+// when one stops the other takes its partitions over (unpinning them) and
+// goes on consuming: partition sharing needs no right to shape a stream or a
+// consumer.
+func TestPartitionsSharedWithinTheGrant(t *testing.T) {
+	const n = 4
+	topo := bustest.FastTopology(n)
+	srv := bustest.StartServer(t, bustest.Options{Auth: true, Topology: &topo})
+	srv.Provision(t, topo)
+	var got delivered
+	start := func(name string) (*bus.Runner, context.CancelFunc, chan error) {
+		spec := fastSpec(bus.ServiceLedgerWriter, bus.StreamInbox, n)
+		spec.Member = name
+		r, err := srv.ConnectAs(t, bus.IdentityLedgerWriter, name).NewRunner(spec, got.handler())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		t.Cleanup(cancel)
+		return r, cancel, done
+	}
+	r1, stop1, done1 := start("replica-1")
+	r2, _, _ := start("replica-2")
+	testkit.WaitWithin(t, 20*time.Second, "the replicas to share the partitions", func() bool {
+		return len(r1.Owned()) == n/2 && len(r2.Owned()) == n/2 && r1.Ready() && r2.Ready()
+	})
+	op := srv.Connect(t, "publisher")
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			ref := fmt.Sprintf("github:octo/repo#%d", i)
+			if _, err := op.Publish(context.Background(), bus.Message{Subject: catalog.InboxSubject(ref, catalog.CommentHuman), MsgID: fmt.Sprintf("share-%d", i), Data: []byte(ref)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(0, 20)
+	testkit.WaitWithin(t, 20*time.Second, "20 deliveries", func() bool { return len(got.get()) == 20 })
+	stop1()
+	if err := <-done1; err != nil {
+		t.Fatalf("replica-1: %v", err)
+	}
+	testkit.WaitWithin(t, 20*time.Second, "replica-2 to take every partition over", func() bool { return len(r2.Owned()) == n && r2.Ready() })
+	publish(20, 40)
+	testkit.WaitWithin(t, 20*time.Second, "40 deliveries", func() bool { return len(got.get()) == 40 })
 }
