@@ -245,8 +245,8 @@ type host struct {
 var defaultConfig = config.Default()
 
 // run connects every service as its own identity, waits for the topology
-// the operator provisions, starts the services and the admin server, and waits for them; its defers
-// drain what it opened, last first.
+// the operator provisions, starts the services and the admin server, and
+// waits for them; its defers drain what it opened, last first.
 func (h *host) run(ctx context.Context) error {
 	reg, metrics, err := newRegistry(h.defs)
 	if err != nil {
