@@ -70,9 +70,9 @@ func TestNATSConfigsRequireAuthorization(t *testing.T) {
 				if err := c.WaitConnected(ctx); err != nil {
 					return err
 				}
-				// Admitted: the ledger-writer may provision and publish its
-				// fan-out, not a person's gate answer.
-				if err := c.Provision(ctx, bus.DefaultTopology()); err != nil {
+				// Admitted: the ledger-writer may check the topology the
+				// operator provisioned, not publish a person's gate answer.
+				if err := c.CheckTopology(ctx, bus.DefaultTopology(), nil); err != nil {
 					return err
 				}
 				_, err = c.Publish(ctx, bus.Message{Subject: "loop.in.k.gate.feedback", MsgID: "probe", Data: []byte("{}")})
@@ -91,6 +91,18 @@ func TestNATSConfigsRequireAuthorization(t *testing.T) {
 			}
 			if err := connect("stranger", bus.Credentials{Seed: stranger}); !errors.As(err, &ae) {
 				t.Errorf("%s: an unknown key: %v, want refused", conf, err)
+			}
+			// Provisioning is the operator's (docs/decisions/098-provisioning-is-the-operators.md).
+			op, err := bus.Connect(context.Background(), bus.Options{URL: srv.URL(), Name: "provision",
+				Credentials: bus.Credentials{Seed: seeds[bus.IdentityOperator]}, Identity: bus.IdentityOperator})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer op.Close()
+			pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := op.Provision(pctx, bus.DefaultTopology()); err != nil {
+				t.Fatalf("%s: the operator provisions: %v", conf, err)
 			}
 			if err := connect("ledger-writer", bus.Credentials{Seed: seeds[bus.IdentityLedgerWriter]}); err != nil {
 				t.Errorf("%s: the ledger-writer's own identity: %v", conf, err)
@@ -230,7 +242,7 @@ func TestKubernetesIdentities(t *testing.T) {
 		}
 		for _, res := range resmap.Resources() {
 			kind, name := res.GetKind(), res.GetName()
-			if kind != "Deployment" && !(kind == "StatefulSet" && name == "nats") {
+			if kind != "Deployment" && kind != "Job" && !(kind == "StatefulSet" && name == "nats") {
 				continue
 			}
 			y, err := res.AsYAML()
@@ -291,8 +303,14 @@ func TestKubernetesIdentities(t *testing.T) {
 					}
 				}
 			}
-			if !slices.Equal(keys, []string{name + ".nk"}) {
-				t.Errorf("%s/%s mounts the-loop-nats keys %v, want only its own %s.nk", overlay, name, keys, name)
+			own := name + ".nk"
+			if kind == "Job" {
+				// The provision Job is the operator's act, and the only
+				// pod with its seed.
+				own = "operator.nk"
+			}
+			if !slices.Equal(keys, []string{own}) {
+				t.Errorf("%s/%s mounts the-loop-nats keys %v, want only %s", overlay, name, keys, own)
 			}
 		}
 	}

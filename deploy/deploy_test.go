@@ -18,6 +18,7 @@ import (
 	composetypes "github.com/compose-spec/compose-go/v2/types"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -96,7 +97,7 @@ func TestComposeFile(t *testing.T) {
 		t.Fatalf("compose-go refuses docker-compose.yml: %v", err)
 	}
 	types := settingTypes(t)
-	wantNames := append([]string{"nats"}, theServices...)
+	wantNames := append([]string{"nats", "provision"}, theServices...)
 	got := project.ServiceNames()
 	slices.Sort(wantNames)
 	slices.Sort(got)
@@ -189,6 +190,67 @@ func TestComposeFile(t *testing.T) {
 		}
 		if !ok || svc.Image != want {
 			t.Errorf("%s image %q, want %s", n, svc.Image, want)
+		}
+	}
+}
+
+// TestComposeProvisionsAsTheOperator: a one-shot `provision` service runs
+// `the-loop provision` with the operator's seed once NATS is healthy, and
+// every service starts only after it succeeded; no service gets the
+// operator's seed (docs/decisions/098-provisioning-is-the-operators.md).
+func TestComposeProvisionsAsTheOperator(t *testing.T) {
+	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yml"},
+		cli.WithWorkingDirectory(".."), cli.WithEnv([]string{}), cli.WithInterpolation(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := project.Services["provision"]
+	if !ok {
+		t.Fatal("no provision service")
+	}
+	if cmd := []string(p.Command); !slices.Equal(cmd, []string{"provision"}) {
+		t.Errorf("provision command = %q, want [provision]", cmd)
+	}
+	if p.Restart != composetypes.RestartPolicyNo {
+		t.Errorf("provision restart = %q, want \"no\": it runs once", p.Restart)
+	}
+	if dep, ok := p.DependsOn["nats"]; !ok || dep.Condition != composetypes.ServiceConditionHealthy {
+		t.Error("provision does not wait for a healthy nats")
+	}
+	if _, ok := p.DependsOn["provision"]; ok {
+		t.Error("provision depends on itself")
+	}
+	if len(p.Secrets) != 1 || p.Secrets[0].Source != "nats-operator" || p.Secrets[0].Target != "nats.nk" {
+		t.Errorf("provision secrets %+v, want exactly the operator's seed nats-operator as nats.nk", p.Secrets)
+	}
+	if f := p.Environment["LOOP_NATS_NKEY_FILE"]; f == nil || *f != "/run/secrets/nats.nk" {
+		t.Errorf("provision LOOP_NATS_NKEY_FILE = %v, want /run/secrets/nats.nk", f)
+	}
+	if f := project.Secrets["nats-operator"].File; !strings.HasSuffix(f, filepath.Join("deploy", "secrets", "nats", "operator.nk")) {
+		t.Errorf("secret nats-operator is read from %q, not what `the-loop auth init deploy/secrets` writes", f)
+	}
+	// The services run with the same topology settings as provision.
+	for _, k := range []string{"LOOP_NATS_URL", "LOOP_STREAM_REPLICAS", "LOOP_PARTITIONS"} {
+		for _, name := range theServices {
+			a, b := p.Environment[k], project.Services[name].Environment[k]
+			if (a == nil) != (b == nil) || a != nil && *a != *b {
+				t.Errorf("%s: provision has %v, %s %v", k, a, name, b)
+			}
+		}
+	}
+	for _, name := range theServices {
+		svc := project.Services[name]
+		if dep, ok := svc.DependsOn["provision"]; !ok || dep.Condition != composetypes.ServiceConditionCompletedSuccessfully {
+			t.Errorf("%s does not wait for provision to complete successfully: %+v", name, svc.DependsOn)
+		}
+		for _, sec := range svc.Secrets {
+			if sec.Source == "nats-operator" {
+				t.Errorf("%s gets the operator's seed", name)
+			}
 		}
 	}
 }
@@ -302,7 +364,7 @@ func kustomizations(t *testing.T) []rendered {
 // plain value.
 func TestKubernetesOverlays(t *testing.T) {
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, autoscalingv2.AddToScheme, networkingv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, autoscalingv2.AddToScheme, networkingv1.AddToScheme, batchv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
@@ -318,7 +380,9 @@ func TestKubernetesOverlays(t *testing.T) {
 			pdbs := map[string]*policyv1.PodDisruptionBudget{}
 			hpas := map[string]bool{}
 			configMaps := map[string]*corev1.ConfigMap{}
+			policies := map[string]*networkingv1.NetworkPolicy{}
 			var nats *appsv1.StatefulSet
+			var provision *batchv1.Job
 			kinds := map[string]int{}
 			for _, u := range k.res {
 				kind, name := u.GetKind(), u.GetName()
@@ -360,6 +424,12 @@ func TestKubernetesOverlays(t *testing.T) {
 					hpas[o.Spec.ScaleTargetRef.Name] = true
 				case *corev1.ConfigMap:
 					configMaps[o.Name] = o
+				case *batchv1.Job:
+					if o.Name == "the-loop-provision" {
+						provision = o
+					}
+				case *networkingv1.NetworkPolicy:
+					policies[o.Name] = o
 				}
 			}
 			for _, kind := range []string{"StatefulSet", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap"} {
@@ -371,6 +441,7 @@ func TestKubernetesOverlays(t *testing.T) {
 				t.Fatal("no NATS StatefulSet with replicas")
 			}
 			checkNATS(t, nats, configMaps, pdbs["nats"])
+			checkProvisionJob(t, provision, nats, policies["nats"])
 			for _, name := range theServices {
 				d, ok := deployments[name]
 				if !ok {
@@ -409,6 +480,70 @@ func TestKubernetesOverlays(t *testing.T) {
 				t.Errorf("%s renders a ServiceMonitor without the monitoring component", k.name)
 			}
 		})
+	}
+}
+
+// checkProvisionJob: the Job runs `the-loop provision` with the operator's
+// seed alone, with the services' stream replicas, non-root, and NATS's
+// network policy lets its pod in
+// (docs/decisions/098-provisioning-is-the-operators.md).
+func checkProvisionJob(t *testing.T, j *batchv1.Job, nats *appsv1.StatefulSet, policy *networkingv1.NetworkPolicy) {
+	t.Helper()
+	if j == nil {
+		t.Error("no Job the-loop-provision")
+		return
+	}
+	spec := j.Spec.Template.Spec
+	if len(spec.Containers) != 1 || !slices.Equal(spec.Containers[0].Args, []string{"provision"}) {
+		t.Fatalf("the-loop-provision runs %+v, want one container with args [provision]", spec.Containers)
+	}
+	if spec.RestartPolicy != corev1.RestartPolicyOnFailure && spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("the-loop-provision restartPolicy %q", spec.RestartPolicy)
+	}
+	c := spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	if env["LOOP_NATS_NKEY_FILE"] == "" || env["LOOP_STREAM_REPLICAS"] != fmt.Sprint(*nats.Spec.Replicas) {
+		t.Errorf("the-loop-provision env %v: want LOOP_NATS_NKEY_FILE and LOOP_STREAM_REPLICAS=%d", env, *nats.Spec.Replicas)
+	}
+	var keys []string
+	for _, v := range spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "the-loop-nats" {
+			for _, it := range v.Secret.Items {
+				keys = append(keys, it.Key)
+			}
+		}
+	}
+	if !slices.Equal(keys, []string{"operator.nk"}) {
+		t.Errorf("the-loop-provision mounts the-loop-nats keys %v, want only operator.nk", keys)
+	}
+	if sc := spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Error("the-loop-provision may run as root")
+	}
+	if c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem {
+		t.Error("the-loop-provision's root filesystem is writable")
+	}
+	admitted := false
+	if policy != nil {
+		pod := labels.Set(j.Spec.Template.Labels)
+		for _, rule := range policy.Spec.Ingress {
+			for _, from := range rule.From {
+				if from.PodSelector == nil {
+					continue
+				}
+				sel, err := metav1.LabelSelectorAsSelector(from.PodSelector)
+				if err == nil && sel.Matches(pod) && slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool {
+					return p.Port != nil && p.Port.IntValue() == 4222
+				}) {
+					admitted = true
+				}
+			}
+		}
+	}
+	if !admitted {
+		t.Error("NATS's network policy does not let the provision Job's pod reach port 4222")
 	}
 }
 

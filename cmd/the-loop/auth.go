@@ -126,9 +126,7 @@ func cmdAuth(_ context.Context, args []string, env config.Env, stdout, stderr io
 		return err
 	}
 	dir := fs.Arg(0)
-	topo := bus.DefaultTopology()
-	topo.Partitions, topo.Replicas = s.Common.Partitions, s.Common.Replicas
-	keys, err := loadIdentities(filepath.Join(dir, identitiesDir), topo, func(string) bool { return true })
+	keys, err := loadIdentities(filepath.Join(dir, identitiesDir), topologyOf(s), func(string) bool { return true })
 	if err != nil {
 		return err
 	}

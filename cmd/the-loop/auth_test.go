@@ -75,6 +75,7 @@ func TestServeAsItsOwnIdentity(t *testing.T) {
 		t.Skip("starts a JetStream server")
 	}
 	srv := bustest.StartServer(t, bustest.Options{Auth: true})
+	srv.Provision(t, bus.DefaultTopology())
 	dir := t.TempDir()
 	stranger, _, err := bus.NewIdentityKey()
 	if err != nil {
@@ -263,18 +264,6 @@ func TestOperatorVerbsIdentities(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(emb.srv.Shutdown)
-	conn, err := emb.connect(context.Background(), bus.IdentityDispatcher)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	topo := bus.DefaultTopology()
-	topo.Partitions = 2
-	if err := conn.Provision(ctx, topo); err != nil {
-		t.Fatal(err)
-	}
 	cfgPath := writeFile(t, t.TempDir(), "config.yaml", []byte("version: \"0.7.0\"\nrouting:\n  authorizedUsers:\n    - {github: alice, slack: U1, name: Alice}\n"))
 	env := config.Env{"LOOP_STORE_DIR": store, "LOOP_NATS_LISTEN": "127.0.0.1:" + strconv.Itoa(emb.srv.Port()), "LOOP_PARTITIONS": "2", "LOOP_CONFIG": cfgPath}
 	with := func(extra config.Env) config.Env {
@@ -285,6 +274,18 @@ func TestOperatorVerbsIdentities(t *testing.T) {
 	operator := filepath.Join(store, identitiesDir, bus.IdentityOperator+".nk")
 	observer := filepath.Join(store, identitiesDir, bus.IdentityObserver+".nk")
 	pause := []string{"sessions", "pause", "--work-item", "github:octo/repo#15", "--as", "alice"}
+
+	// Provisioning is the operator's act: not the observer's, and not
+	// without the operator's credential named.
+	if code, _, stderr := runVerb(t, env, "provision"); code != 1 || !strings.Contains(stderr, "operator's credential") {
+		t.Errorf("provision with no credential named: %d %s", code, stderr)
+	}
+	if code, stdout, stderr := runVerb(t, with(config.Env{"LOOP_NATS_NKEY_FILE": observer}), "provision"); code != 1 || strings.Contains(stdout, "in place") {
+		t.Errorf("provision with the observer's seed: %d %s %s, want it refused", code, stdout, stderr)
+	}
+	if code, stdout, stderr := runVerb(t, with(config.Env{"LOOP_NATS_NKEY_FILE": operator}), "provision"); code != 0 || !strings.Contains(stdout, "in place (2 partitions") {
+		t.Fatalf("provision as the operator: %d %s %s", code, stdout, stderr)
+	}
 
 	if code, stdout, stderr := runVerb(t, env, "sessions", "list"); code != 0 {
 		t.Errorf("sessions list as the observer: %d %s %s", code, stdout, stderr)

@@ -66,6 +66,8 @@ Usage:
                                        what a session is shown of a GitHub payload
   the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
   the-loop auth init DIR               a deployment's bus identities: NKey seeds and nats.conf authorization
+  the-loop provision                   as the operator: create or update the streams, consumers and buckets
+                                       (LOOP_PARTITIONS, LOOP_STREAM_REPLICAS), then exit; services wait for it
   the-loop docs configuration [--write FILE]
                                        the generated configuration reference
   the-loop version                     print the version
@@ -149,6 +151,8 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdHealth(ctx, rest, env, stdout, stderr)
 	case "auth":
 		return cmdAuth(ctx, rest, env, stdout, stderr)
+	case "provision":
+		return cmdProvision(ctx, rest, env, stdout, stderr)
 	case "docs":
 		return cmdDocs(ctx, rest, env, stdout, stderr)
 	case "version", "--version":

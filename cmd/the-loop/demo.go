@@ -108,6 +108,9 @@ func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) e
 		return fmt.Errorf("demo: %w", err)
 	}
 	live.conn = conn
+	if err := emb.provision(ctx, s); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
 	run := startDemoHost(ctx, s, log, emb, &live)
 	shutdown := func() error {
 		stage.StopDeliveries()
@@ -188,6 +191,7 @@ func startDemoHost(ctx context.Context, s settings, log *slog.Logger, emb *embed
 	h := &host{name: "the-loop demo", settings: s, log: log, stdout: io.Discard, defs: services,
 		envelopeKey: config.NewSecret(string(emb.key)), connect: emb.connect, started: func(r *httpserver.Readiness) { d.ready <- r },
 		operator: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) },
+		observer: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityObserver) },
 		adminAt:  func(addr string) { live.adminAddr = addr }}
 	hctx, stopServices := context.WithCancel(ctx)
 	go func() { d.done <- h.run(hctx) }()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/graphstate"
@@ -49,6 +50,7 @@ func TestGraphVerbAsksTheDispatcher(t *testing.T) {
 		t.Skip("starts a JetStream server and the dispatcher")
 	}
 	srv := bustest.NewServer(t)
+	srv.Provision(t, bus.DefaultTopology())
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "release.yaml"), []byte(releaseGraph), 0o644); err != nil {
 		t.Fatal(err)

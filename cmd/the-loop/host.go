@@ -229,6 +229,10 @@ type host struct {
 	// operator, if set, connects as the operator identity: what the status
 	// page's DLQ replay acts with when LOOP_ADMIN_TOKEN is set.
 	operator func(ctx context.Context) (*bus.Conn, error)
+	// observer, if set, connects as the observer identity: what the status
+	// page reads the loop's content through (a service's own identity reads
+	// only what it consumes).
+	observer func(ctx context.Context) (*bus.Conn, error)
 	// adminAt, if set, hears the admin server's address.
 	adminAt func(addr string)
 	// sandboxHidden are paths no session's sandbox may give it: `up`'s
@@ -240,9 +244,9 @@ type host struct {
 // Slack off.
 var defaultConfig = config.Default()
 
-// run connects every service as its own identity, provisions the topology,
-// starts the services and the admin server, and waits for them; its defers
-// drain what it opened, last first.
+// run connects every service as its own identity, waits for the topology
+// the operator provisions, starts the services and the admin server, and
+// waits for them; its defers drain what it opened, last first.
 func (h *host) run(ctx context.Context) error {
 	reg, metrics, err := newRegistry(h.defs)
 	if err != nil {
@@ -291,7 +295,7 @@ func (h *host) run(ctx context.Context) error {
 		return fmt.Errorf("admin server: %w", err)
 	}
 	defer ln.Close() // Serve closes it too; this covers a failed start
-	topo, err := h.provision(ctx, reg, conns)
+	topo, err := h.awaitTopology(ctx, reg, conns)
 	if err != nil {
 		return err
 	}
@@ -346,13 +350,11 @@ func (h *host) serveAll(ctx context.Context, ln net.Listener, conns map[string]*
 		g.Go(func() error { return watcher.Run(gctx) })
 	}
 	mux := httpserver.AdminMux(sh.ready, sh.reg)
-	page, op, err := h.statusPage(ctx, conns[h.defs[0].name], sh.topo, sh.current)
+	page, closePage, err := h.statusPage(ctx, conns[h.defs[0].name], sh.topo, sh.current)
 	if err != nil {
 		return err
 	}
-	if op != nil {
-		defer op.Close()
-	}
+	defer closePage()
 	statuspage.Register(mux, page)
 	g.Go(func() error { return httpserver.Serve(gctx, ln, mux, h.log) })
 	fmt.Fprintf(h.stdout, "%s: running %s; Ctrl-C drains and stops\n", h.name, strings.Join(names, ", "))
@@ -447,11 +449,13 @@ func (h *host) drain(ctx context.Context, conns map[string]*bus.Conn) {
 	}
 }
 
-// provision provisions the topology the settings ask for over the first
-// service's connection, and registers its state collector on reg.
-func (h *host) provision(ctx context.Context, reg *prometheus.Registry, conns map[string]*bus.Conn) (bus.Topology, error) {
-	// A credential the server refuses ends provisioning at once with the
-	// reason, rather than after its timeout with none.
+// awaitTopology waits, over the first service's connection, until the
+// topology the settings ask for is provisioned (services do not provision:
+// docs/decisions/098-provisioning-is-the-operators.md), and registers its
+// state collector on reg.
+func (h *host) awaitTopology(ctx context.Context, reg *prometheus.Registry, conns map[string]*bus.Conn) (bus.Topology, error) {
+	// A credential the server refuses ends the wait at once with the
+	// reason, rather than waiting on with none.
 	rctx, refused := context.WithCancelCause(ctx)
 	defer refused(nil)
 	for _, c := range conns {
@@ -461,42 +465,106 @@ func (h *host) provision(ctx context.Context, reg *prometheus.Registry, conns ma
 			}
 		}()
 	}
-	topo := bus.DefaultTopology()
-	topo.Partitions = h.settings.Common.Partitions
-	topo.Replicas = h.settings.Common.Replicas
+	topo := topologyOf(h.settings)
 	first := conns[h.defs[0].name]
 	reg.MustRegister(bus.NewStateCollector(first, []string{bus.StreamInbox, bus.StreamEvents, bus.StreamDLQ, bus.StreamLog},
 		consumedBy(topo, h.defs), topo.Partitions))
-	err := provision(rctx, h.log, first, topo)
+	err := awaitTopology(rctx, h.log, first, topo, consumedBy(topo, h.defs))
 	var ae *bus.AuthError
 	if cause := context.Cause(rctx); errors.As(cause, &ae) {
 		return topo, cause
 	}
 	if err != nil {
-		return topo, fmt.Errorf("provision streams and consumers: %w", err)
+		return topo, fmt.Errorf("wait for the streams and consumers: %w", err)
 	}
 	return topo, nil
 }
 
-// statusPage is the status page's options: it reads over conn (every
-// identity's grant includes the page's reads), and replays as the operator
-// when LOOP_ADMIN_TOKEN is set and this host holds the operator identity.
-func (h *host) statusPage(ctx context.Context, conn *bus.Conn, topo bus.Topology, current func() *config.Config) (statuspage.Options, *bus.Conn, error) {
+// topologyOf is the topology the settings ask for.
+func topologyOf(s settings) bus.Topology {
+	topo := bus.DefaultTopology()
+	topo.Partitions, topo.Replicas = s.Common.Partitions, s.Common.Replicas
+	return topo
+}
+
+// topologyWaitMax is the longest pause between two checks of the topology.
+const topologyWaitMax = 15 * time.Second
+
+// awaitTopology checks, backing off, until topo is provisioned for the
+// consumer groups groups, or ctx ends. It says what it waits for: the
+// operator's `the-loop provision` (the provision step of compose and
+// Kubernetes), or a partition count that differs from the process's.
+func awaitTopology(ctx context.Context, log *slog.Logger, c *bus.Conn, topo bus.Topology, groups []bus.ConsumerGroup) error {
+	last := ""
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := c.CheckTopology(cctx, topo, groups)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				log.Info("the streams and consumers are provisioned; starting")
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (last check: %w)", context.Cause(ctx), err)
+		}
+		wait := bus.Backoff(attempt, 250*time.Millisecond, topologyWaitMax)
+		switch {
+		case errors.Is(err, bus.ErrPartitionMismatch):
+			log.Error("the streams were provisioned with another partition count: provision them with this count "+
+				"(the-loop provision, as the operator; README, Operations) or run with theirs; waiting",
+				"err", err, "partitions", topo.Partitions, "retry_in", wait.Round(time.Millisecond))
+		case err.Error() != last || bus.BackoffCeiling(attempt, 250*time.Millisecond, topologyWaitMax) == topologyWaitMax:
+			log.Warn("waiting for the operator to provision the streams and consumers (the-loop provision, "+
+				"the provision step of compose and Kubernetes)", "err", err, "attempt", attempt, "retry_in", wait.Round(time.Millisecond))
+		}
+		last = err.Error()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last check: %w)", context.Cause(ctx), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// statusPage is the status page's options: it reads the bus's state over
+// conn (every identity may), the loop's content over the observer identity
+// when this host holds it (`up`, `demo`; `serve` with LOOP_STATUS_NKEY_FILE),
+// and replays as the operator when LOOP_ADMIN_TOKEN is set and this host
+// holds the operator identity. The returned func closes what it opened.
+func (h *host) statusPage(ctx context.Context, conn *bus.Conn, topo bus.Topology, current func() *config.Config) (statuspage.Options, func(), error) {
 	st := h.settings.Common.Status
 	o := statuspage.Options{
 		Conn: conn, Config: current, Topology: topo, Expose: st.Expose, Token: st.Token.Reveal(),
 		AdminToken: st.AdminToken.Reveal(), Log: h.log.With("service", "status"), Scrub: h.scrubber(),
 	}
+	var opened []*bus.Conn
+	closeAll := func() {
+		for _, c := range opened {
+			c.Close()
+		}
+	}
+	if h.observer != nil {
+		obs, err := h.observer(ctx)
+		if err != nil {
+			return o, closeAll, fmt.Errorf("status page: the observer identity: %w", err)
+		}
+		opened = append(opened, obs)
+		o.Observer = obs
+	}
 	if o.AdminToken == "" || h.operator == nil {
-		return o, nil, nil
+		return o, closeAll, nil
 	}
 	op, err := h.operator(ctx)
 	if err != nil {
-		return o, nil, fmt.Errorf("status page: the operator identity for DLQ replay: %w", err)
+		closeAll()
+		return o, func() {}, fmt.Errorf("status page: the operator identity for DLQ replay: %w", err)
 	}
+	opened = append(opened, op)
 	o.Replay = op
 	o.Events = eventlog.New("status", h.log.With("service", "status"), storedLog{op})
-	return o, op, nil
+	return o, closeAll, nil
 }
 
 // scrubber masks this process's secrets (and tokens of any shape) in what
@@ -610,31 +678,4 @@ func splitListen(addr string) (string, int, error) {
 		port = -1
 	}
 	return host, port, nil
-}
-
-// provisionAttempt bounds one attempt at provisioning.
-const provisionAttempt = 20 * time.Second
-
-// provision provisions topo within 30 seconds a replica: each replica of a
-// replicated topology is a raft group per stream and consumer, formed
-// through the meta leader while every other service provisions the same.
-// On a cluster a JetStream API request sent while a leader is being elected
-// can go unanswered and would hold the call to its deadline, so an attempt
-// that runs out of time is made again: provisioning is idempotent, and what
-// the last attempt created is found.
-func provision(ctx context.Context, log *slog.Logger, c *bus.Conn, topo bus.Topology) error {
-	deadline := time.Now().Add(time.Duration(max(1, topo.Replicas)) * 30 * time.Second)
-	for attempt := 1; ; attempt++ {
-		end := time.Now().Add(provisionAttempt)
-		if end.After(deadline) {
-			end = deadline
-		}
-		actx, cancel := context.WithDeadline(ctx, end)
-		err := c.Provision(actx, topo)
-		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) || !time.Now().Before(deadline) {
-			return err
-		}
-		log.Warn("provisioning streams and consumers again", "attempt", attempt, "err", err)
-	}
 }

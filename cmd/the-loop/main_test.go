@@ -222,6 +222,17 @@ func TestServeConsumes(t *testing.T) {
 	var out, errb syncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"serve", "ledger-writer"}, env, &out, &errb) }()
+	// Nothing is provisioned yet: the service waits for the operator's
+	// provisioning, says so, and serves nothing meanwhile.
+	testkit.WaitWithin(t, 20*time.Second, "the service to say it waits for provisioning", func() bool {
+		return strings.Contains(errb.String(), "waiting for the operator to provision")
+	})
+	if adminRE.MatchString(out.String()) {
+		t.Fatalf("serving before the streams exist:\n%s", out.String())
+	}
+	if code, pout, perr := runVerb(t, config.Env{"LOOP_NATS_URL": srv.URL()}, "provision"); code != 0 || !strings.Contains(pout, "in place") {
+		t.Fatalf("provision: exit %d\n%s\n%s", code, pout, perr)
+	}
 	admin := adminURL(t, &out)
 	waitReady(t, admin)
 	// Readiness is live: a pull that fails on a loaded machine makes the
@@ -494,6 +505,7 @@ func TestMalformedEventIsDeadLetteredAndReplayable(t *testing.T) {
 		t.Skip("starts a JetStream server")
 	}
 	srv := bustest.NewServer(t)
+	srv.Provision(t, bus.DefaultTopology())
 	gh := ghfake.New(t)
 	gh.AddToken("ghp_test_token_for_the_ledger_0123", "the-loop-bot")
 	env := config.Env{"LOOP_NATS_URL": srv.URL(), "LOOP_ADMIN_ADDR": "127.0.0.1:0", "LOOP_ENVELOPE_KEY": strings.Repeat("k", 32),

@@ -65,8 +65,15 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 				Credentials: bus.Credentials{SeedFile: f, Setting: "LOOP_ADMIN_NKEY_FILE"}})
 		}
 	}
+	var observer func(ctx context.Context) (*bus.Conn, error)
+	if f := s.Common.Status.ObserverNkeyFile; f != "" {
+		observer = func(ctx context.Context) (*bus.Conn, error) {
+			return bus.Connect(ctx, bus.Options{URL: s.Common.NATSURL, Name: "status-reads/" + hostname, Logger: log, Identity: bus.IdentityObserver,
+				Credentials: bus.Credentials{SeedFile: f, Setting: "LOOP_STATUS_NKEY_FILE"}})
+		}
+	}
 	h := &host{name: "the-loop serve " + name, settings: s, log: log, stdout: stdout, defs: []serviceDef{def}, envelopeKey: config.NewSecret(string(key)), serve: true,
-		operator: operator,
+		operator: operator, observer: observer,
 		connect: func(ctx context.Context, identity string) (*bus.Conn, error) {
 			return bus.Connect(ctx, bus.Options{URL: s.Common.NATSURL, Name: identity + "/" + hostname, Logger: log, Credentials: creds, Identity: identity})
 		}}

@@ -19,7 +19,8 @@ import (
 // cmdUp runs all five services in one process on an embedded JetStream server
 // whose store lives under LOOP_STORE_DIR. Authorization is on: every service
 // connects as its own identity, and a client without a credential (an agent
-// session among them) is refused. Ctrl-C drains every consumer, stops the
+// session among them) is refused. It provisions the streams and consumers as
+// the operator, whose seed it keeps, before the services start. Ctrl-C drains every consumer, stops the
 // server and exits 0.
 func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
 	fs := newFlags("up", stderr)
@@ -73,10 +74,14 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 		filepath.Join(store, identitiesDir, bus.IdentityOperator+".nk"))
 
 	printChecklist(stdout, checklist(s, operatorConfig(s), exec.LookPath))
+	if err := emb.provision(ctx, s); err != nil {
+		return err
+	}
 
 	h := &host{name: "the-loop up", settings: s, log: log, stdout: stdout, defs: services, envelopeKey: config.NewSecret(string(emb.key)), connect: emb.connect,
 		sandboxHidden: []string{store},
-		operator:      func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) }}
+		operator:      func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) },
+		observer:      func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityObserver) }}
 	if err := h.run(ctx); err != nil {
 		return err
 	}
@@ -107,9 +112,7 @@ func startEmbedded(ctx context.Context, s settings, store string, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	topo := bus.DefaultTopology()
-	topo.Partitions, topo.Replicas = s.Common.Partitions, s.Common.Replicas
-	keys, err := loadIdentities(filepath.Join(store, identitiesDir), topo, func(id string) bool {
+	keys, err := loadIdentities(filepath.Join(store, identitiesDir), topologyOf(s), func(id string) bool {
 		return id == bus.IdentityObserver || id == bus.IdentityOperator
 	})
 	if err != nil {
@@ -131,6 +134,21 @@ func startEmbedded(ctx context.Context, s settings, store string, log *slog.Logg
 // connect opens an in-process connection as identity.
 func (e *embedded) connect(ctx context.Context, identity string) (*bus.Conn, error) {
 	return e.srv.Connect(ctx, bus.Options{Name: "up/" + identity, Logger: e.log, Credentials: e.keys.credentials(identity), Identity: identity})
+}
+
+// provision provisions the topology the settings ask for as the operator
+// identity, before any service starts: services wait for it and never
+// provision (docs/decisions/098-provisioning-is-the-operators.md).
+func (e *embedded) provision(ctx context.Context, s settings) error {
+	op, err := e.connect(ctx, bus.IdentityOperator)
+	if err != nil {
+		return fmt.Errorf("provision as the operator: %w", err)
+	}
+	defer op.Close()
+	if err := provision(ctx, e.log, op, topologyOf(s)); err != nil {
+		return fmt.Errorf("provision streams and consumers: %w", err)
+	}
+	return nil
 }
 
 // checkSandboxPorts refuses a session sandbox that lets sessions connect
@@ -161,8 +179,9 @@ func checkSessionWorkdir(s settings, store string) error {
 	if wd == "" {
 		wd, wdName = s.Dispatcher.Workdir, "LOOP_DISPATCHER_WORKDIR"
 	}
-	secrets := map[string]string{"LOOP_STORE_DIR": store, "LOOP_NATS_NKEY_FILE": s.Common.NATS.NkeyFile, "LOOP_NATS_CREDS_FILE": s.Common.NATS.CredsFile}
-	for _, name := range []string{"LOOP_STORE_DIR", "LOOP_NATS_NKEY_FILE", "LOOP_NATS_CREDS_FILE"} {
+	secrets := map[string]string{"LOOP_STORE_DIR": store, "LOOP_NATS_NKEY_FILE": s.Common.NATS.NkeyFile, "LOOP_NATS_CREDS_FILE": s.Common.NATS.CredsFile,
+		"LOOP_STATUS_NKEY_FILE": s.Common.Status.ObserverNkeyFile, "LOOP_ADMIN_NKEY_FILE": s.Common.Status.AdminNkeyFile}
+	for _, name := range []string{"LOOP_STORE_DIR", "LOOP_NATS_NKEY_FILE", "LOOP_NATS_CREDS_FILE", "LOOP_STATUS_NKEY_FILE", "LOOP_ADMIN_NKEY_FILE"} {
 		if p := secrets[name]; p != "" && within(p, wd) {
 			return fmt.Errorf("%s (%s) is inside %s (%s), where agent sessions work with a shell: keep the loop's secrets outside it (move one of the two)", name, p, wdName, wd)
 		}

@@ -3,9 +3,11 @@
 // whom, approvedBy with each approval's record), the agent sessions, the
 // dead letters, and the bus — every stream and each partition's consumer,
 // and the last events that crossed it (ids and types only, as the event log
-// does). It reads the state the services keep (KV buckets, streams,
-// consumer info), so any service's admin port can serve it, under `up`,
-// compose or Kubernetes alike. The page is one HTML document with its
+// does). It reads the streams' and consumers' state over any identity's
+// connection, and the state the services keep (KV buckets, the dead letters,
+// the events) over the observer's: a service's own identity reads only what
+// it consumes. Any service's admin port serves it; without the observer's
+// credential it shows the bus alone and says what the rest needs. The page is one HTML document with its
 // script inline (no external assets); it polls a JSON document and updates
 // in place.
 //
@@ -13,7 +15,8 @@
 // reads it; beyond loopback it is served only when exposed, to a client
 // presenting the status token. Replaying a dead letter needs the admin
 // token and an operator identity, and is not offered otherwise
-// (docs/decisions/075-status-page-reads.md, 076-status-page-access.md).
+// (docs/decisions/102-status-page-reads-as-the-observer.md,
+// 076-status-page-access.md).
 package statuspage
 
 import (
@@ -51,8 +54,14 @@ type Replayer interface {
 
 // Options is what the page reads and who may see and act on it.
 type Options struct {
-	// Conn reads the buckets, streams and consumers.
+	// Conn reads the streams' and consumers' state, which every identity
+	// may read.
 	Conn *bus.Conn
+	// Observer reads the rest: the graph, sessions and threads buckets, the
+	// dead letters and the newest events, which only the observer (and the
+	// operator) may read. Nil: the page shows those parts as needing it
+	// (docs/decisions/102-status-page-reads-as-the-observer.md).
+	Observer *bus.Conn
 	// Config is the operator config in force (graphs, people, the channel).
 	Config func() *config.Config
 	// Topology names the streams and consumer groups.
@@ -334,24 +343,12 @@ func (s *server) read(ctx context.Context) State {
 		s.o.Log.Debug("status page: read", "part", part, "err", err)
 		st.Problems[part] = "could not be read"
 	}
-	cfg := s.o.Config()
-	if items, err := s.workItems(ctx, cfg); err != nil {
-		problem("workItems", err)
-	} else {
-		st.WorkItems = items
-	}
-	if sessions, err := s.sessions(ctx); err != nil {
-		problem("sessions", err)
-	} else {
-		st.Sessions = sessions
-	}
-	if dl, err := s.o.Conn.ListDLQ(ctx, 200); err != nil {
-		problem("deadLetters", err)
-	} else {
-		for _, e := range dl {
-			st.DeadLetters = append(st.DeadLetters, DeadLetter{Seq: e.Seq, EventID: e.CEID, Subject: e.PublishSubject, Consumer: e.Consumer,
-				Reason: s.o.Scrub.Scrub(e.Reason), Deliveries: e.Deliveries, Time: e.Time})
+	if s.o.Observer == nil {
+		for _, part := range []string{"workItems", "sessions", "deadLetters", "recent"} {
+			st.Problems[part] = NeedsObserver
 		}
+	} else {
+		s.readContent(ctx, &st, problem)
 	}
 	for _, name := range []string{bus.StreamInbox, bus.StreamEvents, bus.StreamDLQ, bus.StreamLog, bus.StreamAdvisories} {
 		ss, err := s.o.Conn.StreamStats(ctx, name)
@@ -373,19 +370,47 @@ func (s *server) read(ctx context.Context) State {
 				AckPending: cs.AckPending, Redelivered: cs.Redelivered, Delivered: cs.Delivered, Waiting: cs.Waiting})
 		}
 	}
-	if recent, err := s.o.Conn.RecentMessages(ctx, bus.StreamEvents, recentEvents); err != nil {
+	return st
+}
+
+// NeedsObserver is what the page says of a part only the observer's
+// credential reads.
+const NeedsObserver = "needs the observer's credential (LOOP_STATUS_NKEY_FILE)"
+
+// readContent reads, as the observer, the parts of st a service's own
+// identity may not read.
+func (s *server) readContent(ctx context.Context, st *State, problem func(string, error)) {
+	cfg := s.o.Config()
+	if items, err := s.workItems(ctx, cfg); err != nil {
+		problem("workItems", err)
+	} else {
+		st.WorkItems = items
+	}
+	if sessions, err := s.sessions(ctx); err != nil {
+		problem("sessions", err)
+	} else {
+		st.Sessions = sessions
+	}
+	if dl, err := s.o.Observer.ListDLQ(ctx, 200); err != nil {
+		problem("deadLetters", err)
+	} else {
+		for _, e := range dl {
+			st.DeadLetters = append(st.DeadLetters, DeadLetter{Seq: e.Seq, EventID: e.CEID, Subject: e.PublishSubject, Consumer: e.Consumer,
+				Reason: s.o.Scrub.Scrub(e.Reason), Deliveries: e.Deliveries, Time: e.Time})
+		}
+	}
+	if recent, err := s.o.Observer.RecentMessages(ctx, bus.StreamEvents, recentEvents); err != nil {
 		problem("recent", err)
 	} else {
 		for _, m := range recent {
 			st.Recent = append(st.Recent, Recent{Stream: m.Stream, Seq: m.Seq, ID: m.ID, Type: m.Type, Time: m.Time})
 		}
 	}
-	return st
 }
 
 // workItems reads every work item's graph state (KV graph), newest first.
 func (s *server) workItems(ctx context.Context, cfg *config.Config) ([]WorkItem, error) {
-	kv, err := s.o.Conn.KV(ctx, bus.BucketGraph)
+	kv, err := s.o.Observer.KV(ctx, bus.BucketGraph)
 	if err != nil {
 		return nil, err
 	}
@@ -395,7 +420,7 @@ func (s *server) workItems(ctx context.Context, cfg *config.Config) ([]WorkItem,
 	}
 	var tkv *bus.KV
 	if cfg.Channels.Slack.Channel != "" {
-		tkv, _ = s.o.Conn.KV(ctx, bus.BucketThreads)
+		tkv, _ = s.o.Observer.KV(ctx, bus.BucketThreads)
 	}
 	out := []WorkItem{}
 	for _, key := range keys {
@@ -463,7 +488,7 @@ func waitingFor(cfg *config.Config) []string {
 }
 
 func (s *server) sessions(ctx context.Context) ([]Session, error) {
-	store, err := sessions.Open(ctx, s.o.Conn)
+	store, err := sessions.Open(ctx, s.o.Observer)
 	if err != nil {
 		return nil, err
 	}

@@ -56,9 +56,17 @@ func start(t *testing.T) fixture {
 	return fixture{srv: srv, op: op}
 }
 
+// mux serves the page as a service holding the observer's credential
+// (docs/decisions/102-status-page-reads-as-the-observer.md).
 func (f fixture) mux(t *testing.T, o statuspage.Options) *http.ServeMux {
 	t.Helper()
-	// Any service's identity serves the page (decision 075).
+	o.Observer = f.srv.ConnectAs(t, bus.IdentityObserver, "status-reads")
+	return f.serviceOnly(t, o)
+}
+
+// serviceOnly serves the page over a service's own identity alone.
+func (f fixture) serviceOnly(t *testing.T, o statuspage.Options) *http.ServeMux {
+	t.Helper()
 	o.Conn = f.srv.ConnectAs(t, bus.IdentitySlackRenderer, "status")
 	o.Config = func() *config.Config { return &config.Config{} }
 	o.Topology = bus.DefaultTopology()
@@ -168,5 +176,48 @@ func TestReplayNeedsTheAdminTokenAndNothingSecretIsShown(t *testing.T) {
 	_ = json.Unmarshal(request(noop, "GET", "/status/api/state", remote, host, adminToken).Body.Bytes(), &st)
 	if st.CanReplay {
 		t.Error("canReplay without an operator identity")
+	}
+}
+
+// TestWithoutTheObserverThePageShowsTheBusAndSaysWhy: a service's own
+// identity reads no dead letter and no other service's bucket; the page
+// shows the streams and consumers and names the credential the rest needs,
+// and does not wait on reads the server would refuse.
+func TestWithoutTheObserverThePageShowsTheBusAndSaysWhy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	f := start(t)
+	mux := f.serviceOnly(t, statuspage.Options{})
+	begin := time.Now()
+	w := request(mux, "GET", "/status/api/state", "127.0.0.1:5000", "127.0.0.1:9090", "")
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("the state took %v: it waited on refused reads", took)
+	}
+	var st statuspage.State
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatalf("%d %s: %v", w.Code, w.Body, err)
+	}
+	if len(st.Streams) != 5 || len(st.Consumers) == 0 {
+		t.Errorf("streams %d, consumers %d: the bus's state is every identity's to read", len(st.Streams), len(st.Consumers))
+	}
+	if len(st.DeadLetters) != 0 {
+		t.Errorf("dead letters shown without the observer: %+v", st.DeadLetters)
+	}
+	for _, part := range []string{"workItems", "sessions", "deadLetters", "recent"} {
+		if st.Problems[part] != statuspage.NeedsObserver {
+			t.Errorf("%s: problem %q, want %q", part, st.Problems[part], statuspage.NeedsObserver)
+		}
+	}
+	if _, ok := st.Problems["streams"]; ok {
+		t.Errorf("streams could not be read: %v", st.Problems)
+	}
+	// The refusal is the server's: the same identity cannot read the dead
+	// letters itself.
+	c := f.srv.ConnectAs(t, bus.IdentitySlackRenderer, "dlq-reader")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.ListDLQ(ctx, 10); err == nil {
+		t.Error("slack-renderer read the dead letters")
 	}
 }

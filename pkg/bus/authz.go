@@ -13,8 +13,11 @@ import (
 // the two ingresses and the dispatcher publish to loop.in, each only the
 // types it raises; only the ledger-writer consumes the inbox and publishes
 // loop.ev; the slack-renderer and the dispatcher only read loop.ev; a KV
-// bucket is written only by its owner. Agent sessions have no identity at all:
-// they reach the loop through the dispatcher's session endpoint.
+// bucket is written only by its owner; no service shapes a stream or a
+// consumer, nor reads a message it does not consume (the operator
+// provisions: docs/decisions/098-provisioning-is-the-operators.md). Agent
+// sessions have no identity at all: they reach the loop through the
+// dispatcher's session endpoint.
 const (
 	IdentityIngressGitHub = "ingress-github"
 	IdentityIngressSlack  = "ingress-slack"
@@ -25,8 +28,8 @@ const (
 	// consumers' state, KV buckets, and asks the dispatcher's graph status.
 	// It publishes nothing that any service acts on.
 	IdentityObserver = "observer"
-	// IdentityOperator is the administrator: everything (DLQ replay, session
-	// controls, graph complete, stream maintenance).
+	// IdentityOperator is the administrator: everything (provisioning, DLQ
+	// replay, session controls, graph complete, stream maintenance).
 	IdentityOperator = "operator"
 )
 
@@ -113,8 +116,18 @@ func GrantFor(identity string, t Topology) (Grant, error) {
 		return Grant{}, fmt.Errorf("bus: unknown identity %q", identity)
 	}
 	g := Grant{Subscribe: []string{InboxPrefix(identity) + ".>"}}
-	pub := func(s ...string) { g.Publish = append(g.Publish, s...) }
-	pub(provisionSubjects(t)...)
+	pub := func(subjects ...string) {
+		for _, s := range subjects {
+			if !slices.Contains(g.Publish, s) {
+				g.Publish = append(g.Publish, s)
+			}
+		}
+	}
+	// No stream or consumer administration: provisioning is the
+	// operator's (docs/decisions/098-provisioning-is-the-operators.md). A
+	// service reads the topology's state, to wait for it, and nothing of a
+	// message it does not consume.
+	pub(metadataReads(t)...)
 	pub(catalog.LogPrefix + "." + catalog.SubjectKey(identity) + ".>")
 	for _, typ := range InboxTypes[identity] {
 		pub(catalog.InboxPrefix + ".*." + string(typ))
@@ -122,15 +135,12 @@ func GrantFor(identity string, t Topology) (Grant, error) {
 	if stream, ok := consumes[identity]; ok {
 		pub(api("CONSUMER.MSG.NEXT", stream, "*"), api("CONSUMER.UNPIN", stream, "*"),
 			"$JS.ACK."+stream+".>", catalog.DLQPrefix+".>")
+		pub(messageReads(stream)...)
 		// Its replicas announce themselves in the members bucket, each
 		// under the service's own keys only: no service can move another's
 		// partitions.
 		pub(storeSubjects(BucketMembers, false)...)
 		pub("$KV." + BucketMembers + "." + identity + ".>")
-	} else {
-		// Provision reads who runs with which partition count before it
-		// lets the count change.
-		pub(storeSubjects(BucketMembers, false)...)
 	}
 	if identity == IdentityLedgerWriter {
 		pub(catalog.EventsPrefix + ".>")
@@ -143,11 +153,6 @@ func GrantFor(identity string, t Topology) (Grant, error) {
 	for _, name := range names {
 		pub(storeSubjects(name, buckets[identity][name] == readWrite)...)
 	}
-	for _, r := range statusReads(t) {
-		if !slices.Contains(g.Publish, r) {
-			pub(r)
-		}
-	}
 	if identity == IdentityDispatcher {
 		// The graph endpoint (nats.go/micro): its own subjects and the
 		// framework's discovery subjects, answered with one reply each.
@@ -157,20 +162,22 @@ func GrantFor(identity string, t Topology) (Grant, error) {
 	return g, nil
 }
 
-// provisionSubjects is what Provision needs: every service provisions the
-// whole topology at start (idempotently), so that any one of them may come
-// up first. It may create and update streams and consumers, never delete or
-// purge them.
-func provisionSubjects(t Topology) []string {
+// metadataReads are the state of every stream and consumer of t: what a
+// service checks before it starts (the topology is provisioned, with its
+// partition count), what its metrics and the status page's bus section show.
+// They reveal no message and change nothing.
+func metadataReads(t Topology) []string {
 	s := []string{"$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST"}
 	for _, name := range streamNames(t) {
-		s = append(s, api("STREAM.INFO", name), api("STREAM.CREATE", name), api("STREAM.UPDATE", name))
-	}
-	for _, stream := range []string{StreamInbox, StreamEvents} {
-		s = append(s, api("CONSUMER.CREATE", stream, ">"), api("CONSUMER.DURABLE.CREATE", stream, ">"),
-			api("CONSUMER.INFO", stream, "*"))
+		s = append(s, api("STREAM.INFO", name), api("CONSUMER.LIST", name), api("CONSUMER.NAMES", name),
+			api("CONSUMER.INFO", name, "*"))
 	}
 	return s
+}
+
+// messageReads read one stored message of stream by sequence or subject.
+func messageReads(stream string) []string {
+	return []string{api("STREAM.MSG.GET", stream), api("DIRECT.GET", stream), api("DIRECT.GET", stream, ">")}
 }
 
 // storeSubjects are the subjects of reading (and, with write, writing) one KV
@@ -181,11 +188,9 @@ func storeSubjects(name string, write bool) []string {
 	if name == ObjectPayloads {
 		stream, data = "OBJ_"+name, "$O."+name+".>"
 	}
-	s := []string{
-		api("STREAM.MSG.GET", stream), api("DIRECT.GET", stream), api("DIRECT.GET", stream, ">"),
+	s := append(messageReads(stream),
 		api("CONSUMER.CREATE", stream, ">"), api("CONSUMER.INFO", stream, "*"), api("CONSUMER.DELETE", stream, "*"),
-		api("CONSUMER.MSG.NEXT", stream, "*"), "$JS.ACK." + stream + ".>", "$JS.FC." + stream + ".>",
-	}
+		api("CONSUMER.MSG.NEXT", stream, "*"), "$JS.ACK."+stream+".>", "$JS.FC."+stream+".>")
 	if write {
 		s = append(s, data)
 		if name == ObjectPayloads {
@@ -201,26 +206,23 @@ func storeSubjects(name string, write bool) []string {
 // consumers (that would hold back a service's message), only from its own
 // ordered consumers of the other streams.
 func observerGrant(t Topology) Grant {
-	s := statusReads(t)
+	s := observerReads(t)
 	// graph status (not complete), and the services framework's discovery.
 	s = append(s, catalog.ServiceSubject(ServiceDispatcher, "graph.status"), "$SRV.PING", "$SRV.PING.>",
 		"$SRV.INFO", "$SRV.INFO.>", "$SRV.STATS", "$SRV.STATS.>")
 	return Grant{Publish: s, Subscribe: []string{InboxPrefix(IdentityObserver) + ".>"}}
 }
 
-// statusReads are the reads of the status page and of `the-loop` reading
+// observerReads are the reads of the status page and of `the-loop` reading
 // verbs: every stream's, bucket's and consumer's state, any stored message
 // by sequence, and ordered consumers of the streams that are not
-// partitioned (the DLQ, the event log, buckets). Every identity has them,
-// so that any service's admin port can serve the status page
-// (docs/decisions/075-status-page-reads.md); they change nothing and take
-// no message from a service.
-func statusReads(t Topology) []string {
-	s := []string{"$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST"}
+// partitioned (the DLQ, the event log, buckets). Only the observer has them
+// (docs/decisions/102-status-page-reads-as-the-observer.md); they change
+// nothing and take no message from a service.
+func observerReads(t Topology) []string {
+	s := metadataReads(t)
 	for _, name := range streamNames(t) {
-		s = append(s, api("STREAM.INFO", name), api("STREAM.MSG.GET", name), api("DIRECT.GET", name),
-			api("DIRECT.GET", name, ">"), api("CONSUMER.LIST", name), api("CONSUMER.NAMES", name),
-			api("CONSUMER.INFO", name, "*"))
+		s = append(s, messageReads(name)...)
 		if name == StreamInbox || name == StreamEvents {
 			continue
 		}

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,22 +12,26 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 )
 
 // authServer is a server with authorization on and the default topology
-// provisioned by the ledger-writer's identity (any service may provision).
+// provisioned by the operator's identity, the only one that may.
 func authServer(t *testing.T) *bustest.Server {
 	t.Helper()
 	srv := bustest.StartServer(t, bustest.Options{Auth: true})
-	c := srv.ConnectAs(t, bus.IdentityLedgerWriter, "provision")
+	c := srv.ConnectAs(t, bus.IdentityOperator, "provision")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.Provision(ctx, bus.DefaultTopology()); err != nil {
-		t.Fatalf("ledger-writer provisions: %v", err)
+		t.Fatalf("the operator provisions: %v", err)
 	}
 	return srv
 }
@@ -188,33 +193,57 @@ func TestGrantsEncodeTheArchitecture(t *testing.T) {
 			t.Errorf("%s writing KV %s: err = %v, allowed = %v", k.id, k.bucket, err, k.allowed)
 		}
 	}
-	// Everybody may read what it reads: the observer the sessions bucket,
-	// ingress-slack the graph; and every service what the status page
-	// shows (docs/decisions/075-status-page-reads.md), reads only: the
-	// writes above stay refused; and the members bucket, whose writes each
-	// consuming service has for its own keys only.
-	for _, r := range []struct{ id, bucket string }{{bus.IdentityObserver, bus.BucketSessions}, {bus.IdentityIngressSlack, bus.BucketGraph},
-		{bus.IdentitySlackRenderer, bus.BucketSessions}, {bus.IdentityLedgerWriter, bus.BucketGraph}, {bus.IdentityIngressGitHub, bus.BucketThreads},
-		{bus.IdentityObserver, bus.BucketMembers}, {bus.IdentityIngressGitHub, bus.BucketMembers}} {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Each reads what it uses: the observer the sessions bucket,
+	// ingress-slack the graph, ingress-github the links, a consuming
+	// service the members bucket; a service reads no bucket it does not use
+	// (docs/decisions/098-provisioning-is-the-operators.md).
+	for _, r := range []struct {
+		id, bucket string
+		allowed    bool
+	}{
+		{bus.IdentityObserver, bus.BucketSessions, true}, {bus.IdentityIngressSlack, bus.BucketGraph, true},
+		{bus.IdentityIngressGitHub, bus.BucketLinks, true}, {bus.IdentityLedgerWriter, bus.BucketMembers, true},
+		{bus.IdentityObserver, bus.BucketMembers, true},
+		{bus.IdentitySlackRenderer, bus.BucketSessions, false}, {bus.IdentityLedgerWriter, bus.BucketGraph, false},
+		{bus.IdentityIngressGitHub, bus.BucketThreads, false}, {bus.IdentityIngressGitHub, bus.BucketMembers, false},
+		{bus.IdentityIngressSlack, bus.BucketLedger, false},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		kv, err := conns[r.id].KV(ctx, r.bucket)
 		if err == nil {
 			_, err = kv.Get(ctx, "nothing-here")
 		}
 		cancel()
-		if err != nil && !errors.Is(err, bus.ErrNotFound) {
-			t.Errorf("%s reading KV %s: %v", r.id, r.bucket, err)
+		if read := err == nil || errors.Is(err, bus.ErrNotFound); read != r.allowed {
+			t.Errorf("%s reading KV %s: err = %v, allowed = %v", r.id, r.bucket, err, r.allowed)
 		}
 	}
-	for _, id := range []string{bus.IdentityIngressGitHub, bus.IdentitySlackRenderer} {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := conns[id].ListDLQ(ctx, 10)
-		if err == nil {
-			_, err = conns[id].RecentMessages(ctx, bus.StreamEvents, 5)
-		}
+	// The dead letters are the observer's to read; the events' messages
+	// their consumers' and the observer's.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err := conns[bus.IdentityOperator].Publish(ctx, bus.Message{Subject: catalog.DLQPrefix + ".ledger-writer-p00.loop.in.0.k.t", MsgID: "authz-dlq", Data: []byte("{}")})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		id      string
+		dlq, ev bool
+	}{
+		{bus.IdentityObserver, true, true}, {bus.IdentitySlackRenderer, false, true}, {bus.IdentityDispatcher, false, true},
+		{bus.IdentityIngressGitHub, false, false}, {bus.IdentityLedgerWriter, false, false},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_, err := conns[r.id].ListDLQ(ctx, 10)
 		cancel()
-		if err != nil {
-			t.Errorf("%s reading the DLQ and the events' recent messages (the status page): %v", id, err)
+		if (err == nil) != r.dlq {
+			t.Errorf("%s reading the DLQ: err = %v, allowed = %v", r.id, err, r.dlq)
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 3*time.Second)
+		recent, err := conns[r.id].RecentMessages(ctx, bus.StreamEvents, 2)
+		cancel()
+		if read := err == nil && len(recent) > 0; read != r.ev {
+			t.Errorf("%s reading the events' messages: %d read, err = %v, allowed = %v", r.id, len(recent), err, r.ev)
 		}
 	}
 }
@@ -273,4 +302,220 @@ func TestAuthorizationConfLoads(t *testing.T) {
 			t.Errorf("user %d: allow_responses %v, want %v", i, got.Permissions.Response != nil, u.Grant.Responses)
 		}
 	}
+}
+
+// matches reports whether subject matches the NATS subject pattern (with
+// "*" and ">" wildcards): what the server does with a grant.
+func matches(pattern, subject string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, tok := range p {
+		if tok == ">" {
+			return len(s) > i
+		}
+		if i >= len(s) || tok != "*" && tok != s[i] {
+			return false
+		}
+	}
+	return len(p) == len(s)
+}
+
+func allowed(g bus.Grant, subject string) bool {
+	return slices.ContainsFunc(g.Publish, func(p string) bool { return matches(p, subject) })
+}
+
+// TestServiceGrantsAdministerNothing reads the grants themselves: no service
+// identity may create, change, seal, purge or delete a stream, nor create a
+// consumer of a partitioned stream, the DLQ or the event log
+// (docs/decisions/098-provisioning-is-the-operators.md); a service reads
+// messages only of the stream it consumes; the observer and the operator
+// keep their reads.
+func TestServiceGrantsAdministerNothing(t *testing.T) {
+	if !matches("$JS.API.STREAM.INFO.*", "$JS.API.STREAM.INFO.LOOP_DLQ") || matches("$JS.API.STREAM.INFO.*", "$JS.API.STREAM.INFO") ||
+		!matches("a.>", "a.b.c") || matches("a.>", "a") || matches("a.b", "a.b.c") {
+		t.Fatal("the test's subject matcher is wrong")
+	}
+	topo := bus.DefaultTopology()
+	streams := []string{bus.StreamInbox, bus.StreamEvents, bus.StreamDLQ, bus.StreamLog, bus.StreamAdvisories}
+	var admin []string
+	for _, s := range streams {
+		for _, op := range []string{"STREAM.CREATE", "STREAM.UPDATE", "STREAM.DELETE", "STREAM.PURGE", "STREAM.MSG.DELETE"} {
+			admin = append(admin, "$JS.API."+op+"."+s)
+		}
+		admin = append(admin, "$JS.API.CONSUMER.CREATE."+s+".x", "$JS.API.CONSUMER.CREATE."+s+".x.loop.in.>",
+			"$JS.API.CONSUMER.DURABLE.CREATE."+s+".x", "$JS.API.CONSUMER.DELETE."+s+".ledger-writer-p00",
+			"$JS.API.CONSUMER.PAUSE."+s+".ledger-writer-p00")
+	}
+	for _, b := range []string{"KV_" + bus.BucketLedger, "KV_" + bus.BucketMembers, "OBJ_" + bus.ObjectPayloads} {
+		admin = append(admin, "$JS.API.STREAM.UPDATE."+b, "$JS.API.STREAM.CREATE."+b, "$JS.API.STREAM.DELETE."+b)
+	}
+	consumed := map[string]string{bus.IdentityLedgerWriter: bus.StreamInbox, bus.IdentitySlackRenderer: bus.StreamEvents, bus.IdentityDispatcher: bus.StreamEvents}
+	for _, id := range []string{bus.IdentityIngressGitHub, bus.IdentityIngressSlack, bus.IdentityLedgerWriter, bus.IdentitySlackRenderer, bus.IdentityDispatcher} {
+		g, err := bus.GrantFor(id, topo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range admin {
+			if allowed(g, s) {
+				t.Errorf("%s may publish %s", id, s)
+			}
+		}
+		for _, s := range streams {
+			for _, read := range []string{"$JS.API.STREAM.MSG.GET." + s, "$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".loop.in.0.k.t"} {
+				if got, want := allowed(g, read), consumed[id] == s; got != want {
+					t.Errorf("%s reading %s: %v, want %v", id, read, got, want)
+				}
+			}
+			if !allowed(g, "$JS.API.STREAM.INFO."+s) || !allowed(g, "$JS.API.CONSUMER.INFO."+s+".dispatcher-p00") {
+				t.Errorf("%s cannot read %s's state, which it waits on at start", id, s)
+			}
+		}
+		if s, ok := consumed[id]; ok {
+			for _, need := range []string{"$JS.API.CONSUMER.MSG.NEXT." + s + ".x-p01", "$JS.API.CONSUMER.UNPIN." + s + ".x-p01", "$JS.ACK." + s + ".x-p01.1.2.3.4.5"} {
+				if !allowed(g, need) {
+					t.Errorf("%s cannot consume: %s refused", id, need)
+				}
+			}
+		}
+	}
+	obs, _ := bus.GrantFor(bus.IdentityObserver, topo)
+	for _, s := range streams {
+		if !allowed(obs, "$JS.API.STREAM.MSG.GET."+s) || allowed(obs, "$JS.API.STREAM.UPDATE."+s) {
+			t.Errorf("observer on %s: reads %v, updates %v", s, allowed(obs, "$JS.API.STREAM.MSG.GET."+s), allowed(obs, "$JS.API.STREAM.UPDATE."+s))
+		}
+	}
+	op, _ := bus.GrantFor(bus.IdentityOperator, topo)
+	for _, s := range admin {
+		if !allowed(op, s) {
+			t.Errorf("the operator may not publish %s", s)
+		}
+	}
+}
+
+// TestOnlyTheOperatorProvisions runs Provision, with a smaller DLQ, as each
+// service identity against the real grants: the server refuses each, and
+// LOOP_DLQ keeps its size. What each service does at start instead — check
+// that the topology is in place — works within its grant.
+func TestOnlyTheOperatorProvisions(t *testing.T) {
+	srv := authServer(t)
+	shrunk := bus.DefaultTopology()
+	shrunk.DLQMaxBytes = 1 << 20
+	groups := map[string][]bus.ConsumerGroup{}
+	for _, g := range bus.DefaultTopology().Consumers {
+		groups[g.Service] = append(groups[g.Service], g)
+	}
+	for _, id := range []string{bus.IdentityIngressGitHub, bus.IdentityIngressSlack, bus.IdentityLedgerWriter, bus.IdentitySlackRenderer, bus.IdentityDispatcher} {
+		c := srv.ConnectAs(t, id, id)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := c.Provision(ctx, shrunk)
+		cancel()
+		if err == nil {
+			t.Errorf("%s provisioned", id)
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		err = c.CheckTopology(ctx, bus.DefaultTopology(), groups[id])
+		cancel()
+		if err != nil {
+			t.Errorf("%s checking the topology: %v", id, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js := rawJetStream(t, srv, bus.IdentityOperator)
+	dlqMax := func() int64 {
+		s, err := js.Stream(ctx, bus.StreamDLQ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.MaxBytes
+	}
+	if got := dlqMax(); got != bus.DefaultTopology().DLQMaxBytes {
+		t.Errorf("LOOP_DLQ MaxBytes %d, want it unchanged at %d", got, bus.DefaultTopology().DLQMaxBytes)
+	}
+	if err := srv.ConnectAs(t, bus.IdentityOperator, "provision").Provision(ctx, shrunk); err != nil {
+		t.Fatalf("the operator provisions: %v", err)
+	}
+	if got := dlqMax(); got != shrunk.DLQMaxBytes {
+		t.Errorf("LOOP_DLQ MaxBytes %d after the operator's provisioning, want %d", got, shrunk.DLQMaxBytes)
+	}
+}
+
+// rawJetStream is a plain JetStream client of srv as identity.
+func rawJetStream(t *testing.T, srv *bustest.Server, identity string) jetstream.JetStream {
+	t.Helper()
+	opt, err := nkeyOption(srv.Seed(identity))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.URL(), opt, nats.CustomInboxPrefix(bus.InboxPrefix(identity)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func nkeyOption(seed []byte) (nats.Option, error) {
+	kp, err := nkeys.FromSeed(seed)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	return nats.Nkey(pub, kp.Sign), nil
+}
+
+// TestPartitionsSharedWithinTheGrant: two replicas of the ledger-writer, each
+// on its own connection as the ledger-writer's identity, share the inbox's
+// partitions (the members bucket under its own keys, pinned consumers), and
+// when one stops the other takes its partitions over (unpinning them) and
+// goes on consuming: partition sharing needs no right to shape a stream or a
+// consumer.
+func TestPartitionsSharedWithinTheGrant(t *testing.T) {
+	const n = 4
+	topo := bustest.FastTopology(n)
+	srv := bustest.StartServer(t, bustest.Options{Auth: true, Topology: &topo})
+	srv.Provision(t, topo)
+	var got delivered
+	start := func(name string) (*bus.Runner, context.CancelFunc, chan error) {
+		spec := fastSpec(bus.ServiceLedgerWriter, bus.StreamInbox, n)
+		spec.Member = name
+		r, err := srv.ConnectAs(t, bus.IdentityLedgerWriter, name).NewRunner(spec, got.handler())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		t.Cleanup(cancel)
+		return r, cancel, done
+	}
+	r1, stop1, done1 := start("replica-1")
+	r2, _, _ := start("replica-2")
+	testkit.WaitWithin(t, 20*time.Second, "the replicas to share the partitions", func() bool {
+		return len(r1.Owned()) == n/2 && len(r2.Owned()) == n/2 && r1.Ready() && r2.Ready()
+	})
+	op := srv.Connect(t, "publisher")
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			ref := fmt.Sprintf("github:octo/repo#%d", i)
+			if _, err := op.Publish(context.Background(), bus.Message{Subject: catalog.InboxSubject(ref, catalog.CommentHuman), MsgID: fmt.Sprintf("share-%d", i), Data: []byte(ref)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(0, 20)
+	testkit.WaitWithin(t, 20*time.Second, "20 deliveries", func() bool { return len(got.get()) == 20 })
+	stop1()
+	if err := <-done1; err != nil {
+		t.Fatalf("replica-1: %v", err)
+	}
+	testkit.WaitWithin(t, 20*time.Second, "replica-2 to take every partition over", func() bool { return len(r2.Owned()) == n && r2.Ready() })
+	publish(20, 40)
+	testkit.WaitWithin(t, 20*time.Second, "40 deliveries", func() bool { return len(got.get()) == 40 })
 }

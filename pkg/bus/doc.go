@@ -7,7 +7,9 @@
 //   - Connect, a client connection that reconnects forever, and StartEmbedded,
 //     an in-process nats-server for `the-loop up` and tests;
 //   - Provision, the idempotent creation of the streams, consumers and KV
-//     buckets of docs/architecture.md#streams-and-state (Topology);
+//     buckets of docs/architecture.md#streams-and-state (Topology), which only
+//     the operator identity may do, and CheckTopology, with which a service
+//     waits for it (docs/decisions/098-provisioning-is-the-operators.md);
 //   - Publish with Nats-Msg-Id deduplication and PubAck, retried under the
 //     same id when the outcome is ambiguous;
 //   - Runner, the partitioned, pinned consumer loop: one message in flight per

@@ -24,8 +24,8 @@ func TestProvisionIdempotent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	// Every replica of every service provisions at start, at the same time,
-	// on a server that has nothing yet.
+	// Several provisioning runs at once (a step retried while the last
+	// one still runs), on a server that has nothing yet.
 	var g errgroup.Group
 	for i := range 4 {
 		ci := srv.Connect(t, fmt.Sprintf("provision-%d", i+1))

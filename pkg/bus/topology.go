@@ -404,9 +404,12 @@ func (t Topology) consumerConfig(g ConsumerGroup, p int) (jetstream.ConsumerConf
 	}, nil
 }
 
-// Provision creates or updates every stream, consumer and KV bucket of t. It
-// is idempotent and safe to call from every replica of every service at once
-// with identical t: each call converges on the same configuration.
+// Provision creates or updates every stream, consumer and KV bucket of t. Only
+// the operator identity is granted it: services wait for it with
+// CheckTopology (docs/decisions/098-provisioning-is-the-operators.md). It is
+// idempotent and safe to run several times at once with identical t (a
+// provisioning step retried, `up` restarted): each call converges on the same
+// configuration.
 func (c *Conn) Provision(ctx context.Context, t Topology) error {
 	t.setDefaults()
 	if err := c.WaitConnected(ctx); err != nil {

@@ -79,6 +79,10 @@ type Status struct {
 	// AdminNkeyFile is the operator identity the page's actions run as
 	// under 'serve' ('up' holds it already).
 	AdminNkeyFile string `envconfig:"ADMIN_NKEY_FILE" desc:"serve: the operator's NKey seed file, which the status page's DLQ replay acts with (with LOOP_ADMIN_TOKEN); 'up' needs none"`
+	// ObserverNkeyFile is the identity the page reads the loop's content
+	// through under 'serve': a service's own identity reads only what it
+	// consumes ('up' holds the observer already).
+	ObserverNkeyFile string `envconfig:"STATUS_NKEY_FILE" desc:"serve: the observer's NKey seed file, which the status page reads work items, sessions, dead letters and events through; unset: the page shows only the streams' and consumers' state ('up' needs none)"`
 }
 
 // Validate checks the values Process cannot check by type.

@@ -31,6 +31,7 @@ import (
 	"github.com/the-loop/bus/internal/testsupport/standin"
 	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
+	"github.com/the-loop/bus/pkg/bus"
 )
 
 // The world every end-to-end test shares: one repository on the GitHub
@@ -519,6 +520,10 @@ channels:
 	add("ingress-slack", 0, "LOOP_SLACK_EVENTS_ADDR="+slAddr)
 	c.events = "http://" + slAddr + "/slack/events"
 
+	// Provisioning is the operator's act, before the services
+	// (docs/decisions/098-provisioning-is-the-operators.md).
+	c.provision(loop, common)
+
 	t.Cleanup(c.stop)
 	for _, p := range c.procs {
 		p.mu.Lock()
@@ -535,6 +540,20 @@ channels:
 		c.echoWebhooks()
 	}
 	return c
+}
+
+// provision runs `the-loop provision` with env, as the operator when
+// authorization is on, as compose's provision step does.
+func (c *cluster) provision(loop string, env []string) {
+	c.t.Helper()
+	cmd := exec.Command(loop, "provision")
+	cmd.Env = env
+	if c.auth != "" {
+		cmd.Env = append(append([]string(nil), env...), "LOOP_NATS_NKEY_FILE="+c.seed(bus.IdentityOperator))
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		c.t.Fatalf("the-loop provision: %v\n%s", err, out)
+	}
 }
 
 // echoDelivery is the X-Hub-Delivery of the echo of comment id.

@@ -106,6 +106,13 @@ func TestServiceProcessesAgainstNATSProcess(t *testing.T) {
 		return err == nil
 	})
 
+	// The streams and consumers, as an operator provisions them.
+	provision := exec.Command(loop, "provision")
+	provision.Env = append(baseEnv(), fmt.Sprintf("LOOP_NATS_URL=nats://127.0.0.1:%d", port))
+	if out, err := provision.CombinedOutput(); err != nil {
+		t.Fatalf("the-loop provision: %v\n%s", err, out)
+	}
+
 	// The ledger-writer is ready only with a GitHub token to record with.
 	gh := ghfake.New(t)
 	gh.AddToken(ledgerToken, ledgerLogin)
