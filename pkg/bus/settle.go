@@ -141,7 +141,7 @@ func (r *Runner) deadLetter(ctx context.Context, d *Delivery, consumer, reason s
 		// The copy says who dead-lettered it, so that a replay can tell
 		// it from one planted on loop.dlq by anyone else
 		// (docs/decisions/099-signed-events.md).
-		if err := r.c.signer.signDeadLetter(subject, Header(h), d.Data); err != nil {
+		if err := r.c.signer.SignDeadLetter(subject, Header(h), d.Data); err != nil {
 			return err
 		}
 	}

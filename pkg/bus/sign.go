@@ -316,8 +316,10 @@ func dlqSignedBytes(dlqSubject, digest string) []byte {
 	return []byte(dlqSigningContext + dlqSubject + "\n" + digest)
 }
 
-// signDeadLetter sets h's dead-letterer signature for a copy on dlqSubject.
-func (s *Signer) signDeadLetter(dlqSubject string, h Header, data []byte) error {
+// SignDeadLetter sets h's dead-letterer signature for a dead letter on
+// dlqSubject whose headers (the original's and the Loop-Dlq-* ones) are h
+// and body data: what a consumer's runner does to every copy it writes.
+func (s *Signer) SignDeadLetter(dlqSubject string, h Header, data []byte) error {
 	sig, err := s.kp.Sign(dlqSignedBytes(dlqSubject, deadLetterDigest(h, data)))
 	if err != nil {
 		return fmt.Errorf("bus: sign dead letter: %w", err)
