@@ -188,6 +188,7 @@ func startDemoHost(ctx context.Context, s settings, log *slog.Logger, emb *embed
 	h := &host{name: "the-loop demo", settings: s, log: log, stdout: io.Discard, defs: services,
 		envelopeKey: config.NewSecret(string(emb.key)), connect: emb.connect, started: func(r *httpserver.Readiness) { d.ready <- r },
 		operator: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) },
+		signers:  emb.keys.publicKeys(),
 		adminAt:  func(addr string) { live.adminAddr = addr }}
 	hctx, stopServices := context.WithCancel(ctx)
 	go func() { d.done <- h.run(hctx) }()

@@ -234,6 +234,11 @@ type host struct {
 	// sandboxHidden are paths no session's sandbox may give it: `up`'s
 	// store.
 	sandboxHidden []string
+	// signers, if set, are the identities' public keys, which the host
+	// provisions as the operator (`up` holds every seed): the services
+	// wait for them before they verify anything
+	// (docs/decisions/099-signed-events.md).
+	signers map[string]string
 }
 
 // defaultConfig is the operator config without a file: nobody authorized,
@@ -473,7 +478,28 @@ func (h *host) provision(ctx context.Context, reg *prometheus.Registry, conns ma
 	if err != nil {
 		return topo, fmt.Errorf("provision streams and consumers: %w", err)
 	}
+	if err := h.provisionSigners(rctx, topo); err != nil {
+		return topo, err
+	}
 	return topo, nil
+}
+
+// provisionSigners writes h.signers to the signers bucket as the operator,
+// the one identity that may.
+func (h *host) provisionSigners(ctx context.Context, topo bus.Topology) error {
+	if len(h.signers) == 0 || h.operator == nil {
+		return nil
+	}
+	op, err := h.operator(ctx)
+	if err != nil {
+		return fmt.Errorf("provision the signers: the operator identity: %w", err)
+	}
+	defer op.Close()
+	topo.Signers = h.signers
+	if err := provision(ctx, h.log, op, topo); err != nil {
+		return fmt.Errorf("provision the signers: %w", err)
+	}
+	return nil
 }
 
 // statusPage is the status page's options: it reads over conn (every
