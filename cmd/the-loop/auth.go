@@ -33,8 +33,8 @@ func natsCredentials(n config.NATS) bus.Credentials {
 		// A user and password sign with this seed; the connection
 		// refuses to start as an identity without one.
 		SigningSeedFile: n.SigningSeedFile,
-		CertFile:  n.TLSCert,
-		KeyFile:   n.TLSKey,
+		CertFile:        n.TLSCert,
+		KeyFile:         n.TLSKey,
 	}
 	switch c.Kind() {
 	case "nkey":

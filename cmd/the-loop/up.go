@@ -76,7 +76,7 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 
 	h := &host{name: "the-loop up", settings: s, log: log, stdout: stdout, defs: services, envelopeKey: config.NewSecret(string(emb.key)), connect: emb.connect,
 		sandboxHidden: []string{store}, signers: emb.keys.publicKeys(),
-		operator:      func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) }}
+		operator: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) }}
 	if err := h.run(ctx); err != nil {
 		return err
 	}

@@ -105,9 +105,9 @@ type NATS struct {
 	// SigningSeedFile: a user and password carry no key, and every
 	// identity signs what it publishes (docs/decisions/099-signed-events.md).
 	SigningSeedFile string `envconfig:"NATS_SIGNING_SEED_FILE" desc:"with LOOP_NATS_USER: file holding this identity's NKey user seed, which signs the events it publishes (its public key in the signers bucket); required with a user and password, unused with an NKey seed or creds file, which sign with their own"`
-	TLSCA     string `envconfig:"NATS_TLS_CA" desc:"CA certificate file that verifies the NATS server (tls:// URLs)"`
-	TLSCert   string `envconfig:"NATS_TLS_CERT" desc:"client certificate file (mutual TLS; with LOOP_NATS_TLS_KEY)"`
-	TLSKey    string `envconfig:"NATS_TLS_KEY" desc:"client certificate key file (mutual TLS)"`
+	TLSCA           string `envconfig:"NATS_TLS_CA" desc:"CA certificate file that verifies the NATS server (tls:// URLs)"`
+	TLSCert         string `envconfig:"NATS_TLS_CERT" desc:"client certificate file (mutual TLS; with LOOP_NATS_TLS_KEY)"`
+	TLSKey          string `envconfig:"NATS_TLS_KEY" desc:"client certificate key file (mutual TLS)"`
 }
 
 // Session is what an agent session is given to reach the loop: the
