@@ -205,9 +205,7 @@ func cmdAuthSigners(ctx context.Context, args []string, env config.Env, stdout, 
 	topo := bus.DefaultTopology()
 	topo.Partitions, topo.Replicas = s.Common.Partitions, s.Common.Replicas
 	topo.Signers = pubs
-	pctx, cancel := context.WithTimeout(ctx, time.Duration(max(1, topo.Replicas))*30*time.Second)
-	defer cancel()
-	if err := conn.Provision(pctx, topo); err != nil {
+	if err := provision(ctx, newLogger(stderr, s.Common.LogLevel, s.Common.LogFormat), conn, topo); err != nil {
 		return fmt.Errorf("provision the signers: %w", err)
 	}
 	fmt.Fprintf(stdout, "the signers bucket holds the public keys of %d identities\n", len(pubs))

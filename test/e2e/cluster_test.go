@@ -406,6 +406,16 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	if len(c.natsRoutes) > 0 && c.auth != "" {
 		c.routeRefusesStrangers()
 	}
+	if c.auth != "" {
+		// The operator's provisioning step: the identities' public keys
+		// in the signers bucket, which every service waits for
+		// (docs/decisions/099-signed-events.md).
+		sig := exec.Command(loop, "auth", "signers", filepath.Join(c.auth, "signers.json"))
+		sig.Env = append(c.cliEnv("operator"), fmt.Sprintf("LOOP_STREAM_REPLICAS=%d", len(c.natsProcs)))
+		if out, err := sig.CombinedOutput(); err != nil {
+			t.Fatalf("the-loop auth signers: %v\n%s", err, out)
+		}
+	}
 
 	// The operator config: Slack on in events mode; Alice (GitHub and
 	// Slack) authorized. Never the ledger's own login: agents post with
