@@ -87,6 +87,31 @@ func binaries(t testing.TB) (loop, nats string) {
 	return loopBin, natsBin
 }
 
+var (
+	unsignedOnce sync.Once
+	unsignedBin  string
+	unsignedErr  error
+)
+
+// unsignedBinary is the-loop built with the tag loop_unsigned_bench: no
+// event signed or verified, for the signing benchmark's baseline only.
+func unsignedBinary(t testing.TB) string {
+	t.Helper()
+	binaries(t)
+	unsignedOnce.Do(func() {
+		unsignedBin = filepath.Join(binDir, "the-loop-unsigned")
+		cmd := exec.Command("go", "build", "-tags", "loop_unsigned_bench", "-o", unsignedBin, "./cmd/the-loop")
+		cmd.Dir = "../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			unsignedErr = fmt.Errorf("build the unsigned baseline: %v\n%s", err, out)
+		}
+	})
+	if unsignedErr != nil {
+		t.Fatal(unsignedErr)
+	}
+	return unsignedBin
+}
+
 // proc is one supervised OS process: restarted whenever it exits until the
 // cluster stops, as a container runtime with restart: always would.
 type proc struct {
@@ -276,6 +301,10 @@ type clusterOptions struct {
 	// noAuth runs NATS without authorization (the bench's baseline);
 	// by default every service connects as its own identity.
 	noAuth bool
+	// unsigned runs a the-loop built with the tag loop_unsigned_bench,
+	// which neither signs nor verifies events: the signing benchmark's
+	// baseline.
+	unsigned bool
 	// obey makes the stand-in agent run the commands its prompts carry
 	// (standin.RunMarker), as a prompt-injected agent would.
 	obey bool
@@ -364,6 +393,9 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 		o.logLevel = "info"
 	}
 	loop, natsB := binaries(t)
+	if o.unsigned {
+		loop = unsignedBinary(t)
+	}
 	dir, err := os.MkdirTemp("", "the-loop-e2e-")
 	if err != nil {
 		t.Fatal(err)
