@@ -265,3 +265,48 @@ func TestSeedFilesAsWritten(t *testing.T) {
 		t.Error("an unknown identity got a grant")
 	}
 }
+
+// TestUserAndPasswordNeedASigningSeed: a bus identity that authenticates with
+// a user and password holds no key to sign its events with, so it does not
+// connect without LOOP_NATS_SIGNING_SEED_FILE; with it, it signs as itself.
+// An NKey seed signs with its own key. The error never carries a secret.
+func TestUserAndPasswordNeedASigningSeed(t *testing.T) {
+	const password = "correct-horse-battery-8"
+	srv := startServer(t, &server.Options{Users: []*server.User{{Username: "loop", Password: password}}})
+	creds := bus.Credentials{User: "loop", Password: password, Setting: "LOOP_NATS_USER"}
+	_, err := bus.Connect(context.Background(), bus.Options{URL: srv.ClientURL(), Name: "ingress-slack/pod-1", Credentials: creds,
+		Identity: bus.IdentityIngressSlack})
+	if !errors.Is(err, bus.ErrNoSigningKey) || !strings.Contains(err.Error(), "LOOP_NATS_SIGNING_SEED_FILE") || strings.Contains(err.Error(), password) {
+		t.Fatalf("a user and password without a signing seed: %v", err)
+	}
+	seed, pub, err := bus.NewIdentityKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds.SigningSeedFile = filepath.Join(t.TempDir(), "signing.nk")
+	if err := os.WriteFile(creds.SigningSeedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := bus.Connect(context.Background(), bus.Options{URL: srv.ClientURL(), Name: "ingress-slack/pod-1", Credentials: creds,
+		Identity: bus.IdentityIngressSlack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if !conn.Signing() || conn.Identity() != bus.IdentityIngressSlack {
+		t.Fatalf("signing %v as %q", conn.Signing(), conn.Identity())
+	}
+	s, err := bus.NewSigner(bus.IdentityIngressSlack, seed)
+	if err != nil || s.PublicKey() != pub {
+		t.Fatalf("signer %v", err)
+	}
+	// Without an identity (a bus without authorization) nothing signs.
+	plain, err := bus.Connect(context.Background(), bus.Options{URL: srv.ClientURL(), Name: "plain", Credentials: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if plain.Signing() {
+		t.Fatal("a connection without an identity signs")
+	}
+}
