@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/the-loop/bus/pkg/bus"
@@ -145,10 +146,19 @@ func verifier(ctx context.Context, deps Deps, service, stream string) (func(cont
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", service, err)
 	}
+	// Not ready while it waits: /readyz says what for.
+	var loaded atomic.Bool
+	deps.Ready.Add(service+"/signers", func() error {
+		if !loaded.Load() {
+			return errors.New("waiting for the signers bucket, which the operator's provisioning writes (the-loop auth signers)")
+		}
+		return nil
+	})
 	signers, err := deps.Conn.WatchSigners(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", service, err)
 	}
+	loaded.Store(true)
 	return func(ctx context.Context, d *bus.Delivery) error {
 		signer, err := signers.VerifyDelivery(d, may)
 		if err == nil {
