@@ -145,7 +145,7 @@ func newConnSigner(opts Options) (*Signer, error) {
 	if err != nil || kp == nil {
 		return nil, err
 	}
-	return &Signer{identity: opts.Identity, kp: kp}, nil
+	return newSigner(opts.Identity, kp)
 }
 
 // Signing reports whether the connection signs what it publishes on

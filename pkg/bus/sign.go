@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -88,7 +89,11 @@ func IsForged(err error) bool {
 // Signer signs as one bus identity with its NKey.
 type Signer struct {
 	identity string
-	kp       nkeys.KeyPair
+	public   string
+	// priv is the NKey's Ed25519 key, derived once: nkeys derives it
+	// again from the seed for every signature, which costs as much as the
+	// signature itself.
+	priv ed25519.PrivateKey
 }
 
 // NewSigner returns the signer of identity from its NKey user seed.
@@ -97,17 +102,33 @@ func NewSigner(identity string, seed []byte) (*Signer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus: signer %s: %w", identity, err)
 	}
-	return &Signer{identity: identity, kp: kp}, nil
+	return newSigner(identity, kp)
+}
+
+func newSigner(identity string, kp nkeys.KeyPair) (*Signer, error) {
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, fmt.Errorf("bus: signer %s: not a seed", identity)
+	}
+	_, raw, err := nkeys.DecodeSeed(seed)
+	if err != nil || len(raw) != ed25519.SeedSize {
+		return nil, fmt.Errorf("bus: signer %s: not a valid seed", identity)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("bus: signer %s: %w", identity, err)
+	}
+	return &Signer{identity: identity, public: pub, priv: ed25519.NewKeyFromSeed(raw)}, nil
 }
 
 // Identity is the identity the signer signs as.
 func (s *Signer) Identity() string { return s.identity }
 
 // PublicKey is the signer's public NKey.
-func (s *Signer) PublicKey() string {
-	pub, _ := s.kp.PublicKey()
-	return pub
-}
+func (s *Signer) PublicKey() string { return s.public }
+
+// sign is the Ed25519 signature of b, as the NKey signs (nkeys.KeyPair.Sign).
+func (s *Signer) sign(b []byte) []byte { return ed25519.Sign(s.priv, b) }
 
 // eventID is the event id a signature covers: the event's own id (ce-id),
 // which a replay keeps while it gives the message a new Nats-Msg-Id; a
@@ -140,10 +161,7 @@ func signedBytes(subject, id, typ string, data []byte) []byte {
 // Sign sets m's signature headers: m.Subject must be the un-partitioned
 // subject it is published to. m.Header is replaced by a copy.
 func (s *Signer) Sign(m *Message) error {
-	sig, err := s.kp.Sign(signedBytes(m.Subject, eventID(m.Header, m.MsgID), m.Header.Get(envelope.HeaderType), m.Data))
-	if err != nil {
-		return fmt.Errorf("bus: sign %s: %w", m.Subject, err)
-	}
+	sig := s.sign(signedBytes(m.Subject, eventID(m.Header, m.MsgID), m.Header.Get(envelope.HeaderType), m.Data))
 	h := m.Header.Clone()
 	if h == nil {
 		h = Header{}
@@ -320,10 +338,7 @@ func dlqSignedBytes(dlqSubject, digest string) []byte {
 // dlqSubject whose headers (the original's and the Loop-Dlq-* ones) are h
 // and body data: what a consumer's runner does to every copy it writes.
 func (s *Signer) SignDeadLetter(dlqSubject string, h Header, data []byte) error {
-	sig, err := s.kp.Sign(dlqSignedBytes(dlqSubject, deadLetterDigest(h, data)))
-	if err != nil {
-		return fmt.Errorf("bus: sign dead letter: %w", err)
-	}
+	sig := s.sign(dlqSignedBytes(dlqSubject, deadLetterDigest(h, data)))
 	h.Set(HeaderDLQSigner, s.identity)
 	h.Set(HeaderDLQSignature, base64.StdEncoding.EncodeToString(sig))
 	return nil

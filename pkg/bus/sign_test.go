@@ -408,3 +408,42 @@ func TestPlantedDeadLetterIsNotReplayed(t *testing.T) {
 		t.Fatalf("the replayed original's signature: %q %v", signer, err)
 	}
 }
+
+// BenchmarkSignature is one event's signing and checking, as the publisher
+// and the consumer do it (a 1 KiB body).
+func BenchmarkSignature(b *testing.B) {
+	seed, pub, err := bus.NewIdentityKey()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := bus.NewSigner(bus.IdentityIngressSlack, seed)
+	if err != nil {
+		b.Fatal(err)
+	}
+	set, err := bus.NewSigners(map[string]string{bus.IdentityIngressSlack: pub})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := gateMessage()
+	m.Data = make([]byte, 1024)
+	b.Run("sign", func(b *testing.B) {
+		for b.Loop() {
+			c := m
+			if err := s.Sign(&c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	signed := m
+	if err := s.Sign(&signed); err != nil {
+		b.Fatal(err)
+	}
+	subject := stored(signed.Subject, 3)
+	b.Run("verify", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := set.Verify(subject, signed.Header, signed.Data, signed.MsgID, bus.InboxPolicy); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
