@@ -161,8 +161,9 @@ func checkSessionWorkdir(s settings, store string) error {
 	if wd == "" {
 		wd, wdName = s.Dispatcher.Workdir, "LOOP_DISPATCHER_WORKDIR"
 	}
-	secrets := map[string]string{"LOOP_STORE_DIR": store, "LOOP_NATS_NKEY_FILE": s.Common.NATS.NkeyFile, "LOOP_NATS_CREDS_FILE": s.Common.NATS.CredsFile}
-	for _, name := range []string{"LOOP_STORE_DIR", "LOOP_NATS_NKEY_FILE", "LOOP_NATS_CREDS_FILE"} {
+	secrets := map[string]string{"LOOP_STORE_DIR": store, "LOOP_NATS_NKEY_FILE": s.Common.NATS.NkeyFile, "LOOP_NATS_CREDS_FILE": s.Common.NATS.CredsFile,
+		"LOOP_NATS_SIGNING_SEED_FILE": s.Common.NATS.SigningSeedFile}
+	for _, name := range []string{"LOOP_STORE_DIR", "LOOP_NATS_NKEY_FILE", "LOOP_NATS_CREDS_FILE", "LOOP_NATS_SIGNING_SEED_FILE"} {
 		if p := secrets[name]; p != "" && within(p, wd) {
 			return fmt.Errorf("%s (%s) is inside %s (%s), where agent sessions work with a shell: keep the loop's secrets outside it (move one of the two)", name, p, wdName, wd)
 		}
