@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -184,5 +185,37 @@ func TestReplayNeedsTheAdminTokenAndNothingSecretIsShown(t *testing.T) {
 	_ = json.Unmarshal(request(noop, "GET", "/status/api/state", remote, host, adminToken).Body.Bytes(), &st)
 	if st.CanReplay {
 		t.Error("canReplay without an operator identity")
+	}
+}
+
+// TestReplayRefusesAPlantedDeadLetter: a dead letter no consumer wrote (the
+// operator's own publish on loop.dlq, naming the inbox) is not replayed from
+// the page: 409, saying why, and it stays in the DLQ
+// (docs/decisions/099-signed-events.md).
+func TestReplayRefusesAPlantedDeadLetter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	f := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inbox := "loop.in.0.abc." + string(catalog.GateFeedback)
+	h := bus.Header{"ce-id": {"slack:EvPlanted"}, "ce-type": {string(catalog.GateFeedback)}}
+	h.Set(bus.HeaderDLQStream, bus.StreamInbox)
+	h.Set(bus.HeaderDLQConsumer, "ledger-writer-p00")
+	h.Set(bus.HeaderDLQSubject, inbox)
+	h.Set(bus.HeaderDLQMsgID, "slack:EvPlanted")
+	ack, err := f.op.Publish(ctx, bus.Message{Subject: catalog.DLQPrefix + ".ledger-writer-p00." + inbox, Header: h, MsgID: "planted", Data: []byte("{}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := f.mux(t, statuspage.Options{AdminToken: adminToken, Replay: f.op})
+	w := request(mux, "POST", fmt.Sprintf("/status/api/dlq/%d/replay", ack.Seq), "127.0.0.1:5000", "127.0.0.1:9090", adminToken)
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "dead-letterer") {
+		t.Fatalf("replay of a planted dead letter: %d %s", w.Code, w.Body)
+	}
+	t.Logf("refused: %s", strings.TrimSpace(w.Body.String()))
+	if l, err := f.op.ListDLQ(ctx, 0); err != nil || len(l) != 2 {
+		t.Fatalf("the DLQ after the refusal: %d %v", len(l), err)
 	}
 }
