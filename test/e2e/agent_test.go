@@ -51,6 +51,10 @@ type agentUp struct {
 	// sessions' TMPDIR; natsAddr the bus's address; socket the tmux
 	// server's name.
 	store, harness, tmp, natsAddr, socket string
+	// pid is up's process.
+	pid int
+	// home is the sessions' HOME.
+	home string
 }
 
 func startAgentUp(t *testing.T) *agentUp {
@@ -67,6 +71,7 @@ func startAgentUp(t *testing.T) *agentUp {
 		store: filepath.Join(dir, "store"), harness: filepath.Join(dir, "harness"), tmp: filepath.Join(dir, "tmp"),
 		natsAddr: fmt.Sprintf("127.0.0.1:%d", freePortTB(t)), socket: newTmuxSocket(t)}
 	a.standIn = filepath.Join(a.tmp, "standin")
+	a.home = filepath.Join(dir, "home")
 	a.gh = ghfake.New(t, ghfake.WithPrimaryLimit(0), ghfake.WithSecondaryLimits(0, 0))
 	a.gh.AddRepo(agentRepo)
 	a.gh.AddToken(ledgerToken, ledgerLogin)
@@ -136,13 +141,13 @@ func startAgentUp(t *testing.T) *agentUp {
 		"LOOP_WORKSPACE_ROOT="+a.root,
 		// The sessions' HOME, where up answers Claude Code's first-run
 		// questions: the test's own, never the user's.
-		"HOME="+filepath.Join(dir, "home"),
+		"HOME="+a.home,
 		// The sessions' TMPDIR, which their sandbox lets them write: not
 		// the directory that holds the store.
 		"TMPDIR="+a.tmp,
 		"LOOP_WORKSPACE_GIT_URL=file://"+upstreams+"/{owner}/{repo}.git",
 	)
-	launchUp(t, loop, env, filepath.Join(dir, "up.log"), "http://"+admin+"/readyz", a.client)
+	a.pid = launchUp(t, loop, env, filepath.Join(dir, "up.log"), "http://"+admin+"/readyz", a.client)
 	return a
 }
 

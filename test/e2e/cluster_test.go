@@ -878,18 +878,7 @@ func (c *cluster) githubComment(ctx context.Context, number int, delivery, body 
 // githubCommentAs is githubComment by login, whose author_association on
 // the repository is assoc.
 func (c *cluster) githubCommentAs(ctx context.Context, number int, login, assoc, delivery, body string) error {
-	cm := c.gh.AddComment(repoName, number, login, body)
-	is, _ := c.gh.Issue(repoName, number)
-	payload, err := json.Marshal(map[string]any{
-		"action": "created",
-		"issue": map[string]any{"number": number, "title": is.Title, "html_url": is.HTMLURL,
-			"state": "open", "user": map[string]any{"login": alice}, "labels": []any{}},
-		"comment": map[string]any{"id": cm.ID, "html_url": cm.HTMLURL, "body": cm.Body,
-			"user": map[string]any{"login": login}, "author_association": assoc,
-			"created_at": cm.CreatedAt.UTC().Format(time.RFC3339), "updated_at": cm.UpdatedAt.UTC().Format(time.RFC3339)},
-		"repository": map[string]any{"id": 1, "full_name": repoName, "html_url": "https://github.com/" + repoName},
-		"sender":     map[string]any{"login": login},
-	})
+	payload, err := c.commentDelivery(number, login, assoc, body)
 	if err != nil {
 		return err
 	}
@@ -907,10 +896,37 @@ func (c *cluster) githubCommentAs(ctx context.Context, number int, login, assoc,
 	}, http.StatusAccepted)
 }
 
+// commentDelivery stores login's comment on work item number on the fake
+// and returns its issue_comment delivery's payload, not yet sent.
+func (c *cluster) commentDelivery(number int, login, assoc, body string) ([]byte, error) {
+	cm := c.gh.AddComment(repoName, number, login, body)
+	is, _ := c.gh.Issue(repoName, number)
+	return json.Marshal(map[string]any{
+		"action": "created",
+		"issue": map[string]any{"number": number, "title": is.Title, "html_url": is.HTMLURL,
+			"state": "open", "user": map[string]any{"login": alice}, "labels": []any{}},
+		"comment": map[string]any{"id": cm.ID, "html_url": cm.HTMLURL, "body": cm.Body,
+			"user": map[string]any{"login": login}, "author_association": assoc,
+			"created_at": cm.CreatedAt.UTC().Format(time.RFC3339), "updated_at": cm.UpdatedAt.UTC().Format(time.RFC3339)},
+		"repository": map[string]any{"id": 1, "full_name": repoName, "html_url": "https://github.com/" + repoName},
+		"sender":     map[string]any{"login": login},
+	})
+}
+
 // slackReply stores Alice's reply in a thread on the Slack fake and
 // delivers its Events API callback, signed, until ingress-slack answers
 // 200. It returns the reply's ts.
 func (c *cluster) slackReply(ctx context.Context, threadTS, text string) (string, error) {
+	ts, mk, err := c.slackReplyRequest(ctx, threadTS, text)
+	if err != nil {
+		return "", err
+	}
+	return ts, c.deliver(ctx, "slack event "+ts, mk, http.StatusOK)
+}
+
+// slackReplyRequest stores Alice's reply in a thread on the Slack fake and
+// returns its ts and a maker of its Events API callback, signed when made.
+func (c *cluster) slackReplyRequest(ctx context.Context, threadTS, text string) (string, func() (*http.Request, error), error) {
 	ts := c.slack.AddMessage(slackChannel, threadTS, aliceSlack, text)
 	body, err := json.Marshal(map[string]any{
 		"token": "ignored", "team_id": slackfake.TeamID, "api_app_id": "A0E2ELOOP", "type": "event_callback",
@@ -919,9 +935,9 @@ func (c *cluster) slackReply(ctx context.Context, threadTS, text string) (string
 			"ts": ts, "thread_ts": threadTS, "text": text},
 	})
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return ts, c.deliver(ctx, "slack event "+ts, func() (*http.Request, error) {
+	return ts, func() (*http.Request, error) {
 		now := strconv.FormatInt(time.Now().Unix(), 10)
 		mac := hmac.New(sha256.New, []byte(signingSecret))
 		fmt.Fprintf(mac, "v0:%s:", now)
@@ -934,7 +950,7 @@ func (c *cluster) slackReply(ctx context.Context, threadTS, text string) (string
 		req.Header.Set("X-Slack-Request-Timestamp", now)
 		req.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(mac.Sum(nil)))
 		return req, nil
-	}, http.StatusOK)
+	}, nil
 }
 
 // deliver sends a request until it is answered with a 2xx (want, or 200
