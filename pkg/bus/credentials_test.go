@@ -310,3 +310,44 @@ func TestUserAndPasswordNeedASigningSeed(t *testing.T) {
 		t.Fatal("a connection without an identity signs")
 	}
 }
+
+// TestCredsFileSignsWithItsSeed: a JWT creds file carries the identity's
+// seed beside its JWT; the connection signs with it.
+func TestCredsFileSignsWithItsSeed(t *testing.T) {
+	seed, pub, err := bus.NewIdentityKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := filepath.Join(t.TempDir(), "ingress-slack.creds")
+	// A creds file as nsc writes it; the JWT is not read for signing.
+	body := "-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.c2ln\n------END NATS USER JWT------\n\n" +
+		"-----BEGIN USER NKEY SEED-----\n" + string(seed) + "\n------END USER NKEY SEED------\n"
+	if err := os.WriteFile(creds, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, &server.Options{})
+	conn, err := bus.Connect(context.Background(), bus.Options{URL: srv.ClientURL(), Name: "ingress-slack/pod-1",
+		Credentials: bus.Credentials{CredsFile: creds, Setting: "LOOP_NATS_CREDS_FILE"}, Identity: bus.IdentityIngressSlack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if !conn.Signing() {
+		t.Fatal("a creds file's connection does not sign")
+	}
+	set, err := bus.NewSigners(map[string]string{bus.IdentityIngressSlack: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := bus.NewSigner(bus.IdentityIngressSlack, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := gateMessage()
+	if err := s.Sign(&m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.Verify(stored(m.Subject, 0), m.Header, m.Data, m.MsgID, bus.InboxPolicy); err != nil {
+		t.Fatal(err)
+	}
+}
