@@ -228,6 +228,27 @@ func TestPublishSignsAndProvisionWritesSigners(t *testing.T) {
 	if signer, err := set.VerifyDelivery(d, bus.InboxPolicy); err != nil || signer != bus.IdentityIngressSlack {
 		t.Fatalf("verify the delivery: %q %v", signer, err)
 	}
+
+	// The operator provisions again with ingress-slack's key replaced and
+	// the observer taken out: the watching set follows.
+	_, newPub, err := bus.NewIdentityKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubs := srv.Signers(t)
+	pubs[bus.IdentityIngressSlack] = newPub
+	delete(pubs, bus.IdentityObserver)
+	topo := bustest.FastTopology(2)
+	topo.Signers = pubs
+	srv.Provision(t, topo)
+	testkit.WaitWithin(t, 10*time.Second, "the watched signers updated", func() bool {
+		got := set.PublicKeys()
+		_, observer := got[bus.IdentityObserver]
+		return got[bus.IdentityIngressSlack] == newPub && !observer
+	})
+	if _, err := set.VerifyDelivery(d, bus.InboxPolicy); !bus.IsForged(err) {
+		t.Fatalf("a signature by the replaced key: %v, want refused", err)
+	}
 }
 
 // TestServerSidePathIsRefusedBySignature: a stream's RePublish rule — set up
