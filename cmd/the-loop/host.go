@@ -235,8 +235,8 @@ type host struct {
 	// store.
 	sandboxHidden []string
 	// signers, if set, are the identities' public keys, which the host
-	// provisions as the operator (`up` holds every seed): the services
-	// wait for them before they verify anything
+	// provisions as the operator (`up` holds every seed): the consuming
+	// services wait for them before they take a message
 	// (docs/decisions/099-signed-events.md).
 	signers map[string]string
 }
