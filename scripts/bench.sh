@@ -2,7 +2,8 @@
 # Runs the benchmarks and reports each "<name>/<variant>" against the
 # baseline of its group measured in the same run: "<name>/raw" (the raw
 # JetStream path of the same hops), for a scaling series "<name>/replicas=1",
-# or for the cost of NATS authorization "<name>/auth=off". Absolute figures on shared machines drift; ratios to a
+# for the cost of NATS authorization "<name>/auth=off", or for the cost of
+# signed events "<name>/signing=off". Absolute figures on shared machines drift; ratios to a
 # baseline taken alongside do not.
 #
 #   BENCHTIME      -benchtime of the in-process benchmarks (default 2s)
@@ -74,6 +75,7 @@ END {
 		b = group[k] "/raw"
 		if (!(b in seen)) b = group[k] "/replicas=1"
 		if (!(b in seen)) b = group[k] "/auth=off"
+		if (!(b in seen)) b = group[k] "/signing=off"
 		if (!(b in seen) || b == k) continue
 		m = split(units[k], us, " ")
 		for (j = 1; j <= m; j++) {

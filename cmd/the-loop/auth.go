@@ -30,8 +30,11 @@ func natsCredentials(n config.NATS) bus.Credentials {
 		User:      n.User,
 		Password:  n.Password.Reveal(),
 		CAFile:    n.TLSCA,
-		CertFile:  n.TLSCert,
-		KeyFile:   n.TLSKey,
+		// A user and password sign with this seed; the connection
+		// refuses to start as an identity without one.
+		SigningSeedFile: n.SigningSeedFile,
+		CertFile:        n.TLSCert,
+		KeyFile:         n.TLSKey,
 	}
 	switch c.Kind() {
 	case "nkey":
@@ -109,8 +112,11 @@ func loadIdentities(dir string, topo bus.Topology, persist func(identity string)
 // one to each service) and DIR/auth.conf, the nats-server authorization
 // block with their public keys and permissions, for nats.conf to include.
 // Seeds already there are kept, so running it again only rewrites auth.conf.
-func cmdAuth(_ context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
-	const usage = "auth init DIR [--partitions N]"
+func cmdAuth(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
+	const usage = "auth init DIR [--partitions N] | auth signers [FILE]"
+	if len(args) > 0 && args[0] == "signers" {
+		return cmdAuthSigners(ctx, args[1:], env, stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "init" {
 		return fmt.Errorf("%w: %s", errUsage, usage)
 	}
@@ -139,10 +145,68 @@ func cmdAuth(_ context.Context, args []string, env config.Env, stdout, stderr io
 		return fmt.Errorf("write %s: %w", conf, err)
 	}
 	fmt.Fprintf(stdout, "wrote %s (public keys and permissions: include it in nats.conf)\n", conf)
+	signers := filepath.Join(dir, signersFile)
+	if err := os.WriteFile(signers, bus.SignersFile(keys.publicKeys()), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", signers, err)
+	}
+	fmt.Fprintf(stdout, "wrote %s (public keys the events are signed with, nothing secret: 'the-loop auth signers' writes them to the bus as the operator)\n", signers)
 	for _, id := range bus.Identities() {
 		fmt.Fprintf(stdout, "  %-15s %s\n", id, filepath.Join(dir, identitiesDir, id+".nk"))
 	}
 	fmt.Fprintf(stdout, "give each service its own seed as LOOP_NATS_NKEY_FILE (a secret); the operator verbs use operator.nk or observer.nk\n")
+	return nil
+}
+
+// signersFile is the public signers file `auth init` writes beside auth.conf.
+const signersFile = "signers.json"
+
+// publicKeys are the identities' public keys, by identity.
+func (k identityKeys) publicKeys() map[string]string {
+	out := make(map[string]string, len(k.users))
+	for i, id := range bus.Identities() {
+		out[id] = k.users[i].Public
+	}
+	return out
+}
+
+// cmdAuthSigners is `the-loop auth signers [FILE]`: the operator's
+// provisioning of the signers bucket from the public signers file `auth
+// init` wrote (FILE, else LOOP_SIGNERS_FILE). The services check every
+// event's signature against it (docs/decisions/099-signed-events.md) and
+// wait for it at start. Run it as the operator, after `auth init` and
+// whenever a seed changes.
+func cmdAuthSigners(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
+	fs := newFlags("auth signers", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	s, err := loadSettings(env)
+	if err != nil {
+		return err
+	}
+	path := s.Common.SignersFile
+	if fs.NArg() == 1 {
+		path = fs.Arg(0)
+	}
+	if path == "" || fs.NArg() > 1 {
+		return fmt.Errorf("%w: auth signers FILE (or LOOP_SIGNERS_FILE): the signers file 'the-loop auth init' wrote", errUsage)
+	}
+	pubs, err := bus.ReadSignersFile(path)
+	if err != nil {
+		return err
+	}
+	conn, err := cliConnect(ctx, env, "auth-signers", write)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	topo := bus.DefaultTopology()
+	topo.Partitions, topo.Replicas = s.Common.Partitions, s.Common.Replicas
+	topo.Signers = pubs
+	if err := provision(ctx, newLogger(stderr, s.Common.LogLevel, s.Common.LogFormat), conn, topo); err != nil {
+		return fmt.Errorf("provision the signers: %w", err)
+	}
+	fmt.Fprintf(stdout, "the signers bucket holds the public keys of %d identities\n", len(pubs))
 	return nil
 }
 

@@ -75,6 +75,7 @@ func TestServeAsItsOwnIdentity(t *testing.T) {
 		t.Skip("starts a JetStream server")
 	}
 	srv := bustest.StartServer(t, bustest.Options{Auth: true})
+	// The operator's provisioning: the signers the service waits for.
 	srv.Provision(t, bus.DefaultTopology())
 	dir := t.TempDir()
 	stranger, _, err := bus.NewIdentityKey()
@@ -306,5 +307,52 @@ func TestOperatorVerbsIdentities(t *testing.T) {
 	}
 	if code, _, stderr := runVerb(t, with(config.Env{"LOOP_STORE_DIR": t.TempDir()}), "sessions", "list"); code != 1 || !strings.Contains(stderr, "no local `the-loop up` store") {
 		t.Errorf("sessions list without a store: %d %s", code, stderr)
+	}
+}
+
+// TestAuthSignersProvisionsTheBucket: `auth init` writes the public signers
+// file (no seed in it); `auth signers FILE` as the operator writes it to the
+// signers bucket, where the services read it; as a service it is refused.
+func TestAuthSignersProvisionsTheBucket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	srv := bustest.StartServer(t, bustest.Options{Auth: true})
+	dir := t.TempDir()
+	file := writeFile(t, dir, "signers.json", bus.SignersFile(srv.Signers(t)))
+	env := func(identity string) config.Env {
+		return config.Env{"LOOP_NATS_URL": srv.URL(), "LOOP_NATS_NKEY_SEED": string(srv.Seed(identity))}
+	}
+	if code, stdout, stderr := runVerb(t, env(bus.IdentityOperator), "auth", "signers", file); code != 0 || !strings.Contains(stdout, "7 identities") {
+		t.Fatalf("auth signers as the operator: %d %s %s", code, stdout, stderr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	set, err := srv.ConnectAs(t, bus.IdentityDispatcher, "reader").LoadSigners(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := set.PublicKeys(); !maps.Equal(got, srv.Signers(t)) {
+		t.Fatalf("the signers bucket holds %v", got)
+	}
+	if code, _, _ := runVerb(t, env(bus.IdentityLedgerWriter), "auth", "signers", file); code == 0 {
+		t.Fatal("a service wrote the signers bucket")
+	}
+
+	out := t.TempDir()
+	if code, stdout, stderr := runVerb(t, config.Env{}, "auth", "init", out); code != 0 || !strings.Contains(stdout, "signers.json") {
+		t.Fatalf("auth init: %d %s %s", code, stdout, stderr)
+	}
+	pubs, err := bus.ReadSignersFile(filepath.Join(out, "signers.json"))
+	if err != nil || len(pubs) != len(bus.Identities()) {
+		t.Fatalf("signers.json: %v %v", pubs, err)
+	}
+	written, _ := os.ReadFile(filepath.Join(out, "signers.json"))
+	for _, id := range bus.Identities() {
+		seed, _ := os.ReadFile(filepath.Join(out, identitiesDir, id+".nk"))
+		pub, err := bus.PublicKey(seed)
+		if err != nil || pubs[id] != pub || bytes.Contains(written, bytes.TrimSpace(seed)) {
+			t.Errorf("signers.json for %s: %s (%v)", id, pubs[id], err)
+		}
 	}
 }

@@ -65,9 +65,14 @@ Usage:
   the-loop excerpt --event NAME [FILE|-]
                                        what a session is shown of a GitHub payload
   the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
-  the-loop auth init DIR               a deployment's bus identities: NKey seeds and nats.conf authorization
+  the-loop auth init DIR               a deployment's bus identities: NKey seeds, nats.conf authorization
+                                       and the public signers.json
+  the-loop auth signers [FILE]         as the operator: the identities' public keys (signers.json, or
+                                       LOOP_SIGNERS_FILE) into the signers bucket the services verify
+                                       events with
   the-loop provision                   as the operator: create or update the streams, consumers and buckets
-                                       (LOOP_PARTITIONS, LOOP_STREAM_REPLICAS), then exit; services wait for it
+                                       (LOOP_PARTITIONS, LOOP_STREAM_REPLICAS) and, with LOOP_SIGNERS_FILE,
+                                       the signers; then exit. Services wait for it
   the-loop docs configuration [--write FILE]
                                        the generated configuration reference
   the-loop version                     print the version

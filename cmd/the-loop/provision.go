@@ -46,6 +46,14 @@ func cmdProvision(ctx context.Context, args []string, env config.Env, stdout, st
 		}
 	}()
 	topo := topologyOf(s)
+	if s.Common.SignersFile != "" {
+		// The identities' public keys `the-loop auth init` wrote: the
+		// services check every event's signature against them
+		// (docs/decisions/099-signed-events.md).
+		if topo.Signers, err = bus.ReadSignersFile(s.Common.SignersFile); err != nil {
+			return fmt.Errorf("LOOP_SIGNERS_FILE: %w", err)
+		}
+	}
 	err = provision(rctx, log, conn, topo)
 	var ae *bus.AuthError
 	if cause := context.Cause(rctx); errors.As(cause, &ae) {
@@ -55,6 +63,11 @@ func cmdProvision(ctx context.Context, args []string, env config.Env, stdout, st
 		return fmt.Errorf("provision streams and consumers: %w", err)
 	}
 	fmt.Fprintf(stdout, "the-loop provision: streams, consumers and buckets in place (%d partitions, %d replicas)\n", topo.Partitions, topo.Replicas)
+	if len(topo.Signers) > 0 {
+		fmt.Fprintf(stdout, "the-loop provision: the signers of %d identities written\n", len(topo.Signers))
+	} else {
+		fmt.Fprintln(stdout, "the-loop provision: signers left as they are (LOOP_SIGNERS_FILE is not set)")
+	}
 	return nil
 }
 

@@ -145,7 +145,11 @@ func (e *embedded) provision(ctx context.Context, s settings) error {
 		return fmt.Errorf("provision as the operator: %w", err)
 	}
 	defer op.Close()
-	if err := provision(ctx, e.log, op, topologyOf(s)); err != nil {
+	topo := topologyOf(s)
+	// The identities' public keys, which the services check every
+	// event's signature against.
+	topo.Signers = e.keys.publicKeys()
+	if err := provision(ctx, e.log, op, topo); err != nil {
 		return fmt.Errorf("provision streams and consumers: %w", err)
 	}
 	return nil
@@ -180,8 +184,9 @@ func checkSessionWorkdir(s settings, store string) error {
 		wd, wdName = s.Dispatcher.Workdir, "LOOP_DISPATCHER_WORKDIR"
 	}
 	secrets := map[string]string{"LOOP_STORE_DIR": store, "LOOP_NATS_NKEY_FILE": s.Common.NATS.NkeyFile, "LOOP_NATS_CREDS_FILE": s.Common.NATS.CredsFile,
-		"LOOP_STATUS_NKEY_FILE": s.Common.Status.ObserverNkeyFile, "LOOP_ADMIN_NKEY_FILE": s.Common.Status.AdminNkeyFile}
-	for _, name := range []string{"LOOP_STORE_DIR", "LOOP_NATS_NKEY_FILE", "LOOP_NATS_CREDS_FILE", "LOOP_STATUS_NKEY_FILE", "LOOP_ADMIN_NKEY_FILE"} {
+		"LOOP_STATUS_NKEY_FILE": s.Common.Status.ObserverNkeyFile, "LOOP_ADMIN_NKEY_FILE": s.Common.Status.AdminNkeyFile,
+		"LOOP_NATS_SIGNING_SEED_FILE": s.Common.NATS.SigningSeedFile}
+	for _, name := range []string{"LOOP_STORE_DIR", "LOOP_NATS_NKEY_FILE", "LOOP_NATS_CREDS_FILE", "LOOP_NATS_SIGNING_SEED_FILE", "LOOP_STATUS_NKEY_FILE", "LOOP_ADMIN_NKEY_FILE"} {
 		if p := secrets[name]; p != "" && within(p, wd) {
 			return fmt.Errorf("%s (%s) is inside %s (%s), where agent sessions work with a shell: keep the loop's secrets outside it (move one of the two)", name, p, wdName, wd)
 		}

@@ -203,6 +203,12 @@ func (s *server) replay(w http.ResponseWriter, r *http.Request, ro role) {
 	case errors.Is(err, bus.ErrNoSuchDeadLetter):
 		http.Error(w, "no such dead letter (replayed already?)", http.StatusNotFound)
 		return
+	case errors.Is(err, bus.ErrReplayRefused):
+		// Not the copy of a consumer, or not a signed original: why is
+		// identities and subjects, nothing secret (decision 099).
+		s.o.Log.Warn("status page: replay refused", "dlq_seq", seq, "err", err)
+		http.Error(w, s.o.Scrub.Scrub(err.Error()), http.StatusConflict)
+		return
 	case err != nil:
 		s.o.Log.Warn("status page: replay failed", "dlq_seq", seq, "err", err)
 		http.Error(w, "the replay failed; the event log and the service logs say why", http.StatusBadGateway)

@@ -3,16 +3,20 @@ package statuspage_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/the-loop/bus/internal/statuspage"
 	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
@@ -31,28 +35,41 @@ type fixture struct {
 }
 
 // start runs an authorizing server with the default topology and one dead
-// letter whose reason carries a GitHub token.
+// letter whose reason carries a GitHub token: the operator's signed control
+// command, which the ledger-writer's consumer refuses once for good and
+// dead-letters, signed, as a replay expects (docs/decisions/099-signed-events.md).
 func start(t *testing.T) fixture {
 	t.Helper()
 	srv := bustest.StartServer(t, bustest.Options{Auth: true})
-	srv.Provision(t, bus.DefaultTopology())
+	topo := bus.DefaultTopology()
+	srv.Provision(t, topo)
 	op := srv.Connect(t, "operator")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	inbox := "loop.in.0.abc.control.command"
-	h := bus.Header{}
-	h.Set(bus.HeaderDLQReason, "permanent: GitHub said 401 for Authorization: token "+ghToken)
-	h.Set(bus.HeaderDLQStream, bus.StreamInbox)
-	h.Set(bus.HeaderDLQConsumer, "ledger-writer-p00")
-	h.Set(bus.HeaderDLQStreamSeq, "7")
-	h.Set(bus.HeaderDLQDeliveries, "1")
-	h.Set(bus.HeaderDLQSubject, inbox)
-	h.Set(bus.HeaderDLQMsgID, "gh:delivery-1")
-	h.Set(bus.HeaderDLQTime, time.Now().UTC().Format(time.RFC3339Nano))
-	h.Set("ce-id", "gh:delivery-1")
-	if _, err := op.Publish(ctx, bus.Message{Subject: catalog.DLQPrefix + ".ledger-writer-p00." + inbox, Header: h, MsgID: "dlq:LOOP_INBOX:7", Data: []byte("{}")}); err != nil {
+	lw := srv.ConnectAs(t, bus.IdentityLedgerWriter, "ledger-writer")
+	var refused atomic.Bool
+	r, err := lw.NewRunner(bus.ConsumerSpec{Service: bus.ServiceLedgerWriter, Stream: bus.StreamInbox, Partitions: topo.Partitions},
+		bus.HandlerFunc(func(context.Context, *bus.Delivery) error {
+			if refused.CompareAndSwap(false, true) {
+				return bus.Permanent(errors.New("GitHub said 401 for Authorization: token " + ghToken))
+			}
+			return nil
+		}))
+	if err != nil {
 		t.Fatal(err)
 	}
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	h := bus.Header{"ce-id": {"gh:delivery-1"}, "ce-type": {string(catalog.ControlCommand)}}
+	if _, err := op.Publish(ctx, bus.Message{Subject: catalog.InboxSubject("github:octo/repo#1", catalog.ControlCommand), Header: h, MsgID: "gh:delivery-1", Data: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitWithin(t, 10*time.Second, "the dead letter", func() bool {
+		l, err := op.ListDLQ(ctx, 0)
+		return err == nil && len(l) == 1
+	})
 	return fixture{srv: srv, op: op}
 }
 
@@ -219,5 +236,37 @@ func TestWithoutTheObserverThePageShowsTheBusAndSaysWhy(t *testing.T) {
 	defer cancel()
 	if _, err := c.ListDLQ(ctx, 10); err == nil {
 		t.Error("slack-renderer read the dead letters")
+	}
+}
+
+// TestReplayRefusesAPlantedDeadLetter: a dead letter no consumer wrote (the
+// operator's own publish on loop.dlq, naming the inbox) is not replayed from
+// the page: 409, saying why, and it stays in the DLQ
+// (docs/decisions/099-signed-events.md).
+func TestReplayRefusesAPlantedDeadLetter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	f := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inbox := "loop.in.0.abc." + string(catalog.GateFeedback)
+	h := bus.Header{"ce-id": {"slack:EvPlanted"}, "ce-type": {string(catalog.GateFeedback)}}
+	h.Set(bus.HeaderDLQStream, bus.StreamInbox)
+	h.Set(bus.HeaderDLQConsumer, "ledger-writer-p00")
+	h.Set(bus.HeaderDLQSubject, inbox)
+	h.Set(bus.HeaderDLQMsgID, "slack:EvPlanted")
+	ack, err := f.op.Publish(ctx, bus.Message{Subject: catalog.DLQPrefix + ".ledger-writer-p00." + inbox, Header: h, MsgID: "planted", Data: []byte("{}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := f.mux(t, statuspage.Options{AdminToken: adminToken, Replay: f.op})
+	w := request(mux, "POST", fmt.Sprintf("/status/api/dlq/%d/replay", ack.Seq), "127.0.0.1:5000", "127.0.0.1:9090", adminToken)
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "dead-letterer") {
+		t.Fatalf("replay of a planted dead letter: %d %s", w.Code, w.Body)
+	}
+	t.Logf("refused: %s", strings.TrimSpace(w.Body.String()))
+	if l, err := f.op.ListDLQ(ctx, 0); err != nil || len(l) != 2 {
+		t.Fatalf("the DLQ after the refusal: %d %v", len(l), err)
 	}
 }

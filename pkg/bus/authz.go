@@ -64,21 +64,23 @@ const (
 )
 
 // buckets says who uses which KV bucket and object store, and how. The owner
-// (readWrite) is the service whose state it is.
+// (readWrite) is the service whose state it is. Every service reads the
+// signers, which only the operator writes
+// (docs/decisions/099-signed-events.md).
 var buckets = map[string]map[string]access{
 	// ingress-github reads the pull requests sessions linked to their work
 	// items, to route a linked pull request's events to them.
-	IdentityIngressGitHub: {BucketSeen: readWrite, BucketCursors: readWrite, ObjectPayloads: readWrite, BucketLinks: readOnly},
-	IdentityIngressSlack:  {BucketCursors: readWrite, BucketThreads: readOnly, BucketGraph: readOnly},
+	IdentityIngressGitHub: {BucketSeen: readWrite, BucketCursors: readWrite, ObjectPayloads: readWrite, BucketLinks: readOnly, BucketSigners: readOnly},
+	IdentityIngressSlack:  {BucketCursors: readWrite, BucketThreads: readOnly, BucketGraph: readOnly, BucketSigners: readOnly},
 	// Thread bindings are written by the two services that learn them: the
 	// renderer when it starts a work item's thread, the ledger-writer when a
 	// kickoff's new issue takes over the thread it came from.
-	IdentityLedgerWriter:  {BucketLedger: readWrite, BucketThreads: readWrite},
-	IdentitySlackRenderer: {BucketPosted: readWrite, BucketThreads: readWrite},
+	IdentityLedgerWriter:  {BucketLedger: readWrite, BucketThreads: readWrite, BucketSigners: readOnly},
+	IdentitySlackRenderer: {BucketPosted: readWrite, BucketThreads: readWrite, BucketSigners: readOnly},
 	// The dispatcher reads the ledger's claims (a session's question waits
 	// for its record) and the payloads too large for an event.
 	IdentityDispatcher: {BucketSessions: readWrite, BucketGraph: readWrite, BucketLedger: readOnly, ObjectPayloads: readOnly,
-		BucketLinks: readWrite},
+		BucketLinks: readWrite, BucketSigners: readOnly},
 }
 
 // consumes says which partitioned stream each consuming identity reads.

@@ -32,6 +32,9 @@ func (c *Conn) PublishAll(ctx context.Context, msgs []Message) (acks []PubAck, e
 	msgs = slices.Clone(msgs)
 	spans := make([]trace.Span, len(msgs))
 	for i := range msgs {
+		if err := c.sign(&msgs[i]); err != nil {
+			return nil, err
+		}
 		msgs[i], spans[i] = tracePublish(ctx, msgs[i])
 	}
 	defer func() {

@@ -72,6 +72,9 @@ type Conn struct {
 	// otherIdentity is closed when the server denies the connection its
 	// own reply subjects: the credential is another identity's.
 	otherIdentity chan struct{}
+	// signer signs what the connection publishes on loop.in and loop.ev;
+	// nil on a bus without identities (no credential).
+	signer *Signer
 }
 
 // ErrClosed is returned by operations on a connection that was closed.
@@ -103,6 +106,10 @@ func connect(ctx context.Context, opts Options, extra ...nats.Option) (*Conn, er
 	if err != nil {
 		return nil, fmt.Errorf("bus: connect %s: %w", opts.Name, err)
 	}
+	signer, err := newConnSigner(opts)
+	if err != nil {
+		return nil, fmt.Errorf("bus: connect %s: %w", opts.Name, err)
+	}
 	log := opts.Logger.With("component", "bus", "conn", opts.Name)
 	closed := make(chan struct{})
 	denied := newDenials()
@@ -125,8 +132,30 @@ func connect(ctx context.Context, opts Options, extra ...nats.Option) (*Conn, er
 		nc.Close()
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
 	}
-	return &Conn{nc: nc, js: js, log: log, opts: opts, closed: closed, denials: denied, otherIdentity: otherIdentity}, nil
+	return &Conn{nc: nc, js: js, log: log, opts: opts, closed: closed, denials: denied, otherIdentity: otherIdentity, signer: signer}, nil
 }
+
+// newConnSigner is the signer of a connection as opts.Identity: with its
+// credential's key, when it has both (signingDisabled aside).
+func newConnSigner(opts Options) (*Signer, error) {
+	if opts.Identity == "" || signingDisabled {
+		return nil, nil
+	}
+	kp, err := opts.Credentials.signingKey()
+	if err != nil || kp == nil {
+		return nil, err
+	}
+	return newSigner(opts.Identity, kp)
+}
+
+// Signing reports whether the connection signs what it publishes on
+// loop.in and loop.ev, and so whether its consumers verify: it is a bus
+// identity with a key. A bus without authorization has no identities, and
+// nothing to sign as or check against.
+func (c *Conn) Signing() bool { return c.signer != nil }
+
+// Identity is the bus identity the connection is (Options.Identity).
+func (c *Conn) Identity() string { return c.opts.Identity }
 
 // connHandlers are the connection's options and callbacks: reconnect for
 // ever, log its life, close closed when it is closed for good, record the

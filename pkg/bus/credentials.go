@@ -24,6 +24,11 @@ type Credentials struct {
 	CredsFile string
 	// User and Password authenticate with a user name and password.
 	User, Password string
+	// SigningSeedFile is the identity's NKey user seed when it
+	// authenticates with a user and password, which carry no key: the key
+	// its publications are signed with (docs/decisions/099-signed-events.md).
+	// An NKey seed or a creds file signs with its own seed.
+	SigningSeedFile string
 	// CAFile verifies the server's certificate; CertFile and KeyFile are a
 	// client certificate (mutual TLS).
 	CAFile, CertFile, KeyFile string
@@ -59,6 +64,15 @@ func (c Credentials) Validate() error {
 	}
 	if c.User == "" && c.Password != "" {
 		return fmt.Errorf("%s: a NATS password without a user", c.where())
+	}
+	if c.SigningSeedFile != "" {
+		b, err := os.ReadFile(c.SigningSeedFile)
+		if err != nil {
+			return fmt.Errorf("LOOP_NATS_SIGNING_SEED_FILE: read the NKey seed: %w", err)
+		}
+		if _, err := userSeed(b); err != nil {
+			return fmt.Errorf("LOOP_NATS_SIGNING_SEED_FILE (%s): %w", c.SigningSeedFile, err)
+		}
 	}
 	if c.SeedFile != "" {
 		b, err := os.ReadFile(c.SeedFile)
@@ -114,6 +128,51 @@ func userSeed(b []byte) (nkeys.KeyPair, error) {
 		return nil, errors.New("not a valid NKey user seed")
 	}
 	return kp, nil
+}
+
+// ErrNoSigningKey: a bus identity authenticates with a user and password,
+// which carry no key to sign its publications with.
+var ErrNoSigningKey = errors.New("a user and password carry no key to sign this identity's events with: " +
+	"set LOOP_NATS_SIGNING_SEED_FILE to the identity's NKey seed file (its public key in the signers bucket)")
+
+// signingKey is the NKey the identity signs with: the seed it connects
+// with, the seed inside its creds file, or SigningSeedFile. nil, nil: the
+// credential is none, so there is no identity to sign as.
+func (c Credentials) signingKey() (nkeys.KeyPair, error) {
+	if c.SigningSeedFile != "" {
+		b, err := os.ReadFile(c.SigningSeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("LOOP_NATS_SIGNING_SEED_FILE: read the NKey seed: %w", err)
+		}
+		kp, err := userSeed(b)
+		if err != nil {
+			return nil, fmt.Errorf("LOOP_NATS_SIGNING_SEED_FILE (%s): %w", c.SigningSeedFile, err)
+		}
+		return kp, nil
+	}
+	switch {
+	case len(c.Seed) > 0:
+		return userSeed(c.Seed)
+	case c.SeedFile != "":
+		b, err := os.ReadFile(c.SeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s: read the NKey seed: %w", c.where(), err)
+		}
+		return userSeed(b)
+	case c.CredsFile != "":
+		b, err := os.ReadFile(c.CredsFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s: read the creds file: %w", c.where(), err)
+		}
+		kp, err := nkeys.ParseDecoratedUserNKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): no user seed in the creds file", c.where(), c.CredsFile)
+		}
+		return kp, nil
+	case c.User != "":
+		return nil, fmt.Errorf("%s: %w", c.where(), ErrNoSigningKey)
+	}
+	return nil, nil
 }
 
 // options turns the credential into nats.go options.

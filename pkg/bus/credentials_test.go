@@ -265,3 +265,89 @@ func TestSeedFilesAsWritten(t *testing.T) {
 		t.Error("an unknown identity got a grant")
 	}
 }
+
+// TestUserAndPasswordNeedASigningSeed: a bus identity that authenticates with
+// a user and password holds no key to sign its events with, so it does not
+// connect without LOOP_NATS_SIGNING_SEED_FILE; with it, it signs as itself.
+// An NKey seed signs with its own key. The error never carries a secret.
+func TestUserAndPasswordNeedASigningSeed(t *testing.T) {
+	const password = "correct-horse-battery-8"
+	srv := startServer(t, &server.Options{Users: []*server.User{{Username: "loop", Password: password}}})
+	creds := bus.Credentials{User: "loop", Password: password, Setting: "LOOP_NATS_USER"}
+	_, err := bus.Connect(context.Background(), bus.Options{URL: srv.ClientURL(), Name: "ingress-slack/pod-1", Credentials: creds,
+		Identity: bus.IdentityIngressSlack})
+	if !errors.Is(err, bus.ErrNoSigningKey) || !strings.Contains(err.Error(), "LOOP_NATS_SIGNING_SEED_FILE") || strings.Contains(err.Error(), password) {
+		t.Fatalf("a user and password without a signing seed: %v", err)
+	}
+	seed, pub, err := bus.NewIdentityKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds.SigningSeedFile = filepath.Join(t.TempDir(), "signing.nk")
+	if err := os.WriteFile(creds.SigningSeedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := bus.Connect(context.Background(), bus.Options{URL: srv.ClientURL(), Name: "ingress-slack/pod-1", Credentials: creds,
+		Identity: bus.IdentityIngressSlack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if !conn.Signing() || conn.Identity() != bus.IdentityIngressSlack {
+		t.Fatalf("signing %v as %q", conn.Signing(), conn.Identity())
+	}
+	s, err := bus.NewSigner(bus.IdentityIngressSlack, seed)
+	if err != nil || s.PublicKey() != pub {
+		t.Fatalf("signer %v", err)
+	}
+	// Without an identity (a bus without authorization) nothing signs.
+	plain, err := bus.Connect(context.Background(), bus.Options{URL: srv.ClientURL(), Name: "plain", Credentials: creds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if plain.Signing() {
+		t.Fatal("a connection without an identity signs")
+	}
+}
+
+// TestCredsFileSignsWithItsSeed: a JWT creds file carries the identity's
+// seed beside its JWT; the connection signs with it.
+func TestCredsFileSignsWithItsSeed(t *testing.T) {
+	seed, pub, err := bus.NewIdentityKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := filepath.Join(t.TempDir(), "ingress-slack.creds")
+	// A creds file as nsc writes it; the JWT is not read for signing.
+	body := "-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.c2ln\n------END NATS USER JWT------\n\n" +
+		"-----BEGIN USER NKEY SEED-----\n" + string(seed) + "\n------END USER NKEY SEED------\n"
+	if err := os.WriteFile(creds, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, &server.Options{})
+	conn, err := bus.Connect(context.Background(), bus.Options{URL: srv.ClientURL(), Name: "ingress-slack/pod-1",
+		Credentials: bus.Credentials{CredsFile: creds, Setting: "LOOP_NATS_CREDS_FILE"}, Identity: bus.IdentityIngressSlack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if !conn.Signing() {
+		t.Fatal("a creds file's connection does not sign")
+	}
+	set, err := bus.NewSigners(map[string]string{bus.IdentityIngressSlack: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := bus.NewSigner(bus.IdentityIngressSlack, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := gateMessage()
+	if err := s.Sign(&m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.Verify(stored(m.Subject, 0), m.Header, m.Data, m.MsgID, bus.InboxPolicy); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -131,6 +131,11 @@ type ReplayResult struct {
 }
 
 // ReplayDLQ republishes dead letter seq to its original un-partitioned
+// subject, with the original's headers and signature as they were (it is not
+// signed again). On a bus with identities it first checks the copy: signed by
+// the consumer identity of the original's stream, and the original by a
+// publisher that may raise its type; anything else is refused with
+// ErrReplayRefused naming why. It publishes to that
 // subject (never the stored one, which would be partitioned a second time)
 // under a new msg id, "<old-id>:replay:<seq>" — the old id would be dropped as
 // a duplicate, and consumers' KV records are keyed by it — then deletes it
@@ -149,12 +154,33 @@ func (c *Conn) ReplayDLQ(ctx context.Context, seq uint64) (ReplayResult, error) 
 		return ReplayResult{}, fmt.Errorf("bus: dlq replay %d: %w", seq, err)
 	}
 	e := dlqEntry(raw.Sequence, raw.Subject, raw.Header, raw.Data, raw.Time)
+	if c.signer != nil {
+		// On a bus with identities only a dead letter its consumer wrote
+		// of a message its publisher signed goes back (decision 099).
+		signers, err := c.LoadSigners(ctx)
+		if err != nil {
+			return ReplayResult{}, fmt.Errorf("bus: dlq replay %d: %w", seq, err)
+		}
+		if _, err := signers.verifyDeadLetter(raw.Subject, Header(raw.Header), raw.Data); err != nil {
+			return ReplayResult{}, fmt.Errorf("bus: dlq replay %d: %w", seq, err)
+		}
+	}
 	id := "replay:" + strconv.FormatUint(seq, 10)
 	if e.MsgID != "" {
 		id = e.MsgID + ":" + id
 	}
 	m := Message{Subject: e.PublishSubject, Header: e.Header, Data: e.Data, MsgID: id}
-	ack, err := c.Publish(ctx, m)
+	if err := checkHeader(m.Header); err != nil {
+		return ReplayResult{}, fmt.Errorf("bus: dlq replay %d: %w", seq, err)
+	}
+	if err := checkSubject(m.Subject); err != nil {
+		return ReplayResult{}, fmt.Errorf("bus: dlq replay %d: %w", seq, err)
+	}
+	// The original as it was signed, never signed again by whoever
+	// replays it: its publisher's signature is what its consumer checks.
+	m, span := tracePublish(ctx, m)
+	ack, err := c.publish(ctx, toNatsMsg(m), m.MsgID)
+	endSpan(span, err)
 	if err != nil {
 		return ReplayResult{}, fmt.Errorf("bus: dlq replay %d: %w", seq, err)
 	}

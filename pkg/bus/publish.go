@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/the-loop/bus/pkg/catalog"
 )
 
 // Header holds message headers. Keys are case-sensitive, exactly as on the
@@ -130,10 +132,29 @@ func (c *Conn) Publish(ctx context.Context, m Message) (PubAck, error) {
 	if err := checkSubject(m.Subject); err != nil {
 		return PubAck{}, err
 	}
+	if err := c.sign(&m); err != nil {
+		return PubAck{}, err
+	}
 	m, span := tracePublish(ctx, m)
 	ack, err := c.publish(ctx, toNatsMsg(m), m.MsgID)
 	endSpan(span, err)
 	return ack, err
+}
+
+// sign signs m as the connection's identity when it is an event on loop.in
+// or loop.ev (docs/decisions/099-signed-events.md): every publisher's
+// events are signed here, so no service has to remember to. A connection
+// without an identity leaves m as it is.
+func (c *Conn) sign(m *Message) error {
+	if c.signer == nil || !signedSubject(m.Subject) {
+		return nil
+	}
+	return c.signer.Sign(m)
+}
+
+// signedSubject: the subjects whose consumers act on who published.
+func signedSubject(s string) bool {
+	return strings.HasPrefix(s, catalog.InboxPrefix+".") || strings.HasPrefix(s, catalog.EventsPrefix+".")
 }
 
 func checkSubject(s string) error {

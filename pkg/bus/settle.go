@@ -136,7 +136,16 @@ func (r *Runner) deadLetter(ctx context.Context, d *Delivery, consumer, reason s
 	h.Set(HeaderDLQSubject, d.Subject)
 	h.Set(HeaderDLQMsgID, d.MsgID)
 	h.Set(HeaderDLQTime, time.Now().UTC().Format(time.RFC3339Nano))
-	nm := &nats.Msg{Subject: dlqSubject(consumer, d.Subject), Header: h, Data: d.Data}
+	subject := dlqSubject(consumer, d.Subject)
+	if r.c.signer != nil {
+		// The copy says who dead-lettered it, so that a replay can tell
+		// it from one planted on loop.dlq by anyone else
+		// (docs/decisions/099-signed-events.md).
+		if err := r.c.signer.SignDeadLetter(subject, Header(h), d.Data); err != nil {
+			return err
+		}
+	}
+	nm := &nats.Msg{Subject: subject, Header: h, Data: d.Data}
 	_, err := r.c.publish(ctx, nm, fmt.Sprintf("dlq:%s:%d", r.spec.Stream, d.StreamSeq))
 	return err
 }

@@ -52,6 +52,9 @@ const (
 // live replica.
 const membersMaxBytes = 8 << 20
 
+// signersMaxBytes caps BucketSigners: one public key per identity.
+const signersMaxBytes = 1 << 20
+
 // DefaultGroup is the priority group every partition consumer pins in.
 const DefaultGroup = "loop"
 
@@ -151,6 +154,12 @@ type Topology struct {
 	// Objects are the object stores (default: ObjectPayloads, kept as long
 	// as the event stream).
 	Objects []Bucket
+	// Signers, when set, are the public NKeys of the bus identities, by
+	// identity: Provision writes them to BucketSigners, which then holds
+	// exactly these (docs/decisions/099-signed-events.md). Only the
+	// operator may write the bucket, so only the operator's provisioning
+	// sets them; a service's leaves them empty.
+	Signers map[string]string
 }
 
 // DefaultTopology is the topology of docs/architecture.md#streams-and-state for
@@ -194,6 +203,8 @@ func (t *Topology) setDefaults() {
 			{Name: BucketGraph},
 			{Name: BucketCursors},
 			{Name: BucketLinks},
+			// A public key per identity: small.
+			{Name: BucketSigners, MaxBytes: signersMaxBytes},
 		}
 	}
 	t.Buckets = capped(t.Buckets, t.BucketMaxBytes)
@@ -423,7 +434,13 @@ func (c *Conn) Provision(ctx context.Context, t Topology) error {
 			return err
 		}
 	}
-	return c.provisionStores(ctx, t)
+	if err := c.provisionStores(ctx, t); err != nil {
+		return err
+	}
+	if len(t.Signers) > 0 {
+		return c.putSigners(ctx, t.Signers)
+	}
+	return nil
 }
 
 // provisionStores creates or updates the consumers, object stores and KV

@@ -63,6 +63,8 @@ type Common struct {
 	Partitions  int    `envconfig:"PARTITIONS" default:"16" desc:"partitions of the inbox and event streams, shared by a service's replicas: the most events a service handles at once (its ceiling: partitions ÷ the downstream's latency); changed only drained and stopped (README, Operations)"`
 	Concurrency int    `envconfig:"CONCURRENCY" default:"16" desc:"events one replica of a consuming service handles at once, over the partitions it owns: replicas add throughput up to LOOP_PARTITIONS ÷ this"`
 	Replicas    int    `envconfig:"STREAM_REPLICAS" default:"1" desc:"replicas of every stream, consumer and KV bucket: 1 on a single server, 3 on a JetStream cluster"`
+	// SignersFile is read by the operator's provisioning only.
+	SignersFile string `envconfig:"SIGNERS_FILE" desc:"the public signers file 'the-loop auth init' writes (each identity's public NKey, nothing secret): 'the-loop auth signers' writes it to the signers bucket as the operator"`
 	NATS
 	Status
 }
@@ -104,9 +106,12 @@ type NATS struct {
 	CredsFile string `envconfig:"NATS_CREDS_FILE" desc:"JWT creds file (decentralized NATS auth)"`
 	User      string `envconfig:"NATS_USER" desc:"NATS user name (with LOOP_NATS_PASSWORD)"`
 	Password  Secret `envconfig:"NATS_PASSWORD" desc:"NATS password of LOOP_NATS_USER"`
-	TLSCA     string `envconfig:"NATS_TLS_CA" desc:"CA certificate file that verifies the NATS server (tls:// URLs)"`
-	TLSCert   string `envconfig:"NATS_TLS_CERT" desc:"client certificate file (mutual TLS; with LOOP_NATS_TLS_KEY)"`
-	TLSKey    string `envconfig:"NATS_TLS_KEY" desc:"client certificate key file (mutual TLS)"`
+	// SigningSeedFile: a user and password carry no key, and every
+	// identity signs what it publishes (docs/decisions/099-signed-events.md).
+	SigningSeedFile string `envconfig:"NATS_SIGNING_SEED_FILE" desc:"with LOOP_NATS_USER: file holding this identity's NKey user seed, which signs the events it publishes (its public key in the signers bucket); required with a user and password, unused with an NKey seed or creds file, which sign with their own"`
+	TLSCA           string `envconfig:"NATS_TLS_CA" desc:"CA certificate file that verifies the NATS server (tls:// URLs)"`
+	TLSCert         string `envconfig:"NATS_TLS_CERT" desc:"client certificate file (mutual TLS; with LOOP_NATS_TLS_KEY)"`
+	TLSKey          string `envconfig:"NATS_TLS_KEY" desc:"client certificate key file (mutual TLS)"`
 }
 
 // Session is what an agent session is given to reach the loop: the

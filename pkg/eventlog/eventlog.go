@@ -38,6 +38,7 @@ var types = []Type{
 	{"bus.recorded", slog.LevelInfo, "The ledger recorded an off-ledger event on GitHub and fanned it out."},
 	{"bus.record_failed", slog.LevelWarn, "The ledger could not record an event; it went to the DLQ."},
 	{"bus.dead_lettered", slog.LevelWarn, "A message exhausted its deliveries or failed permanently and was copied to LOOP_DLQ."},
+	{"bus.forged_event", slog.LevelWarn, "A consumer refused a message whose signature does not make it its publisher's (reason: unsigned, unknown-signer, bad-signature, not-allowed — a signer that may not raise its type); it went to the DLQ, unhandled."},
 	{"bus.replayed", slog.LevelInfo, "A DLQ entry was republished under a new id (the-loop dlq replay)."},
 	{"channel.posted", slog.LevelInfo, "A channel rendered an event."},
 	{"channel.post_failed", slog.LevelWarn, "A channel failed to render an event."},

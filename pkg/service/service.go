@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/the-loop/bus/pkg/bus"
@@ -87,7 +88,16 @@ type EventHandler func(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) e
 // stream (the replicas divide the partitions between them) and hands each
 // decoded event to h. A message that is not a valid event can never become
 // one, so it goes to the DLQ at once (bus.Permanent).
+//
+// On a bus with identities (deps.Conn.Signing) every message must first carry
+// a valid signature by a publisher that may raise it on stream
+// (bus.PolicyFor; docs/decisions/099-signed-events.md): anything else is
+// logged as bus.forged_event and dead-lettered, never handed to h.
 func Consume(ctx context.Context, deps Deps, service, stream string, h EventHandler) error {
+	verify, err := verifier(ctx, deps, service, stream)
+	if err != nil {
+		return err
+	}
 	runner, err := deps.Conn.NewRunner(bus.ConsumerSpec{
 		Service:     service,
 		Stream:      stream,
@@ -100,6 +110,9 @@ func Consume(ctx context.Context, deps Deps, service, stream string, h EventHand
 			deps.Events.Emit(ctx, "bus.dead_lettered", DeadLetterAttrs(dl)...)
 		},
 	}, bus.HandlerFunc(func(ctx context.Context, d *bus.Delivery) error {
+		if err := verify(ctx, d); err != nil {
+			return err
+		}
 		ev, err := envelope.FromMessage(envelope.Message{Subject: d.Subject, Header: d.Header, Data: d.Data})
 		if err != nil {
 			return bus.Permanent(fmt.Errorf("decode %s: %w", d.Subject, err))
@@ -119,6 +132,55 @@ func Consume(ctx context.Context, deps Deps, service, stream string, h EventHand
 		return fmt.Errorf("%s: %w", service, err)
 	}
 	return nil
+}
+
+// verifier returns the signature check of service's deliveries on stream:
+// none on a bus without identities; otherwise it waits for the signers the
+// operator provisioned, and refuses a delivery whose signature does not
+// hold with bus.Permanent (the DLQ, at once: no redelivery can sign it).
+func verifier(ctx context.Context, deps Deps, service, stream string) (func(context.Context, *bus.Delivery) error, error) {
+	if !deps.Conn.Signing() {
+		return func(context.Context, *bus.Delivery) error { return nil }, nil
+	}
+	may, err := bus.PolicyFor(stream)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", service, err)
+	}
+	// Not ready while it waits: /readyz says what for.
+	var loaded atomic.Bool
+	deps.Ready.Add(service+"/signers", func() error {
+		if !loaded.Load() {
+			return errors.New("waiting for the signers bucket, which the operator's provisioning writes (the-loop auth signers)")
+		}
+		return nil
+	})
+	signers, err := deps.Conn.WatchSigners(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", service, err)
+	}
+	loaded.Store(true)
+	return func(ctx context.Context, d *bus.Delivery) error {
+		signer, err := signers.VerifyDelivery(d, may)
+		if err == nil {
+			return nil
+		}
+		reason := "unsigned"
+		var fe *bus.ForgedError
+		if errors.As(err, &fe) {
+			reason = fe.Reason
+		}
+		deps.Events.Emit(ctx, "bus.forged_event",
+			slog.String("event_id", d.Header.Get(envelope.HeaderID)),
+			slog.String("event_type", string(d.Type)),
+			slog.String("work_item", d.Header.Get("ce-subject")),
+			slog.String("signer", signer),
+			slog.String("consumer", service),
+			slog.Int("partition", d.Partition),
+			slog.Uint64("stream_seq", d.StreamSeq),
+			slog.String("reason", reason),
+			slog.String("detail", err.Error()))
+		return bus.Permanent(err)
+	}, nil
 }
 
 // EventAttrs are the log attributes of an event: ids and types only (R8.2).

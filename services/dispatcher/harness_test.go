@@ -83,13 +83,20 @@ func standIn(t testing.TB, dir string) *agent.Command {
 
 func newEnv(t *testing.T, mod func(*Settings)) *env {
 	t.Helper()
+	return newEnvOn(t, bustest.Options{}, "", mod)
+}
+
+// newEnvOn is newEnv on a server started with sopts; with authorization on
+// the dispatcher connects as as (default the operator, as Connect does).
+func newEnvOn(t *testing.T, sopts bustest.Options, as string, mod func(*Settings)) *env {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("needs JetStream and tmux")
 	}
 	// Sessions' HOME is the test's own: the dispatcher answers Claude
 	// Code's first-run questions in it, never in the user's.
 	t.Setenv("HOME", t.TempDir())
-	e := &env{t: t, srv: bustest.NewServer(t), recs: &eventlog.Recorder{}, logs: &testkit.SyncBuffer{}, dir: t.TempDir(), ready: httpserver.NewReadiness()}
+	e := &env{t: t, srv: bustest.StartServer(t, sopts), recs: &eventlog.Recorder{}, logs: &testkit.SyncBuffer{}, dir: t.TempDir(), ready: httpserver.NewReadiness()}
 	e.tmuxDir = tmuxtest.Dir(t)
 	e.srv.Provision(t, bustest.FastTopology(partitions))
 	e.pub = e.srv.Connect(t, "dispatcher-test-publisher")
@@ -109,6 +116,9 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 		mod(&set)
 	}
 	conn := e.srv.Connect(t, "dispatcher")
+	if as != "" {
+		conn = e.srv.ConnectAs(t, as, "dispatcher")
+	}
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	deps := service.Deps{
 		Conn: conn, Log: log, Events: eventlog.New(Name, log, e.recs), Registry: prometheus.NewRegistry(),

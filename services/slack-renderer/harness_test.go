@@ -114,12 +114,18 @@ type startOpts struct {
 	afterRecord func(*Service, *bus.Conn, *loopv1.Event)
 	// concurrency is LOOP_CONCURRENCY (0: one per partition owned).
 	concurrency int
+	// identity, with authorization on, is the identity the instance
+	// connects as (default the operator, as Connect does).
+	identity string
 }
 
 func (e *env) start(o startOpts) *instance {
 	e.t.Helper()
 	name := fmt.Sprintf("slack-renderer-%d", e.n.Add(1))
 	conn := e.srv.Connect(e.t, name)
+	if o.identity != "" {
+		conn = e.srv.ConnectAs(e.t, o.identity, name)
+	}
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := DefaultConfig()
 	cfg.APIURL, cfg.PostInterval = e.fake.URL(), 0

@@ -86,6 +86,31 @@ func binaries(t testing.TB) (loop, nats string) {
 	return loopBin, natsBin
 }
 
+var (
+	unsignedOnce sync.Once
+	unsignedBin  string
+	unsignedErr  error
+)
+
+// unsignedBinary is the-loop built with the tag loop_unsigned_bench: no
+// event signed or verified, for the signing benchmark's baseline only.
+func unsignedBinary(t testing.TB) string {
+	t.Helper()
+	binaries(t)
+	unsignedOnce.Do(func() {
+		unsignedBin = filepath.Join(binDir, "the-loop-unsigned")
+		cmd := exec.Command("go", "build", "-tags", "loop_unsigned_bench", "-o", unsignedBin, "./cmd/the-loop")
+		cmd.Dir = "../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			unsignedErr = fmt.Errorf("build the unsigned baseline: %v\n%s", err, out)
+		}
+	})
+	if unsignedErr != nil {
+		t.Fatal(unsignedErr)
+	}
+	return unsignedBin
+}
+
 // proc is one supervised OS process: restarted whenever it exits until the
 // cluster stops, as a container runtime with restart: always would.
 type proc struct {
@@ -275,6 +300,10 @@ type clusterOptions struct {
 	// noAuth runs NATS without authorization (the bench's baseline);
 	// by default every service connects as its own identity.
 	noAuth bool
+	// unsigned runs a the-loop built with the tag loop_unsigned_bench,
+	// which neither signs nor verifies events: the signing benchmark's
+	// baseline.
+	unsigned bool
 	// obey makes the stand-in agent run the commands its prompts carry
 	// (standin.RunMarker), as a prompt-injected agent would.
 	obey bool
@@ -357,6 +386,9 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 		o.logLevel = "info"
 	}
 	loop, natsB := binaries(t)
+	if o.unsigned {
+		loop = unsignedBinary(t)
+	}
 	dir, err := os.MkdirTemp("", "the-loop-e2e-")
 	if err != nil {
 		t.Fatal(err)
@@ -398,6 +430,16 @@ func startCluster(t testing.TB, o clusterOptions) *cluster {
 	c.waitNATS(60 * time.Second)
 	if len(c.natsRoutes) > 0 && c.auth != "" {
 		c.routeRefusesStrangers()
+	}
+	if c.auth != "" {
+		// The operator's provisioning step: the identities' public keys
+		// in the signers bucket, which every service waits for
+		// (docs/decisions/099-signed-events.md).
+		sig := exec.Command(loop, "auth", "signers", filepath.Join(c.auth, "signers.json"))
+		sig.Env = append(c.cliEnv("operator"), fmt.Sprintf("LOOP_STREAM_REPLICAS=%d", len(c.natsProcs)))
+		if out, err := sig.CombinedOutput(); err != nil {
+			t.Fatalf("the-loop auth signers: %v\n%s", err, out)
+		}
 	}
 
 	// The operator config: Slack on in events mode; Alice (GitHub and

@@ -223,6 +223,14 @@ func TestEveryLogTypeIsReadBack(t *testing.T) {
 	expect("bus.record_failed", map[string]any{"event_id": lost})
 	expect("bus.dead_lettered", map[string]any{"event_id": lost})
 
+	// A gate answer stored on the inbox with nobody's signature (a plain
+	// publish with the operator's power): the ledger-writer refuses it
+	// (docs/decisions/099-signed-events.md).
+	unsigned := "slack:EvUnsigned"
+	w.srv.PublishRaw(t, catalog.InboxSubject(r, catalog.GateFeedback),
+		map[string][]string{"ce-id": {unsigned}, "ce-type": {string(catalog.GateFeedback)}}, []byte("{}"))
+	expect("bus.forged_event", map[string]any{"event_id": unsigned, "reason": bus.ForgedUnsigned})
+
 	var missing []string
 	for _, typ := range eventlog.Types() {
 		if !read[typ.Name] && !slices.Contains(hostRecords, typ.Name) {

@@ -206,9 +206,32 @@ func (s *Server) ConnectAs(t TB, identity, name string) *bus.Conn {
 	return c
 }
 
-// Provision provisions topo through a short-lived connection.
+// Signers are the identities' public keys (nil without authorization): what
+// the operator's provisioning writes to the signers bucket.
+func (s *Server) Signers(t TB) map[string]string {
+	t.Helper()
+	if s.seeds == nil {
+		return nil
+	}
+	pubs := map[string]string{}
+	for id, seed := range s.seeds {
+		pub, err := bus.PublicKey(seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pubs[id] = pub
+	}
+	return pubs
+}
+
+// Provision provisions topo through a short-lived connection. With
+// authorization on it provisions as the operator does, the identities'
+// public keys included (bus.Topology.Signers).
 func (s *Server) Provision(t TB, topo bus.Topology) {
 	t.Helper()
+	if topo.Signers == nil {
+		topo.Signers = s.Signers(t)
+	}
 	c := s.Connect(t, "bustest-provision")
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
