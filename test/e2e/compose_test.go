@@ -270,32 +270,25 @@ channels:
 	r.mustCompose("build", "ingress-github", "dispatcher")
 	t.Logf("images built in %s", time.Since(start).Round(time.Second))
 	start = time.Now()
-	natsAddr := r.provisionSigners(t, 1, "nats")
+	natsAddr := r.startNATS(t, "nats")
 	r.mustCompose("up", "--detach", "--no-build", "--wait", "--wait-timeout", "300")
 	t.Logf("every container healthy (/readyz) in %s", time.Since(start).Round(time.Second))
 	r.connect(t, natsAddr)
 	return r
 }
 
-// provisionSigners starts the NATS nodes and, as the operator, writes the
-// identities' public keys to the signers bucket, as docs/deploy.md says: the
-// services verify every event against it and are not ready before it is
-// there (docs/decisions/099-signed-events.md). It returns the first node's
-// published address.
-func (r *composeRun) provisionSigners(t *testing.T, replicas int, nodes ...string) string {
+// startNATS starts the NATS nodes and returns the first node's
+// published address. The compose file's own provision step writes the
+// streams and the signers (docs/decisions/099-signed-events.md) when the
+// services come up after it.
+func (r *composeRun) startNATS(t *testing.T, nodes ...string) string {
 	t.Helper()
 	r.mustCompose(append([]string{"up", "--detach", "--no-build", "--wait", "--wait-timeout", "300"}, nodes...)...)
 	port, err := r.composeOut("port", "nats", "4222")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := strings.TrimSpace(port)
-	loop, _ := binaries(t)
-	cmd := exec.Command(loop, "auth", "signers", filepath.Join(r.secrets, "signers.json"))
-	cmd.Env = append(baseEnv(), "LOOP_NATS_URL=nats://"+addr, "LOOP_NATS_NKEY_FILE="+filepath.Join(r.secrets, "nats", bus.IdentityOperator+".nk"),
-		fmt.Sprintf("LOOP_STREAM_REPLICAS=%d", replicas))
-	mustRun(t, cmd)
-	return addr
+	return strings.TrimSpace(port)
 }
 
 // connect is the operator's connection to the project's NATS (the first
@@ -1071,7 +1064,7 @@ func (r *composeRun) clusterProfile(t *testing.T) {
 	}
 	r.files = append(r.files, "--env-file", env)
 	start := time.Now()
-	natsAddr := r.provisionSigners(t, 3, "nats", "nats-2", "nats-3")
+	natsAddr := r.startNATS(t, "nats", "nats-2", "nats-3")
 	mustRun(t, r.cmd("up", "--detach", "--no-build", "--wait", "--wait-timeout", "300"))
 	ids, err := r.composeOut("ps", "--quiet", "nats-2", "nats-3")
 	if err != nil || len(strings.Fields(ids)) != 2 {
