@@ -64,7 +64,7 @@ type Common struct {
 	Concurrency int    `envconfig:"CONCURRENCY" default:"16" desc:"events one replica of a consuming service handles at once, over the partitions it owns: replicas add throughput up to LOOP_PARTITIONS ÷ this"`
 	Replicas    int    `envconfig:"STREAM_REPLICAS" default:"1" desc:"replicas of every stream, consumer and KV bucket: 1 on a single server, 3 on a JetStream cluster"`
 	// SignersFile is read by the operator's provisioning only.
-	SignersFile string `envconfig:"SIGNERS_FILE" desc:"the public signers file 'the-loop auth init' writes (each identity's public NKey, nothing secret): 'the-loop auth signers' writes it to the signers bucket as the operator"`
+	SignersFile string `envconfig:"SIGNERS_FILE" desc:"the public signers file 'the-loop auth init' writes (each identity's public NKey, nothing secret): 'the-loop provision' and 'the-loop auth signers' write it to the signers bucket as the operator"`
 	NATS
 	Status
 }
