@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -96,13 +97,14 @@ func TestComposeFile(t *testing.T) {
 		t.Fatalf("compose-go refuses docker-compose.yml: %v", err)
 	}
 	types := settingTypes(t)
-	wantNames := append([]string{"nats"}, theServices...)
+	wantNames := append([]string{"nats", "nats-volumes"}, theServices...)
 	got := project.ServiceNames()
 	slices.Sort(wantNames)
 	slices.Sort(got)
 	if !slices.Equal(got, wantNames) {
 		t.Fatalf("services = %v, want %v (the cluster profile's nodes only with --profile cluster)", got, wantNames)
 	}
+	checkComposeHardened(t, project)
 	nats := project.Services["nats"]
 	// Healthy means JetStream ready (a cluster: a meta leader, this node
 	// current), not merely enabled: the services start only then.
@@ -207,6 +209,86 @@ func natsServerVersion(t *testing.T) string {
 	}
 	t.Fatal("go.mod requires no nats-server")
 	return ""
+}
+
+// composeInit is the one-shot that makes the NATS volumes the servers' user's:
+// the one service that starts as root, with only chown's capabilities.
+const composeInit = "nats-volumes"
+
+// checkComposeHardened: every service of the compose file, the cluster
+// profile's too, runs with a read-only root filesystem, no capability, no
+// privilege gained by exec, and as a user other than root — but the
+// one-shot that hands the NATS volumes to the servers' user, which may
+// chown and nothing else.
+func checkComposeHardened(t *testing.T, project *composetypes.Project) {
+	t.Helper()
+	all := map[string]composetypes.ServiceConfig{}
+	for name, svc := range project.Services {
+		all[name] = svc
+	}
+	for name, svc := range project.DisabledServices {
+		all[name] = svc
+	}
+	for _, n := range []string{"nats", "nats-2", "nats-3"} {
+		if _, ok := all[n]; !ok {
+			t.Errorf("no %s service", n)
+		}
+	}
+	for name, svc := range all {
+		if !svc.ReadOnly {
+			t.Errorf("%s: read_only is not set (the root filesystem must be read-only)", name)
+		}
+		if !slices.Contains(svc.CapDrop, "ALL") {
+			t.Errorf("%s: cap_drop %v, want [ALL]", name, svc.CapDrop)
+		}
+		if !slices.Contains(svc.SecurityOpt, "no-new-privileges:true") {
+			t.Errorf("%s: security_opt %v, want no-new-privileges:true", name, svc.SecurityOpt)
+		}
+		for _, o := range svc.SecurityOpt {
+			if strings.HasPrefix(o, "seccomp") || strings.HasPrefix(o, "apparmor") || strings.HasPrefix(o, "label") {
+				t.Errorf("%s: security_opt %q loosens Docker's defaults", name, o)
+			}
+		}
+		if svc.Privileged || svc.Pid == "host" || svc.NetworkMode == "host" || svc.Ipc == "host" {
+			t.Errorf("%s: runs privileged or in a host namespace", name)
+		}
+		uid, _, _ := strings.Cut(svc.User, ":")
+		if name == composeInit {
+			if !slices.Equal(svc.CapAdd, []string{"CHOWN", "DAC_READ_SEARCH"}) || svc.Restart != composetypes.RestartPolicyNo {
+				t.Errorf("%s: cap_add %v restart %q, want only CHOWN and DAC_READ_SEARCH, once", name, svc.CapAdd, svc.Restart)
+			}
+			continue
+		}
+		if len(svc.CapAdd) > 0 {
+			t.Errorf("%s: cap_add %v", name, svc.CapAdd)
+		}
+		if n, err := strconv.Atoi(uid); err != nil || n == 0 {
+			t.Errorf("%s: user %q, want a numeric non-root uid", name, svc.User)
+		}
+	}
+	// The servers depend on the one-shot, and it chowns every server's
+	// data volume to the servers' user.
+	init := all[composeInit]
+	for _, n := range []string{"nats", "nats-2", "nats-3"} {
+		svc := all[n]
+		if dep, ok := svc.DependsOn[composeInit]; !ok || dep.Condition != composetypes.ServiceConditionCompletedSuccessfully {
+			t.Errorf("%s does not wait for %s", n, composeInit)
+		}
+		var data string
+		for _, v := range svc.Volumes {
+			if v.Target == "/data" {
+				data = v.Source
+			}
+		}
+		chowned := false
+		for _, v := range init.Volumes {
+			chowned = chowned || v.Source == data && slices.Contains(init.Entrypoint, v.Target)
+		}
+		uid, _, _ := strings.Cut(svc.User, ":")
+		if data == "" || !chowned || !slices.Contains(init.Entrypoint, uid+":"+uid) {
+			t.Errorf("%s: its data volume %q is not chowned to its user %q by %s (%q)", n, data, svc.User, composeInit, init.Entrypoint)
+		}
+	}
 }
 
 // monitoringServiceMonitor is the part of the Prometheus Operator CRD we use;
@@ -350,7 +432,9 @@ func TestKubernetesOverlays(t *testing.T) {
 				switch o := obj.(type) {
 				case *appsv1.Deployment:
 					deployments[o.Name] = o
+					checkPodHardened(t, "Deployment/"+o.Name, o.Spec.Template.Spec)
 				case *appsv1.StatefulSet:
+					checkPodHardened(t, "StatefulSet/"+o.Name, o.Spec.Template.Spec)
 					if o.Name == "nats" {
 						nats = o
 					}
@@ -409,6 +493,58 @@ func TestKubernetesOverlays(t *testing.T) {
 				t.Errorf("%s renders a ServiceMonitor without the monitoring component", k.name)
 			}
 		})
+	}
+}
+
+// checkPodHardened: every container of a workload — NATS, its exporter,
+// the services, the sessions — runs as a non-root user, on a read-only root
+// filesystem, with no capability, no privilege escalation and the
+// runtime's default seccomp profile.
+func checkPodHardened(t *testing.T, name string, spec corev1.PodSpec) {
+	t.Helper()
+	pod := spec.SecurityContext
+	if pod == nil {
+		pod = &corev1.PodSecurityContext{}
+	}
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		sc := c.SecurityContext
+		if sc == nil {
+			t.Errorf("%s: container %s has no security context", name, c.Name)
+			continue
+		}
+		nonRoot := sc.RunAsNonRoot
+		if nonRoot == nil {
+			nonRoot = pod.RunAsNonRoot
+		}
+		uid := sc.RunAsUser
+		if uid == nil {
+			uid = pod.RunAsUser
+		}
+		if nonRoot == nil || !*nonRoot || uid == nil || *uid == 0 {
+			t.Errorf("%s: container %s may run as root (runAsNonRoot %v, runAsUser %v)", name, c.Name, nonRoot, uid)
+		}
+		seccomp := sc.SeccompProfile
+		if seccomp == nil {
+			seccomp = pod.SeccompProfile
+		}
+		if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: container %s seccomp profile %+v, want RuntimeDefault", name, c.Name, seccomp)
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: container %s root filesystem is writable", name, c.Name)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: container %s allows privilege escalation", name, c.Name)
+		}
+		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("%s: container %s capabilities %+v, want drop ALL and none added", name, c.Name, sc.Capabilities)
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			t.Errorf("%s: container %s is privileged", name, c.Name)
+		}
+	}
+	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		t.Errorf("%s: shares a host namespace", name)
 	}
 }
 
