@@ -97,7 +97,7 @@ func TestComposeFile(t *testing.T) {
 		t.Fatalf("compose-go refuses docker-compose.yml: %v", err)
 	}
 	types := settingTypes(t)
-	wantNames := append([]string{"nats", "nats-volumes"}, theServices...)
+	wantNames := append([]string{"nats", "nats-volumes", "sessions"}, theServices...)
 	got := project.ServiceNames()
 	slices.Sort(wantNames)
 	slices.Sort(got)
@@ -105,6 +105,7 @@ func TestComposeFile(t *testing.T) {
 		t.Fatalf("services = %v, want %v (the cluster profile's nodes only with --profile cluster)", got, wantNames)
 	}
 	checkComposeHardened(t, project)
+	checkComposeSessions(t, project)
 	nats := project.Services["nats"]
 	// Healthy means JetStream ready (a cluster: a meta leader, this node
 	// current), not merely enabled: the services start only then.
@@ -142,6 +143,9 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("%s has no restart policy", name)
 		}
 		for k, v := range svc.Environment {
+			if k == "HOME" && name == "dispatcher" {
+				continue // the sessions' HOME, on the volume they share
+			}
 			if _, known := types[k]; !known {
 				t.Errorf("%s sets %s, which the-loop does not read (it would refuse to start)", name, k)
 			}
@@ -288,6 +292,102 @@ func checkComposeHardened(t *testing.T, project *composetypes.Project) {
 		if data == "" || !chowned || !slices.Contains(init.Entrypoint, uid+":"+uid) {
 			t.Errorf("%s: its data volume %q is not chowned to its user %q by %s (%q)", n, data, svc.User, composeInit, init.Entrypoint)
 		}
+	}
+}
+
+// checkComposeSessions: the agent sessions run in their own container
+// (docs/decisions/101-sessions-in-their-own-container.md): the session
+// image, the session host as its command, another uid than the
+// dispatcher's but its group, no secret, no env file, no LOOP_* setting,
+// only the sessions network (NATS is only on the default one, the
+// dispatcher on both), and nothing shared with the dispatcher but the
+// workspace and the session host's socket directory. The dispatcher's
+// tmux is the session host's wrapper, and its session endpoint is
+// reachable from there by its name.
+func checkComposeSessions(t *testing.T, project *composetypes.Project) {
+	t.Helper()
+	sess, ok := project.Services["sessions"]
+	disp := project.Services["dispatcher"]
+	if !ok {
+		t.Fatal("no sessions service")
+	}
+	if sess.Build == nil || sess.Build.Target != "session" || sess.Image != disp.Image {
+		t.Errorf("sessions builds %+v as %q, want the dispatcher's session image %q", sess.Build, sess.Image, disp.Image)
+	}
+	if len(sess.Command) == 0 || sess.Command[0] != "session-host" {
+		t.Errorf("sessions command %q, want the session host", sess.Command)
+	}
+	su, sg, _ := strings.Cut(sess.User, ":")
+	du, dg, _ := strings.Cut(disp.User, ":")
+	if su == "" || su == du || sg == "" || sg != dg {
+		t.Errorf("sessions user %q, dispatcher %q: want another uid, the same gid", sess.User, disp.User)
+	}
+	if len(sess.Secrets) > 0 || len(sess.EnvFiles) > 0 {
+		t.Errorf("sessions gets secrets %v and env files %v; it must hold no credential", sess.Secrets, sess.EnvFiles)
+	}
+	for k := range sess.Environment {
+		if strings.HasPrefix(k, "LOOP_") {
+			t.Errorf("sessions sets %s: no loop setting belongs there", k)
+		}
+	}
+	nets := func(svc composetypes.ServiceConfig) []string {
+		var out []string
+		for n := range svc.Networks {
+			out = append(out, n)
+		}
+		if len(out) == 0 {
+			out = []string{"default"}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := nets(sess); !slices.Equal(got, []string{"sessions"}) {
+		t.Errorf("sessions is on networks %v, want only sessions", got)
+	}
+	if got := nets(disp); !slices.Equal(got, []string{"default", "sessions"}) {
+		t.Errorf("dispatcher is on networks %v, want default and sessions", got)
+	}
+	for name, svc := range project.Services {
+		if name != "dispatcher" && name != "sessions" && slices.Contains(nets(svc), "sessions") {
+			t.Errorf("%s is on the sessions network", name)
+		}
+	}
+	mounts := func(svc composetypes.ServiceConfig) map[string]string {
+		out := map[string]string{}
+		for _, v := range svc.Volumes {
+			out[v.Source] = v.Target
+		}
+		return out
+	}
+	dm := mounts(disp)
+	var shared []string
+	for src, target := range mounts(sess) {
+		if _, ok := dm[src]; ok {
+			shared = append(shared, src)
+			if dm[src] != target {
+				t.Errorf("%s is mounted at %s in the dispatcher, %s in sessions: the paths the dispatcher hands sessions must hold", src, dm[src], target)
+			}
+		}
+		if strings.Contains(src, "secrets") || strings.HasSuffix(src, ".nk") || strings.HasSuffix(src, ".env") {
+			t.Errorf("sessions mounts %s", src)
+		}
+	}
+	slices.Sort(shared)
+	if !slices.Equal(shared, []string{"session-host", "workspace"}) {
+		t.Errorf("dispatcher and sessions share %v, want only the workspace and the session host's socket directory", shared)
+	}
+	env := disp.Environment
+	for k, want := range map[string]string{"LOOP_TMUX_BINARY": "/usr/local/libexec/the-loop/tmux",
+		"LOOP_SESSION_ENDPOINT_HOST": "hostname", "LOOP_WORKSPACE_SHARED": "true"} {
+		if v := env[k]; v == nil || *v != want {
+			t.Errorf("dispatcher %s = %v, want %s", k, v, want)
+		}
+	}
+	if v := env["LOOP_SESSION_ADDR"]; v == nil || strings.HasPrefix(*v, "127.") {
+		t.Errorf("dispatcher LOOP_SESSION_ADDR = %v: the sessions' container cannot reach its loopback", v)
+	}
+	if dep, ok := disp.DependsOn["sessions"]; !ok || dep.Condition != composetypes.ServiceConditionHealthy {
+		t.Error("the dispatcher does not wait for the session host")
 	}
 }
 
