@@ -73,7 +73,8 @@ func shareHome(home string) error {
 }
 
 // sessionHostTmux forwards one tmux command to the session host and
-// prints what tmux answered, exiting with its code. An unreachable host
+// prints what tmux answered, exiting with its code (125: refused). An
+// unreachable host
 // is waited for (its container may be restarting) until the dispatcher's
 // own tmux timeout ends this process: for the dispatcher, tmux did not
 // answer — never that a session is gone.
@@ -100,7 +101,7 @@ func sessionHostTmux(ctx context.Context, args []string, stdout, stderr io.Write
 			}
 			return nil
 		}
-		if resp.Refused != "" {
+		if resp.Refused != "" || errors.Is(err, sessionhost.ErrUnanswered) {
 			return &exitError{code: 125, msg: "the-loop: " + err.Error()}
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {

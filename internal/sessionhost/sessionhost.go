@@ -343,6 +343,10 @@ func inside(path, dir string) bool {
 	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
+// ErrUnanswered: the host took the connection and closed it without an
+// answer, as it does for any user but the dispatcher's.
+var ErrUnanswered = errors.New("closed unanswered: is this the dispatcher's user?")
+
 // Forward sends args (and stdin) to the Host at socket as client and
 // returns its answer. An error means it was not answered, or refused.
 func Forward(ctx context.Context, socket, client string, args []string, stdin []byte) (Response, error) {
@@ -363,11 +367,12 @@ func Forward(ctx context.Context, socket, client string, args []string, stdin []
 		return Response{}, err
 	}
 	if _, err := conn.Write(append(b, '\n')); err != nil {
-		return Response{}, fmt.Errorf("session host %s: %w", socket, err)
+		// Connected, then closed before the request was read.
+		return Response{}, fmt.Errorf("session host %s: %w (%v)", socket, ErrUnanswered, err)
 	}
 	var resp Response
 	if err := json.NewDecoder(io.LimitReader(conn, MaxRequest)).Decode(&resp); err != nil {
-		return Response{}, fmt.Errorf("session host %s: no answer (is this the dispatcher's user?): %w", socket, err)
+		return Response{}, fmt.Errorf("session host %s: %w (%v)", socket, ErrUnanswered, err)
 	}
 	if resp.Refused != "" {
 		return resp, fmt.Errorf("session host refused: %s", resp.Refused)
