@@ -188,7 +188,7 @@ func TestComposeFile(t *testing.T) {
 	}
 	// The NATS image is the server the tests run (go.mod's nats-server).
 	want := "nats:" + strings.TrimPrefix(natsServerVersion(t), "v") + "-alpine"
-	for _, n := range []string{"nats", "nats-2", "nats-3"} {
+	for _, n := range []string{"nats", "nats-2", "nats-3", composeInit} {
 		svc, ok := project.Services[n]
 		if !ok {
 			svc, ok = project.DisabledServices[n]
@@ -722,7 +722,9 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, name string, types map[
 	if sc := spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0 {
 		t.Errorf("%s: the pod must run as a non-root user: %+v", name, sc)
 	}
-	if len(spec.Containers) != 1 {
+	if name == "dispatcher" {
+		checkSessionsContainer(t, spec)
+	} else if len(spec.Containers) != 1 {
 		t.Fatalf("%s: %d containers", name, len(spec.Containers))
 	}
 	c := spec.Containers[0]
@@ -750,6 +752,8 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, name string, types map[
 		case !known && !strings.HasPrefix(e.Name, "LOOP_") && fromSecret:
 			// The harness's own credential (ANTHROPIC_API_KEY), which
 			// the dispatcher hands to sessions by LOOP_SESSION_ENV.
+		case name == "dispatcher" && e.Name == "HOME" && !fromSecret:
+			// The sessions' HOME, on the workspace they share.
 		case !known:
 			t.Errorf("%s: env %s is not a setting the-loop reads", name, e.Name)
 		case typ == "Secret" && (e.Value != "" || !fromSecret):
@@ -787,6 +791,82 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, name string, types map[
 	}
 	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
 		t.Errorf("%s: liveness must be /healthz (never tied to NATS)", name)
+	}
+}
+
+// checkSessionsContainer: the dispatcher's pod runs the agent sessions in a
+// second container (docs/decisions/101-sessions-in-their-own-container.md):
+// the session image's session host, another uid than the dispatcher's and
+// the pod's fsGroup as its group, no Secret in any form, no loop setting,
+// and only the workspace and the socket directory shared with the
+// dispatcher, whose bus identity is mounted in the dispatcher container
+// alone.
+func checkSessionsContainer(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	if len(spec.Containers) != 2 || spec.Containers[0].Name != "dispatcher" || spec.Containers[1].Name != "sessions" {
+		t.Fatalf("dispatcher: containers %d, want dispatcher and sessions", len(spec.Containers))
+	}
+	disp, sess := spec.Containers[0], spec.Containers[1]
+	if sess.Image != disp.Image || len(sess.Args) == 0 || sess.Args[0] != "session-host" {
+		t.Errorf("sessions runs %s %q, want the dispatcher's image (%s) and the session host", sess.Image, sess.Args, disp.Image)
+	}
+	pod := spec.SecurityContext
+	sc := sess.SecurityContext
+	if pod == nil || pod.RunAsUser == nil || pod.FSGroup == nil || sc == nil || sc.RunAsUser == nil || sc.RunAsGroup == nil ||
+		*sc.RunAsUser == *pod.RunAsUser || *sc.RunAsGroup != *pod.FSGroup {
+		t.Errorf("sessions security context %+v in pod %+v: want another uid than the dispatcher's, the pod's fsGroup as its group", sc, pod)
+	}
+	for _, e := range sess.Env {
+		if e.ValueFrom != nil || strings.HasPrefix(e.Name, "LOOP_") {
+			t.Errorf("sessions sets %s (%+v): it holds no credential and no loop setting", e.Name, e.ValueFrom)
+		}
+	}
+	if len(sess.EnvFrom) > 0 {
+		t.Errorf("sessions takes its environment from %+v", sess.EnvFrom)
+	}
+	secretVolumes := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil || v.Projected != nil {
+			secretVolumes[v.Name] = true
+		}
+	}
+	mounted := func(c corev1.Container) map[string]string {
+		out := map[string]string{}
+		for _, m := range c.VolumeMounts {
+			out[m.Name] = m.MountPath
+		}
+		return out
+	}
+	dm, sm := mounted(disp), mounted(sess)
+	var shared []string
+	for v, path := range sm {
+		if secretVolumes[v] {
+			t.Errorf("sessions mounts the secret volume %s", v)
+		}
+		if dpath, ok := dm[v]; ok {
+			shared = append(shared, v)
+			if dpath != path {
+				t.Errorf("%s is at %s in the dispatcher, %s in sessions", v, dpath, path)
+			}
+		}
+	}
+	slices.Sort(shared)
+	if !slices.Equal(shared, []string{"session-host", "workspace"}) {
+		t.Errorf("dispatcher and sessions share %v, want only the workspace and the session host's socket directory", shared)
+	}
+	seed := false
+	for v := range dm {
+		seed = seed || secretVolumes[v]
+	}
+	if !seed {
+		t.Error("the dispatcher container does not mount its bus identity")
+	}
+	env := map[string]string{}
+	for _, e := range disp.Env {
+		env[e.Name] = e.Value
+	}
+	if env["LOOP_TMUX_BINARY"] != "/usr/local/libexec/the-loop/tmux" || env["LOOP_WORKSPACE_SHARED"] != "true" {
+		t.Errorf("the dispatcher's LOOP_TMUX_BINARY %q, LOOP_WORKSPACE_SHARED %q: its tmux must be the session host's", env["LOOP_TMUX_BINARY"], env["LOOP_WORKSPACE_SHARED"])
 	}
 }
 

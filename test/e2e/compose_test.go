@@ -234,7 +234,7 @@ channels:
 		return "    build:\n      network: none\n      args: {BINARY: prebuilt, " + args + "}\n"
 	}
 	ov := "# Image sources built here, no registry; the dispatcher's harness and workspaces.\nservices:\n"
-	for _, name := range []string{"nats", "nats-2", "nats-3"} {
+	for _, name := range []string{"nats-volumes", "nats", "nats-2", "nats-3"} {
 		ov += "  " + name + ":\n    image: " + natsImage + "\n"
 	}
 	for _, name := range []string{"ingress-github", "ingress-slack", "ledger-writer", "slack-renderer"} {
