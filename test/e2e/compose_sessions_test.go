@@ -145,11 +145,11 @@ func (r *composeRun) sessionsContainer(t *testing.T) {
 	// there to try, and the session host's is not readable.
 	environ, _ := asSession(sess, `for p in /proc/[0-9]*; do
 	[ "${p#/proc/}" = "$$" ] && continue
-	cmd=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null | cut -c1-60)
+	cmd=$(tr '\0\n' '  ' < "$p/cmdline" 2>/dev/null | cut -c1-60)
 	if e=$(tr '\0' '\n' < "$p/environ" 2>&1); then
 		echo "READ ${p#/proc/} [$cmd] $(echo "$e" | grep -E '^LOOP_(NATS|GITHUB|SLACK|ENVELOPE|ADMIN|STATUS)' | cut -d= -f1 | tr '\n' ' ')$(echo "$e" | grep -cE 'SU[A-Z2-7]{50,}') seeds"
 	else
-		echo "REFUSED ${p#/proc/} [$cmd] $e"
+		echo "REFUSED ${p#/proc/} [$cmd] $(echo "$e" | tr '\n' ' ')"
 	fi
 done`)
 	for _, line := range strings.Split(strings.TrimSpace(environ), "\n") {
@@ -224,10 +224,13 @@ done`)
 	}
 	t.Logf("the session host's socket as uid 65533: refused by the peer credential check (SO_PEERCRED uid 65533, not %s), and logged: %s", composeDispatcherUID, oneLine(host))
 
-	// Landlock under Docker's default seccomp profile: the session
-	// sandbox needs it (LOOP_SESSION_SANDBOX stays off in compose).
-	ll, code := asSession(sess, `/usr/local/bin/the-loop sandbox --rw /tmp -- /bin/true && echo landlock=ok`)
-	t.Logf("the-loop sandbox in the sessions' container (Docker's default seccomp, no-new-privileges): exit %d %s", code, oneLine(ll))
+	// Landlock under Docker's default seccomp profile and
+	// no-new-privileges: the session sandbox needs it (LOOP_SESSION_SANDBOX
+	// stays off in compose: the session host starts no confined server).
+	// Confined to execute /usr alone, true runs and reading /etc does not.
+	ll, code := asSession(sess, `/usr/local/bin/the-loop sandbox --exec /usr -- /usr/bin/true && echo confined-true=ok;
+		/usr/local/bin/the-loop sandbox --exec /usr -- /usr/bin/cat /etc/hostname; echo confined-cat=$?`)
+	t.Logf("the-loop sandbox in the sessions' container (Docker's default seccomp, no-new-privileges): exit %d: %s", code, oneLine(ll))
 }
 
 func oneLine(s string) string {
