@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -66,7 +67,8 @@ type Host struct {
 	// Socket is the unix socket it listens on (DefaultSocket when "").
 	Socket string
 	// TmuxDir holds the tmux servers' sockets: each client's under
-	// TmuxDir/<client> (its TMUX_TMPDIR), and a -S socket must lie in it.
+	// TmuxDir/<client> (its TMUX_TMPDIR). A -S socket must name a path in
+	// TmuxDir, and is put at that path under the client's directory.
 	TmuxDir string
 	// Tmux is the tmux binary ("tmux" when "").
 	Tmux string
@@ -164,7 +166,8 @@ func (h *Host) Run(ctx context.Context, req Request) Response {
 		return Response{Refused: err.Error()}
 	}
 	tmpdir := filepath.Join(h.TmuxDir, req.Client)
-	if err := os.MkdirAll(tmpdir, 0o700); err != nil {
+	args, err := h.clientSockets(req.Args, tmpdir)
+	if err != nil {
 		return Response{Refused: fmt.Sprintf("tmux directory: %v", err)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.timeout())
@@ -173,12 +176,12 @@ func (h *Host) Run(ctx context.Context, req Request) Response {
 	if bin == "" {
 		bin = "tmux"
 	}
-	cmd := exec.CommandContext(ctx, bin, req.Args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(withoutTmuxTmpdir(h.Env), "TMUX_TMPDIR="+tmpdir)
 	cmd.Stdin = bytes.NewReader(req.Stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	err = cmd.Run()
 	resp := Response{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	var exit *exec.ExitError
 	switch {
@@ -192,6 +195,34 @@ func (h *Host) Run(ctx context.Context, req Request) Response {
 		resp.Stderr = append(resp.Stderr, []byte(fmt.Sprintf("session host: tmux: %v\n", err))...)
 	}
 	return resp
+}
+
+// clientSockets puts the client's tmux servers in its own directory,
+// tmpdir: -L names and the default server through TMUX_TMPDIR, a -S path
+// (Validate has it inside TmuxDir) by moving it under tmpdir, so that two
+// replicas naming one socket still get a server each.
+func (h *Host) clientSockets(args []string, tmpdir string) ([]string, error) {
+	if err := os.MkdirAll(tmpdir, 0o700); err != nil {
+		return nil, err
+	}
+	out := slices.Clone(args)
+	for i := 0; i+1 < len(out) && strings.HasPrefix(out[i], "-"); i++ {
+		switch out[i] {
+		case "-L":
+			i++
+		case "-S":
+			rel, err := filepath.Rel(filepath.Clean(h.TmuxDir), filepath.Clean(out[i+1]))
+			if err != nil {
+				return nil, err
+			}
+			out[i+1] = filepath.Join(tmpdir, rel)
+			if err := os.MkdirAll(filepath.Dir(out[i+1]), 0o700); err != nil {
+				return nil, err
+			}
+			i++
+		}
+	}
+	return out, nil
 }
 
 func (h *Host) socket() string {

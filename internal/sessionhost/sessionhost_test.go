@@ -150,6 +150,26 @@ func TestHostKeepsReplicasApart(t *testing.T) {
 	}
 }
 
+// A socket path (-S, one tmux server per session) names a path in the
+// host's tmux directory; each replica's server is put under its own
+// directory there, so two replicas naming the same path get one each.
+func TestHostPutsSocketPathsUnderTheClient(t *testing.T) {
+	sock, tmuxDir, _ := startHost(t, os.Getuid())
+	path := filepath.Join(tmuxDir, "sessions", "loop-x.sock")
+	for _, c := range []string{"replica-a", "replica-b"} {
+		defer forward(t, sock, c, nil, "-S", path, "kill-server")
+		if r := forward(t, sock, c, nil, "-S", path, "new-session", "-d", "-s", "loop-x", "--", "sleep", "60"); r.Exit != 0 {
+			t.Fatalf("%s new-session -S %s: %s", c, path, r.Stderr)
+		}
+		if _, err := os.Stat(filepath.Join(tmuxDir, c, "sessions", "loop-x.sock")); err != nil {
+			t.Errorf("%s's server is not under its own directory: %v", c, err)
+		}
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Errorf("a server listens at %s itself, shared by the replicas", path)
+	}
+}
+
 // A connection from any user but the dispatcher's is refused unanswered,
 // and logged with the peer's uid; tmux never runs.
 func TestHostRefusesOtherUsers(t *testing.T) {

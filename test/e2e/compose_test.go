@@ -1061,6 +1061,11 @@ func (r *composeRun) clusterProfile(t *testing.T) {
 	r.op.Close()
 	mustRun(t, r.cmd("down", "--volumes", "--remove-orphans", "--timeout", "20"))
 	mustRun(t, exec.Command(filepath.Join(composeRepoRoot, "scripts", "nats-routes.sh"), r.secrets, "nats:6222", "nats-2:6222", "nats-3:6222"))
+	// The route credential is private (0600); the servers run as uid
+	// 65531 (docs/deploy.md).
+	if err := os.Chown(filepath.Join(r.secrets, "routes.conf"), 65531, 65531); err != nil {
+		t.Fatal(err)
+	}
 	env, err := filepath.Abs(filepath.Join(composeRepoRoot, "deploy", "nats", "cluster.env"))
 	if err != nil {
 		t.Fatal(err)
