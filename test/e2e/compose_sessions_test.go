@@ -240,4 +240,3 @@ func oneLine(s string) string {
 	}
 	return s
 }
-
