@@ -146,7 +146,7 @@ func (r *composeRun) sessionsContainer(t *testing.T) {
 	environ, _ := asSession(sess, `for p in /proc/[0-9]*; do
 	[ "${p#/proc/}" = "$$" ] && continue
 	cmd=$(tr '\0\n' '  ' < "$p/cmdline" 2>/dev/null | cut -c1-60)
-	if e=$(tr '\0' '\n' < "$p/environ" 2>&1); then
+	if e=$( (tr '\0' '\n' < "$p/environ") 2>&1); then
 		echo "READ ${p#/proc/} [$cmd] $(echo "$e" | grep -E '^LOOP_(NATS|GITHUB|SLACK|ENVELOPE|ADMIN|STATUS)' | cut -d= -f1 | tr '\n' ' ')$(echo "$e" | grep -cE 'SU[A-Z2-7]{50,}') seeds"
 	else
 		echo "REFUSED ${p#/proc/} [$cmd] $(echo "$e" | tr '\n' ' ')"
@@ -183,6 +183,8 @@ done`)
 		switch {
 		case code != 3 && target == "nats:4222":
 			t.Logf("connect %s: refused by the network: the name does not resolve on the sessions network (%s)", target, oneLine(out))
+		case code != 3 && strings.Contains(out, "refused"):
+			t.Logf("connect %s: refused: nothing listens there (compose publishes NATS on the host's loopback only) (%s)", target, oneLine(out))
 		case code != 3:
 			t.Logf("connect %s: refused by the network: no route from the sessions network (%s)", target, oneLine(out))
 		case target == "nats:4222":
