@@ -949,7 +949,12 @@ func TestDockerBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"AS service", "AS session", "ARG STATIC_BASE=", "ARG SESSION_BASE=", "ARG BINARY=",
-		"ARG HARNESS=claude-code", "@anthropic-ai/claude-code@${HARNESS_VERSION}", "USER 65532:65532", "VOLUME /workspace"} {
+		"ARG HARNESS=claude-code", "@anthropic-ai/claude-code@${HARNESS_VERSION}", "USER 65532:65532", "VOLUME /workspace",
+		// The sessions' own user, of the dispatcher's group, the shared
+		// workspace and git's group repositories, and the dispatcher's
+		// tmux wrapper (docs/decisions/101-sessions-in-their-own-container.md).
+		"useradd --uid 65533 --gid 65532", "chmod 2775 /workspace", "core.sharedRepository group",
+		"exec /usr/local/bin/the-loop session-host tmux -- \"$@\"' > /usr/local/libexec/the-loop/tmux"} {
 		if !strings.Contains(string(df), want) {
 			t.Errorf("deploy/Dockerfile lacks %q", want)
 		}
