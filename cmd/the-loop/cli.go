@@ -35,7 +35,7 @@ Usage:
   the-loop dlq replay <seq>            republish a dead-lettered event under a new id
   the-loop partitions                  how each service's replicas share the partitions; what is pending
   the-loop sessions list               agent sessions and their state
-  the-loop sessions pause|resume|stop|cleanup --work-item REF --as LOGIN
+  the-loop sessions pause|resume|stop|cleanup|adopt|end --work-item REF --as LOGIN
                                        ask the hosting dispatcher to act on a session (recorded on GitHub)
   the-loop ask --work-item REF --question TEXT|--question-file F|- [--timeout D]
                                        ask on the work item; prints the recorded comment's URL

@@ -247,7 +247,9 @@ func printKeepRunning(w io.Writer, stage *demo.Stage, srv *bus.Embedded, dir, lo
 	fmt.Fprintf(w, "  curl -d token=%s -d channel=%s %sconversations.history   the stand-in Slack\n", demo.SlackToken, demo.Channel, stage.Slack.URL())
 	fmt.Fprintf(w, "  webhook: POST %s, signed (X-Hub-Signature-256) with this run's throwaway secret %s\n", stage.WebhookURL(), stage.WebhookSecret())
 	if stage.Runner() == demo.RunnerTmux {
-		fmt.Fprintf(w, "  tmux -L %s attach   the session (the stand-in agent echoes what it is told)\n", stage.TmuxSocket())
+		for _, sock := range stage.TmuxSockets() {
+			fmt.Fprintf(w, "  tmux -S %s attach   the session (the stand-in agent echoes what it is told)\n", sock)
+		}
 	}
 	fmt.Fprintf(w, "  files: %s; service logs: %s\n", dir, logPath)
 }

@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "demo" && os.Args[2] == "agent" {
 		os.Exit(run(context.Background(), os.Args[1:], config.OSEnv(), os.Stdout, os.Stderr))
 	}
+	if os.Getenv(envHardenChild) != "" {
+		hardenedChild()
+	}
 	// The sessions these tests start answer Claude Code's first-run
 	// questions in their HOME: the test binary's own, never the user's.
 	home, err := os.MkdirTemp("", "the-loop-test-home-")

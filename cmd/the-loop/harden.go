@@ -16,10 +16,14 @@ var secretSettings = []string{
 	"LOOP_NATS_NKEY_SEED", "LOOP_NATS_PASSWORD", "LOOP_STATUS_TOKEN", "LOOP_ADMIN_TOKEN",
 }
 
-// harden makes this process keep its secrets to itself: no same-user
-// process may read its memory or environment (not dumpable, where the
-// system offers it), and the secrets leave its environment once read.
+// harden makes this process keep its secrets to itself: the secrets leave
+// its environment once read, their values are wiped from the environment
+// block it started with (what /proc/<pid>/environ shows), and no same-user
+// process may read its memory (not dumpable, where the system offers it).
 func harden() {
-	notDumpable()
 	redact.Withhold(secretSettings...)
+	// Best effort: where /proc is not mounted there is no block to read
+	// either.
+	_ = wipeEnviron(secretSettings)
+	notDumpable()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"os"
 	"reflect"
 	"slices"
@@ -85,4 +86,18 @@ func walkSecrets(t reflect.Type, prefix string, secret reflect.Type, found func(
 			walkSecrets(f.Type, p, secret, found)
 		}
 	}
+}
+
+// envHardenChild makes this test binary a hardened loop process that waits
+// for its standard input to close (TestMain).
+const envHardenChild = "THE_LOOP_TEST_HARDEN_CHILD"
+
+// hardenedChild reads its settings and hardens itself as main does, says so,
+// and waits.
+func hardenedChild() {
+	_ = config.OSEnv()
+	harden()
+	os.Stdout.WriteString("hardened\n")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	os.Exit(0)
 }

@@ -284,15 +284,17 @@ func (h *host) run(ctx context.Context) error {
 		}
 		return nil
 	})
+	// The admin port first: a port in use is said before anything
+	// waits on the bus.
+	ln, err := httpserver.Listen("LOOP_ADMIN_ADDR", h.settings.Common.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("admin server: %w", err)
+	}
+	defer ln.Close() // Serve closes it too; this covers a failed start
 	topo, err := h.provision(ctx, reg, conns)
 	if err != nil {
 		return err
 	}
-	ln, err := httpserver.Listen(h.settings.Common.AdminAddr)
-	if err != nil {
-		return fmt.Errorf("admin: %w", err)
-	}
-	defer ln.Close() // Serve closes it too; this covers a failed start
 	fmt.Fprintf(h.stdout, "%s: admin on http://%s (/healthz /readyz /metrics), status page http://%s/status\n", h.name, displayAddr(ln.Addr()), displayAddr(ln.Addr()))
 	if h.adminAt != nil {
 		h.adminAt(ln.Addr().String())

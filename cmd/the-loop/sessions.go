@@ -19,13 +19,14 @@ import (
 )
 
 // cmdSessions lists agent sessions, or asks for one to be paused, resumed,
-// stopped or cleaned up. A request is a control.command event from the cli
+// stopped or cleaned up, or for a leftover tmux session in a work item's
+// place to be adopted or ended (docs/decisions/100-a-tmux-server-per-session.md). A request is a control.command event from the cli
 // channel: the ledger records it on the work item and the dispatcher that
 // hosts the session executes it after the same named-actor check as a typed
 // keyword — only that replica can reach the session's tmux.
 func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: sessions list|pause|resume|stop|cleanup|register|link-pr", errUsage)
+		return fmt.Errorf("%w: sessions list|pause|resume|stop|cleanup|adopt|end|register|link-pr", errUsage)
 	}
 	verb := args[0]
 	switch verb {
@@ -52,7 +53,7 @@ func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, std
 			return fmt.Errorf("list sessions: %w", err)
 		}
 		return writeSessions(stdout, recs)
-	case "pause", "resume", "stop", "cleanup":
+	case "pause", "resume", "stop", "cleanup", "adopt", "end":
 		fs := newFlags("sessions "+verb, stderr)
 		ref := fs.String("work-item", "", "the work item, github:owner/repo#N")
 		as := fs.String("as", "", "your GitHub login, as routing.authorizedUsers names it")
@@ -64,7 +65,7 @@ func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, std
 		}
 		return requestControl(ctx, env, stdout, control.Command(verb), *ref, *as)
 	}
-	return fmt.Errorf("%w: sessions list|pause|resume|stop|cleanup", errUsage)
+	return fmt.Errorf("%w: sessions list|pause|resume|stop|cleanup|adopt|end", errUsage)
 }
 
 func writeSessions(w io.Writer, recs []sessions.Record) error {

@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -73,11 +72,11 @@ type Stage struct {
 	Slack  *slackfake.Server
 	Socket *socketfake.Server
 
-	dir, agentDir, workdir, runner, tmuxSocket string
-	secret                                     string
-	webhookAddr                                string
-	exe                                        string
-	afterStep                                  func(ctx context.Context, step int) error
+	dir, agentDir, workdir, runner, tmuxDir string
+	secret                                  string
+	webhookAddr                             string
+	exe                                     string
+	afterStep                               func(ctx context.Context, step int) error
 
 	// relay is GitHub delivering webhooks: one at a time, in write order.
 	relayMu sync.Mutex
@@ -109,7 +108,7 @@ func NewStage(o Options) (*Stage, error) {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
 	s.secret = hex.EncodeToString(raw)
-	s.tmuxSocket = "the-loop-demo-" + strconv.Itoa(os.Getpid())
+	s.tmuxDir = filepath.Join(o.Dir, "tmux")
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -205,7 +204,7 @@ func (s *Stage) Env() map[string]string {
 		// The stand-in has no rate limit; real Slack wants 1s.
 		"LOOP_SLACK_POST_INTERVAL": "50ms",
 		"LOOP_DISPATCHER_RUNNER":   s.runner,
-		"LOOP_TMUX_SOCKET":         s.tmuxSocket,
+		"LOOP_TMUX_DIR":            s.tmuxDir,
 		"LOOP_HARNESS_BINARY":      s.agentPath(),
 		"LOOP_DISPATCHER_WORKDIR":  s.workdir,
 		// The stand-in GitHub serves no repositories: each work item gets
@@ -220,8 +219,18 @@ func (s *Stage) Env() map[string]string {
 // Runner is the dispatcher's session runner for this demo.
 func (s *Stage) Runner() string { return s.runner }
 
-// TmuxSocket is the private tmux server the sessions run in (RunnerTmux).
-func (s *Stage) TmuxSocket() string { return s.tmuxSocket }
+// TmuxSockets are the sockets of the sessions' tmux servers, one per
+// session (RunnerTmux): `tmux -S SOCKET attach` watches one.
+func (s *Stage) TmuxSockets() []string {
+	entries, _ := os.ReadDir(s.tmuxDir)
+	var out []string
+	for _, e := range entries {
+		if e.Type()&os.ModeSocket != 0 {
+			out = append(out, filepath.Join(s.tmuxDir, e.Name()))
+		}
+	}
+	return out
+}
 
 // AgentDir holds the stand-in agent's records.
 func (s *Stage) AgentDir() string { return s.agentDir }
@@ -242,14 +251,16 @@ func (s *Stage) StopDeliveries() {
 	s.relayFn()
 }
 
-// Close stops the stand-ins and the tmux server of the sessions.
+// Close stops the stand-ins and the tmux servers of the sessions.
 func (s *Stage) Close() {
 	s.StopDeliveries()
 	s.Socket.Close()
 	s.Slack.Close()
 	s.GitHub.Close()
 	if s.runner == RunnerTmux {
-		_ = exec.Command("tmux", "-L", s.tmuxSocket, "kill-server").Run()
+		for _, sock := range s.TmuxSockets() {
+			_ = exec.Command("tmux", "-S", sock, "kill-server").Run()
+		}
 	}
 }
 

@@ -278,7 +278,8 @@ const sealOption = "@the-loop-sandbox"
 // Validate refuses tmux arguments the dispatcher never sends: global flags
 // but -L, -S (inside tmuxDir), -u and -2; a command outside the list; a
 // shell command in a format; load-buffer of anything but stdin; and
-// marking a server as sandboxed.
+// marking a server as sandboxed (reading the mark is fine: no server here
+// has it, so the dispatcher never takes one for confined).
 func Validate(args []string, tmuxDir string) error {
 	i := 0
 	for ; i < len(args) && strings.HasPrefix(args[i], "-"); i++ {
@@ -355,7 +356,7 @@ func validateCommand(cmd []string) error {
 		if strings.Contains(a, "#(") {
 			return fmt.Errorf("tmux %s: a format that runs a shell command (%q)", name, a)
 		}
-		if a == sealOption || strings.HasPrefix(a, sealOption) {
+		if (a == sealOption || strings.HasPrefix(a, sealOption)) && name != "show-options" {
 			return fmt.Errorf("tmux %s %s: this host starts no tmux server in the session sandbox; keep LOOP_SESSION_SANDBOX off with a session host", name, sealOption)
 		}
 	}

@@ -224,6 +224,7 @@ func TestValidate(t *testing.T) {
 		{"capture-pane", "-p", "-J", "-S", "-", "-t", "=x:"},
 		{"list-sessions", "-F", "#{session_name}"},
 		{"show-options", "-gqv", "@other"},
+		{"show-options", "-gqv", "@the-loop-sandbox"},
 		{"kill-session", "-t", "=x"},
 		{"kill-server"},
 	}

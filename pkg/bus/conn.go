@@ -146,6 +146,12 @@ func connHandlers(opts Options, log *slog.Logger, closed chan<- struct{}, denied
 			log.Info("nats connected", "url", nc.ConnectedUrlRedacted())
 		}),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err == nil && (nc.IsClosed() || nc.IsDraining()) {
+				// Our own drain or close at a clean stop: nothing
+				// to warn about.
+				log.Debug("nats disconnected", "reason", "closed")
+				return
+			}
 			log.Warn("nats disconnected", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {

@@ -86,7 +86,7 @@ func TestProcessErrors(t *testing.T) {
 		{"unknown variable far from any", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_FROBNICATE": "1"}, []string{"unknown environment variable LOOP_FROBNICATE"}},
 		{"bad partitions", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_PARTITIONS": "many"}, []string{`LOOP_PARTITIONS is "many": want a whole number`}},
 		{"partitions out of range", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_PARTITIONS": "0"}, []string{"LOOP_PARTITIONS is 0"}},
-		{"bad log level", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_LOG_LEVEL": "chatty"}, []string{`LOOP_LOG_LEVEL is "chatty"`}},
+		{"bad log level", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_LOG_LEVEL": "chatty"}, []string{`LOOP_LOG_LEVEL is "chatty": want debug, info, warn or error`}},
 		{"bad address", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_ADMIN_ADDR": "9090"}, []string{`LOOP_ADMIN_ADDR is "9090"`}},
 		{"bad url", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_GITHUB_API_URL": "api.github.com"}, []string{"LOOP_GITHUB_API_URL", "absolute"}},
 		{"bad nats url", Env{"LOOP_GITHUB_TOKEN": token, "LOOP_NATS_URL": "http://x"}, []string{"LOOP_NATS_URL"}},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"reflect"
@@ -275,6 +276,15 @@ func (s setting) set(env Env) error {
 			return fmt.Errorf("%s is required and not set: %s", s.key, s.tag.Get("desc"))
 		}
 		s.field.Set(reflect.Zero(s.field.Type()))
+		return nil
+	}
+	if s.field.Type() == reflect.TypeOf(slog.Level(0)) {
+		// slog's own error names slog; the person set a variable.
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(raw)); err != nil {
+			return fmt.Errorf("%s is %q: want debug, info, warn or error", s.key, raw)
+		}
+		s.field.SetInt(int64(l))
 		return nil
 	}
 	if u, ok := s.field.Addr().Interface().(encoding.TextUnmarshaler); ok {

@@ -6,7 +6,10 @@ import "strings"
 // (routing.control.keywords.<command>).
 type Command string
 
-// The eight commands, in the fixed order Parse searches for them.
+// The ten commands, in the fixed order Parse searches for them. The first
+// eight are the original's; adopt and end settle a leftover tmux session the
+// loop found where a work item's session goes
+// (docs/decisions/100-a-tmux-server-per-session.md).
 const (
 	Start      Command = "start"
 	Stop       Command = "stop"
@@ -16,6 +19,8 @@ const (
 	Contribute Command = "contribute"
 	Cleanup    Command = "cleanup"
 	Do         Command = "do"
+	Adopt      Command = "adopt"
+	End        Command = "end"
 )
 
 // Class is a set of command classes (docs/requirements.md K8). A command may be
@@ -67,11 +72,15 @@ var spec = [...]struct {
 	{Contribute, "the-loop contribute", Arming | Spawning},
 	{Cleanup, "the-loop cleanup", Disarming | Teardown},
 	{Do, "the-loop do", Arming | Spawning},
+	// adopt takes the leftover as the work item's session; end kills it,
+	// and the loop spawns its own.
+	{Adopt, "the-loop adopt", Arming},
+	{End, "the-loop end", Arming | Spawning | Teardown},
 }
 
 const numCommands = len(spec)
 
-// Commands returns the eight commands in the fixed search order.
+// Commands returns the ten commands in the fixed search order.
 func Commands() []Command {
 	out := make([]Command, numCommands)
 	for i, s := range spec {
@@ -90,7 +99,7 @@ func (c Command) index() int {
 	return -1
 }
 
-// Valid reports whether c is one of the eight commands.
+// Valid reports whether c is one of the ten commands.
 func (c Command) Valid() bool { return c.index() >= 0 }
 
 // Classes returns the classes c belongs to; zero for an invalid command.

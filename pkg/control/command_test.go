@@ -8,7 +8,7 @@ import (
 
 func TestCommands(t *testing.T) {
 	t.Parallel()
-	want := []Command{Start, Stop, Pause, Resume, Execute, Contribute, Cleanup, Do}
+	want := []Command{Start, Stop, Pause, Resume, Execute, Contribute, Cleanup, Do, Adopt, End}
 	if diff := cmp.Diff(want, Commands()); diff != "" {
 		t.Errorf("Commands() order (-want +got):\n%s", diff)
 	}
@@ -29,6 +29,8 @@ func TestCommandClasses(t *testing.T) {
 		{Contribute, "the-loop contribute", "arming|spawning"},
 		{Cleanup, "the-loop cleanup", "disarming|teardown"},
 		{Do, "the-loop do", "arming|spawning"},
+		{Adopt, "the-loop adopt", "arming"},
+		{End, "the-loop end", "arming|spawning|teardown"},
 		{Command("review"), "", ""},
 		{Command(""), "", ""},
 	}
@@ -65,12 +67,12 @@ func TestClassSets(t *testing.T) {
 		class Class
 		want  []Command
 	}{
-		{Arming, []Command{Start, Resume, Contribute, Do}},
-		{Spawning, []Command{Start, Contribute, Do}},
+		{Arming, []Command{Start, Resume, Contribute, Do, Adopt, End}},
+		{Spawning, []Command{Start, Contribute, Do, End}},
 		{Disarming, []Command{Stop, Pause, Cleanup}},
 		{Graph, []Command{Execute}},
-		{Teardown, []Command{Cleanup}},
-		{Arming | Spawning, []Command{Start, Contribute, Do}},
+		{Teardown, []Command{Cleanup, End}},
+		{Arming | Spawning, []Command{Start, Contribute, Do, End}},
 		{0, nil},
 	}
 	for _, tt := range tests {

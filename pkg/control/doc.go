@@ -1,4 +1,4 @@
-// Package control is the control-keyword grammar: the eight commands an
+// Package control is the control-keyword grammar: the commands an
 // authorized person types on a work item ("the-loop start", "the-loop stop",
 // …), the classes each belongs to, and the parser that finds them in a comment
 // body (docs/requirements.md K7).

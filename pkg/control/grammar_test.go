@@ -84,14 +84,14 @@ func TestKeywords(t *testing.T) {
 	}{
 		{name: "defaults", enabled: true, want: []string{
 			"the-loop contribute", "the-loop cleanup", "the-loop execute", "the-loop resume",
-			"the-loop pause", "the-loop start", "the-loop stop", "the-loop do",
+			"the-loop adopt", "the-loop pause", "the-loop start", "the-loop stop", "the-loop end", "the-loop do",
 		}},
 		{name: "disabled grammar still lists", enabled: false, want: []string{
 			"the-loop contribute", "the-loop cleanup", "the-loop execute", "the-loop resume",
-			"the-loop pause", "the-loop start", "the-loop stop", "the-loop do",
+			"the-loop adopt", "the-loop pause", "the-loop start", "the-loop stop", "the-loop end", "the-loop do",
 		}},
 		{name: "overrides and disabled", enabled: true,
-			overrides: map[string]string{"contribute": "", "cleanup": "", "execute": "", "resume": "", "pause": "", "stop": "halt", "do": "ünïcödé do"},
+			overrides: map[string]string{"contribute": "", "cleanup": "", "execute": "", "resume": "", "pause": "", "adopt": "", "end": "", "stop": "halt", "do": "ünïcödé do"},
 			want:      []string{"the-loop start", "ünïcödé do", "halt"}},
 		{name: "zero grammar", want: nil},
 	}

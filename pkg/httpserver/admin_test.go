@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +22,7 @@ func TestAdminEndpoints(t *testing.T) {
 	reg.MustRegister(c)
 	c.Inc()
 
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := Listen("LOOP_ADMIN_ADDR", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,12 +61,32 @@ func TestAdminEndpoints(t *testing.T) {
 }
 
 func TestListenBusyPort(t *testing.T) {
-	ln, err := Listen("127.0.0.1:0")
+	ln, err := Listen("LOOP_ADMIN_ADDR", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if _, err := Listen(ln.Addr().String()); err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
+	if _, err := Listen("LOOP_ADMIN_ADDR", ln.Addr().String()); err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Errorf("second Listen = %v, want an error naming the address", err)
+	}
+}
+
+// TestListenOnABusyPortNamesTheSetting: the error says which setting to
+// change, and is still the system's EADDRINUSE.
+func TestListenOnABusyPortNamesTheSetting(t *testing.T) {
+	busy, err := Listen("LOOP_ADMIN_ADDR", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	_, err = Listen("LOOP_SLACK_EVENTS_ADDR", busy.Addr().String())
+	if err == nil {
+		t.Fatal("a second listener on a busy port")
+	}
+	if !strings.Contains(err.Error(), "LOOP_SLACK_EVENTS_ADDR="+busy.Addr().String()) || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("err = %v, want the setting, the address and why", err)
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("err = %v does not wrap EADDRINUSE", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 )
 
@@ -22,10 +23,16 @@ const ShutdownTimeout = 10 * time.Second
 
 // Listen opens addr. It is separate from Serve so a caller can learn the
 // bound address (port 0) before serving, and fail fast on a busy port.
-func Listen(addr string) (net.Listener, error) {
+// setting names the variable addr came from, so that a busy port names what
+// to change.
+func Listen(setting, addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("%s=%s: the address is in use by another process; stop it or set %s to another address: %w",
+			setting, addr, setting, syscall.EADDRINUSE)
+	case err != nil:
+		return nil, fmt.Errorf("%s=%s: %w", setting, addr, err)
 	}
 	return ln, nil
 }

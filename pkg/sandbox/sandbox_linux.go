@@ -113,6 +113,9 @@ func confineThread(p Policy) error {
 	}
 	defer unix.Close(fd)
 	runtime.LockOSThread() // never unlocked: the thread is confined
+	if err := dropCapabilities(); err != nil {
+		return err
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("sandbox: no_new_privs: %w", err)
 	}
@@ -229,3 +232,44 @@ func existing(paths []string) (dirs, files []string) {
 
 // errFilterLoad wraps a failure to install the filter.
 var errFilterLoad = errors.New("the filter was not installed on every thread")
+
+// dropCapabilities leaves the calling thread, and what it executes, no
+// capability at all. A session that runs as root keeps none of root's
+// powers: Landlock's rules hold for root too, but a capable process still
+// reads another same-user process's /proc/<pid>/environ and maps through
+// them (measured: with CAP_SYS_PTRACE or the DAC overrides, the session read
+// the environment of up and of other sessions). Run as root, a program
+// executed gets its bounding set as permitted capabilities, so the bounding
+// set is emptied (which needs CAP_SETPCAP); without that capability a
+// process that is not root gets nothing on exec anyway (no_new_privs keeps
+// file capabilities off), and root that cannot empty it is refused.
+func dropCapabilities() error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("sandbox: clear ambient capabilities: %w", err)
+	}
+	for c := 0; c < 64; c++ {
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			break // past the kernel's last capability
+		}
+		if in == 0 && err == nil {
+			continue // gone already: a sandbox inside a sandbox
+		}
+		err = unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EPERM) {
+			if os.Geteuid() == 0 || os.Getuid() == 0 {
+				return fmt.Errorf("sandbox: running as root without CAP_SETPCAP, the command would get root's capabilities: %w", err)
+			}
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox: drop capability %d: %w", c, err)
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &none[0]); err != nil {
+		return fmt.Errorf("sandbox: drop capabilities: %w", err)
+	}
+	return nil
+}

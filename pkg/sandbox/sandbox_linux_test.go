@@ -123,6 +123,29 @@ func do(p probe) error {
 			l.Close()
 		}
 		return err
+	case "caps":
+		// ok when the process holds no capability and would get none
+		// by executing a program.
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			return err
+		}
+		for _, d := range data {
+			if d.Effective|d.Permitted|d.Inheritable != 0 {
+				return fmt.Errorf("capabilities %+v", data)
+			}
+		}
+		for c := 0; c < 64; c++ {
+			in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+			if err != nil {
+				break
+			}
+			if in == 1 {
+				return fmt.Errorf("capability %d in the bounding set", c)
+			}
+		}
+		return nil
 	case "readlink":
 		_, err := os.Readlink(p.Arg)
 		return err
@@ -408,18 +431,25 @@ func TestExecdCommandInheritsTheSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := probeIn(t, probeRequest{
-		Policy: sandbox.Policy{ReadWrite: []string{l.work}, Exec: append(slices.Clone(system), filepath.Dir(self))},
+		// /proc readable, as sessions have it.
+		Policy: sandbox.Policy{ReadWrite: []string{l.work}, ReadOnly: []string{"/proc"}, Exec: append(slices.Clone(system), filepath.Dir(self))},
 		Exec:   true,
 		Probes: []probe{
 			{"write in --rw", "write", filepath.Join(l.work, "child.txt")},
 			{"read the store's operator seed", "read", l.seed},
 			{"list another work item's directory", "list", l.other},
 			{"connect to the bus port", "tcp", strconv.Itoa(bus.port)},
+			// The test's own process is outside the sandbox, and of the
+			// same user: run as root, only dropping every capability
+			// keeps its environment out of reach.
+			{"read an outside process's environment", "read", fmt.Sprintf("/proc/%d/environ", os.Getpid())},
+			{"hold no capability", "caps", ""},
 		},
 	})
 	check(t, got, map[string]string{
 		"write in --rw": "ok", "read the store's operator seed": "EACCES",
 		"list another work item's directory": "EACCES", "connect to the bus port": "EACCES",
+		"read an outside process's environment": "EACCES", "hold no capability": "ok",
 	})
 }
 

@@ -23,7 +23,10 @@ type Config struct {
 	config.AutoExecute
 	Runner     string `envconfig:"DISPATCHER_RUNNER" default:"tmux" desc:"what hosts agent sessions: tmux (sessions survive restarts; attach to watch) or process (child processes of the dispatcher, for hosts without tmux; they end with it)"`
 	TmuxBinary string `envconfig:"TMUX_BINARY" default:"tmux" desc:"tmux binary the dispatcher runs sessions in"`
-	TmuxSocket string `envconfig:"TMUX_SOCKET" desc:"private tmux server name (tmux -L); empty: the user's default server, or with LOOP_SESSION_SANDBOX=landlock one of the loop's own named the-loop"`
+	// TmuxDir is the one place the sessions' tmux servers are reached
+	// through: a dispatcher in another container shares it with them.
+	TmuxDir    string `envconfig:"TMUX_DIR" desc:"directory of the sessions' tmux sockets: each session runs on a tmux server of its own whose socket is named after it (tmux -S DIR/loop-github-owner-repo-N attach to watch); made private (0700); never the user's own tmux server; empty: the-loop/tmux under XDG_RUNTIME_DIR, else .the-loop/tmux under the workspace root"`
+	TmuxSocket string `envconfig:"TMUX_SOCKET" desc:"deprecated: sessions no longer share one tmux server (LOOP_TMUX_DIR); set while LOOP_TMUX_DIR is empty, the default socket directory ends in tmux-NAME instead of tmux"`
 	// Harness, HarnessBinary and HarnessArgs choose the agent harness
 	// (docs/decisions/093-harness-settings.md).
 	Harness       string `envconfig:"HARNESS" default:"claude" desc:"agent harness sessions run: claude (Claude Code), cursor (cursor-agent), aider, or generic (any CLI: LOOP_HARNESS_BINARY [args…] PROMPT, or the operator config's routing.genericHarness); the operator config's routing.defaultHarness applies when this is not set"`
@@ -88,6 +91,12 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("LOOP_WORKSPACE_STRATEGY is %q: it must be worktree, clone or dir", c.WorkspaceStrategy))
 	}
+	if strings.ContainsAny(c.TmuxSocket, "/\x00") || c.TmuxSocket == ".." {
+		errs = append(errs, fmt.Errorf("LOOP_TMUX_SOCKET is %q: it must be a name, not a path (it is deprecated: set LOOP_TMUX_DIR)", c.TmuxSocket))
+	}
+	if c.TmuxDir != "" && !filepath.IsAbs(c.TmuxDir) {
+		errs = append(errs, fmt.Errorf("LOOP_TMUX_DIR is %q: it must be an absolute path", c.TmuxDir))
+	}
 	if c.StopMaxAttempts < 1 {
 		errs = append(errs, fmt.Errorf("LOOP_STOP_MAX_ATTEMPTS is %d: it must be at least 1", c.StopMaxAttempts))
 	}
@@ -106,7 +115,7 @@ func (c Config) Validate() error {
 // settings are the Settings c sets; the rest take their defaults.
 func (c Config) settings() Settings {
 	s := Settings{
-		Runner: c.Runner, TmuxBinary: c.TmuxBinary, TmuxSocket: c.TmuxSocket, Host: c.Host, Workdir: c.Workdir,
+		Runner: c.Runner, TmuxBinary: c.TmuxBinary, TmuxDir: c.TmuxDir, TmuxSocket: c.TmuxSocket, Host: c.Host, Workdir: c.Workdir,
 		Label: c.Label, SpawnOnUnmatched: c.Spawn, SessionAddr: c.SessionAddr,
 		SessionEndpointHost: c.SessionEndpointHost, WorkspaceShared: c.WorkspaceShared,
 		Workspace: workspace.Config{Root: c.WorkspaceRoot, Strategy: workspace.Strategy(c.WorkspaceStrategy),

@@ -43,6 +43,8 @@ func TestConfigRefuses(t *testing.T) {
 		{config.Env{"LOOP_SESSION_SANDBOX_PORTS": "https"}, `LOOP_SESSION_SANDBOX_PORTS names "https"`},
 		{config.Env{"LOOP_SESSION_SANDBOX_WRITE": ".claude"}, `LOOP_SESSION_SANDBOX_WRITE names ".claude": a path must be absolute or start with ~/`},
 		{config.Env{"LOOP_SESSION_SANDBOX_READ": "~user/bin"}, `LOOP_SESSION_SANDBOX_READ names "~user/bin"`},
+		{config.Env{"LOOP_TMUX_DIR": "tmux"}, `LOOP_TMUX_DIR is "tmux": it must be an absolute path`},
+		{config.Env{"LOOP_TMUX_SOCKET": "../x"}, `LOOP_TMUX_SOCKET is "../x": it must be a name`},
 	} {
 		var c Config
 		err := config.Process(tt.env, &c)

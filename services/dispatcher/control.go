@@ -11,6 +11,7 @@ import (
 
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/sessions"
+	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 )
 
 // controller carries out control commands (docs/requirements.md K8) and
@@ -31,6 +32,9 @@ type controller struct {
 	// removeWorkspace removes the work item's checkouts once its session
 	// is cleaned up or its work item closed (workspace.go).
 	removeWorkspace func(ctx context.Context, in *input)
+	// adopt takes a leftover tmux session as the work item's
+	// (leftover.go): an effect, or a rejection's reason.
+	adopt func(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, ctl *sessions.Control) (effect, reason string, err error)
 }
 
 // grammarOf is the control grammar in force. Keywords the config loader
@@ -133,6 +137,14 @@ func (c *controller) apply(ctx context.Context, store *sessions.Store, in *input
 		}
 	case control.Cleanup:
 		effect, err = c.cleanup(ctx, store, in, sess, ctl)
+	case control.Adopt:
+		var reason string
+		if effect, reason, err = c.adopt(ctx, store, in, sess, ctl); reason != "" {
+			c.records.reject(ctx, in, cmd, reason)
+			return nil
+		}
+	case control.End:
+		return c.end(ctx, store, in, rec, cmd)
 	default:
 		return nil
 	}
@@ -141,6 +153,26 @@ func (c *controller) apply(ctx context.Context, store *sessions.Store, in *input
 	}
 	c.records.commanded(ctx, in, cmd, effect)
 	return nil
+}
+
+// end kills the leftover tmux session of in's work item (leftover.go), if
+// one runs, and spawns the loop's own as a start would. A work item whose
+// own session is live is refused: stop ends that one.
+func (c *controller) end(ctx context.Context, store *sessions.Store, in *input, rec sessions.Record, cmd control.Command) error {
+	if rec.Session.Live() {
+		c.records.reject(ctx, in, cmd, RejectSessionLive)
+		return nil
+	}
+	target := tmux.Target(in.ref)
+	effect := "nothing-to-end"
+	if c.panes.term.Probe(ctx, target) != tmux.Absent {
+		if err := c.panes.kill(ctx, target); err != nil {
+			return err
+		}
+		effect = "ended"
+	}
+	c.records.commanded(ctx, in, cmd, effect)
+	return c.unmatched(ctx, store, in, rec, cmd)
 }
 
 // record writes ctl and nothing else, returning effect.

@@ -172,7 +172,7 @@ func TestCloseClosesSession(t *testing.T) {
 func TestNeverSpawnOverLive(t *testing.T) {
 	e := newEnv(t, nil)
 	const ref = "github:octo/repo#9"
-	tmuxNewSession(t, e.socket, tmux.Target(ref))
+	tmuxNewSession(t, e.tmuxDir, tmux.Target(ref))
 	e.publish(labeled(ref, "lab-9"), comment(ref, 3000, alice, "the-loop start"))
 	e.waitRecord("dispatch.dropped", map[string]any{"work_item": ref, "reason": DropSessionOccupied})
 	if st := e.tmuxState(ref); st != tmux.Live {
@@ -193,7 +193,7 @@ func TestRespawnWithResume(t *testing.T) {
 	e := newEnv(t, nil)
 	const ref = "github:octo/repo#11"
 	sess := e.start(ref, 4000)
-	if err := (&tmux.Server{Socket: e.socket}).Kill(context.Background(), sess.TmuxTarget); err != nil {
+	if err := e.server(ref).Kill(context.Background(), sess.TmuxTarget); err != nil {
 		t.Fatal(err)
 	}
 	ev := comment(ref, 4001, alice, "are you still there?")

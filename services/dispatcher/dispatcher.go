@@ -87,7 +87,7 @@ const (
 )
 
 // Settings are the dispatcher's own settings. The zero value is the default
-// deployment: Claude Code in tmux's default server, labeled policy.
+// deployment: Claude Code in a tmux server per session, labeled policy.
 type Settings struct {
 	// Harness is the agent harness (default agent.Claude()).
 	Harness agent.Harness
@@ -96,9 +96,16 @@ type Settings struct {
 	HarnessFor func(*config.Config) (agent.Harness, error)
 	// Runner hosts the sessions: RunnerTmux (default) or RunnerProcess.
 	Runner string
-	// TmuxBinary (default "tmux") and TmuxSocket (-L; default: tmux's
-	// default server) choose the tmux server sessions run in.
-	TmuxBinary, TmuxSocket string
+	// TmuxBinary is the tmux binary (default "tmux").
+	TmuxBinary string
+	// TmuxDir is the directory of the sessions' tmux servers' sockets,
+	// one server per session, each socket named after its session
+	// (default: the-loop/tmux under XDG_RUNTIME_DIR, else .the-loop/tmux
+	// under the workspace root).
+	TmuxDir string
+	// TmuxSocket is LOOP_TMUX_SOCKET, deprecated: with TmuxDir unset it
+	// names the default directory's last element, tmux-<name>.
+	TmuxSocket string
 	// Host names this replica in the registry (default os.Hostname()).
 	Host string
 	// Workdir is the sessions' working directory (default ".").
@@ -255,11 +262,28 @@ func (c *Settings) setDefaults() {
 	if c.SandboxWrite == nil {
 		c.SandboxWrite = d.SandboxWrite
 	}
-	if c.Sandbox == SandboxLandlock && c.Runner == RunnerTmux && c.TmuxSocket == "" {
-		// The user's default server may hold their own shells, and was
-		// not started confined: sessions get a server of their own.
-		c.TmuxSocket = "the-loop"
+	if c.TmuxDir == "" {
+		c.TmuxDir = defaultTmuxDir(c.Workspace.Root, c.TmuxSocket)
 	}
+}
+
+// defaultTmuxDir is where the sessions' tmux sockets go when LOOP_TMUX_DIR
+// is unset: the user's runtime directory, private and out of every
+// session's sandbox, else beside the plugin under the workspace root, which
+// no session writes either. Never the user's own tmux directory: the loop
+// does not share the operator's server.
+func defaultTmuxDir(root, socket string) string {
+	name := "tmux"
+	if socket != "" {
+		name += "-" + socket
+	}
+	if run := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(run) {
+		return filepath.Join(run, "the-loop", name)
+	}
+	if abs, err := filepath.Abs(root); err == nil {
+		root = abs
+	}
+	return filepath.Join(root, ".the-loop", name)
 }
 
 // Option configures New.
@@ -311,6 +335,11 @@ type Service struct {
 	plugin atomic.Pointer[string]
 	// sandboxSupported stands in for sandbox.Supported in tests (nil: it).
 	sandboxSupported func() error
+	// servers are the sessions' tmux servers (RunnerTmux; nil otherwise);
+	// launches holds, per target, the command its server is started
+	// through (sandbox.go, serverLaunch).
+	servers  *tmux.Servers
+	launches sync.Map
 }
 
 // New returns the service with cfg's settings, adjusted by opts. It never
@@ -328,8 +357,9 @@ func New(deps service.Deps, cfg Config, opts ...Option) (*Service, error) {
 	s := &Service{deps: deps, set: set, m: m}
 	switch set.Runner {
 	case RunnerTmux:
-		s.tmux = &tmux.Server{Binary: set.TmuxBinary, Socket: set.TmuxSocket, RemainOnExit: true, Env: envList(set.SessionEnv),
+		s.servers = &tmux.Servers{Binary: set.TmuxBinary, Dir: set.TmuxDir, RemainOnExit: true, Env: envList(set.SessionEnv),
 			Launch: s.serverLaunch}
+		s.tmux = s.servers
 	case RunnerProcess:
 		s.tmux = &proc.Server{}
 	default:
@@ -421,6 +451,10 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.gates.serve()() // `the-loop graph` asks here, with or without sessions
 	if s.set.Sandbox == SandboxLandlock && !s.sandboxed() {
 		s.deps.Log.Warn("dispatcher: LOOP_SESSION_SANDBOX is landlock, but this process is not the-loop, whose binary confines sessions: sessions start unconfined")
+	}
+	if s.set.TmuxSocket != "" && s.servers != nil {
+		s.deps.Log.Warn("dispatcher: LOOP_TMUX_SOCKET is deprecated: each session runs on a tmux server of its own, its socket in LOOP_TMUX_DIR",
+			"tmux_dir", s.set.TmuxDir)
 	}
 	if !s.waitAvailable(ctx) {
 		return nil

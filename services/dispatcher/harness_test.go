@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,17 +54,18 @@ const (
 // server, the stand-in harness writing what it receives under dir, and the
 // dispatcher consuming the event stream.
 type env struct {
-	t      *testing.T
-	srv    *bustest.Server
-	pub    *bus.Conn
-	cfg    atomic.Pointer[config.Config]
-	recs   *eventlog.Recorder
-	logs   *testkit.SyncBuffer
-	dir    string
-	socket string
-	svc    *Service
-	store  *sessions.Store
-	ready  *httpserver.Readiness
+	t    *testing.T
+	srv  *bustest.Server
+	pub  *bus.Conn
+	cfg  atomic.Pointer[config.Config]
+	recs *eventlog.Recorder
+	logs *testkit.SyncBuffer
+	dir  string
+	// tmuxDir holds the sessions' tmux servers' sockets.
+	tmuxDir string
+	svc     *Service
+	store   *sessions.Store
+	ready   *httpserver.Readiness
 }
 
 // standIn is the stand-in harness: this test binary, run as Claude Code
@@ -88,7 +90,7 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 	// Code's first-run questions in it, never in the user's.
 	t.Setenv("HOME", t.TempDir())
 	e := &env{t: t, srv: bustest.NewServer(t), recs: &eventlog.Recorder{}, logs: &testkit.SyncBuffer{}, dir: t.TempDir(), ready: httpserver.NewReadiness()}
-	e.socket = tmuxtest.Socket(t)
+	e.tmuxDir = tmuxtest.Dir(t)
 	e.srv.Provision(t, bustest.FastTopology(partitions))
 	e.pub = e.srv.Connect(t, "dispatcher-test-publisher")
 	cfg := config.Default()
@@ -99,7 +101,7 @@ func newEnv(t *testing.T, mod func(*Settings)) *env {
 	cfg.Routing.AuthorizedUsers = dir
 	e.cfg.Store(cfg)
 	set := Settings{
-		Harness: standIn(t, e.dir), TmuxSocket: e.socket, Host: hostA, Workdir: t.TempDir(),
+		Harness: standIn(t, e.dir), TmuxDir: e.tmuxDir, Host: hostA, Workdir: t.TempDir(),
 		Workspace:   workspace.Config{Strategy: workspace.Dir},
 		ResumeProbe: -1, RecheckEvery: 50 * time.Millisecond,
 	}
@@ -176,8 +178,16 @@ func (e *env) record(ref string) sessions.Record {
 }
 
 func (e *env) tmuxState(ref string) tmux.State {
-	return (&tmux.Server{Socket: e.socket}).Probe(context.Background(), tmux.Target(ref))
+	return e.server(ref).Probe(context.Background(), tmux.Target(ref))
 }
+
+// server is ref's session's own tmux server.
+func (e *env) server(ref string) *tmux.Server {
+	return &tmux.Server{Path: e.socketOf(ref)}
+}
+
+// socketOf is the socket of ref's session's tmux server.
+func (e *env) socketOf(ref string) string { return filepath.Join(e.tmuxDir, tmux.Target(ref)) }
 
 // waitRecord waits for a record called name matching match.
 func (e *env) waitRecord(name string, match map[string]any) eventlog.Record {
@@ -342,9 +352,12 @@ func (e *env) start(ref string, commentID int64) *sessions.Session {
 	return sess
 }
 
-func tmuxNewSession(t *testing.T, socket, name string) {
+// tmuxNewSession starts session name on its own server, whose socket is
+// named after it in dir, as the loop would: a leftover where the loop
+// would spawn.
+func tmuxNewSession(t *testing.T, dir, name string) {
 	t.Helper()
-	if out, err := exec.Command("tmux", "-L", socket, "new-session", "-d", "-s", name, "--", "sleep", "600").CombinedOutput(); err != nil {
+	if out, err := exec.Command("tmux", "-S", filepath.Join(dir, name), "new-session", "-d", "-s", name, "--", "sleep", "600").CombinedOutput(); err != nil {
 		t.Fatalf("tmux new-session: %v: %s", err, out)
 	}
 }

@@ -82,9 +82,9 @@ func newFleet(tb testing.TB, parts int, sopts bustest.Options) *fleet {
 // start runs a dispatcher replica on host until the test ends (or stop).
 func (f *fleet) start(host string, concurrency int, mod func(*Settings)) *replica {
 	f.tb.Helper()
-	socket := tmuxtest.Socket(f.tb)
+	socket := tmuxtest.Dir(f.tb)
 	set := Settings{
-		Harness: standIn(f.tb, f.dir), TmuxSocket: socket, Host: host, Workdir: f.tb.TempDir(),
+		Harness: standIn(f.tb, f.dir), TmuxDir: socket, Host: host, Workdir: f.tb.TempDir(),
 		Workspace:   workspace.Config{Strategy: workspace.Dir},
 		ResumeProbe: -1, RecheckEvery: 50 * time.Millisecond,
 	}
@@ -228,7 +228,7 @@ func TestTwoReplicasRunSessionsOnBoth(t *testing.T) {
 			t.Errorf("%s: session on %s, but its partition is owned by %s", ref, host, want)
 		}
 		sock := map[string]string{"host-a": a.socket, "host-b": b.socket}[host]
-		if st := (&tmux.Server{Socket: sock}).Probe(context.Background(), r.Session.TmuxTarget); st != tmux.Live {
+		if st := (&tmux.Server{Path: filepath.Join(sock, r.Session.TmuxTarget)}).Probe(context.Background(), r.Session.TmuxTarget); st != tmux.Live {
 			t.Errorf("%s: tmux session on %s is %v, want live", ref, host, st)
 		}
 		onHost[host] = append(onHost[host], ref)
@@ -263,7 +263,7 @@ func TestTwoReplicasRunSessionsOnBoth(t *testing.T) {
 		if got := a.recs.Find("session.taken_over", map[string]any{"work_item": ref, "from_host": "host-b"}); len(got) != 1 {
 			t.Errorf("%s: %d session.taken_over records on host-a, want 1", ref, len(got))
 		}
-		if st := (&tmux.Server{Socket: a.socket}).Probe(context.Background(), tmux.Target(ref)); st != tmux.Live {
+		if st := (&tmux.Server{Path: filepath.Join(a.socket, tmux.Target(ref))}).Probe(context.Background(), tmux.Target(ref)); st != tmux.Live {
 			t.Errorf("%s: not live on host-a after the takeover (%v)", ref, st)
 		}
 	}

@@ -21,9 +21,10 @@ import (
 // repository's mirror its git writes), its harness's files, the system's
 // directories, TMPDIR, and TCP to a few ports and its session endpoint's:
 // the store, other work items' workspaces, other mirrors and the bus port
-// are out of its reach, and so is the tmux server. Under the tmux runner
-// that server runs confined as well, to what every session may use: a
-// second wall, should a session reach it and have it run a command.
+// are out of its reach, and so are the tmux servers. Under the tmux runner
+// each session has a server of its own, confined as well to what that one
+// session may use: a second wall, should a session reach it and have it run
+// a command (docs/decisions/100-a-tmux-server-per-session.md).
 
 // Session sandboxes (LOOP_SESSION_SANDBOX).
 const (
@@ -107,24 +108,23 @@ func (s *Service) sessionPolicy(env map[string]string, ws *workspace.Workspace) 
 	return p, nil
 }
 
-// serverPolicy is what the tmux server sessions run in may do: what every
-// session may (the whole workspace root), and its own socket and
-// configuration.
-func (s *Service) serverPolicy(env map[string]string) (sandbox.Policy, error) {
-	p := s.basePolicy(env)
-	root, err := filepath.Abs(s.set.Workspace.Root)
+// serverPolicy is what the tmux server of the session of ws runs with:
+// that session's own policy (so a command the server were made to run
+// reaches nothing the session could not), the socket directory, where it
+// makes its socket, the terminals it opens for its pane, and its
+// configuration (docs/decisions/100-a-tmux-server-per-session.md).
+func (s *Service) serverPolicy(env map[string]string, ws *workspace.Workspace) (sandbox.Policy, error) {
+	p, err := s.sessionPolicy(env, ws)
 	if err != nil {
 		return sandbox.Policy{}, err
 	}
-	sockets := tmuxSocketDir(env)
-	// tmux makes it so; made here, the confined client need not make it
-	// in a directory it may not write.
-	if err := os.MkdirAll(sockets, 0o700); err != nil {
-		return sandbox.Policy{}, fmt.Errorf("tmux socket directory: %w", err)
+	sockets := s.set.TmuxDir
+	for _, path := range p.ReadWrite {
+		if within(sockets, path) {
+			return sandbox.Policy{}, fmt.Errorf("the session sandbox would give sessions %s, which holds the tmux socket directory %s: move LOOP_TMUX_DIR", path, sockets)
+		}
 	}
-	// tmux opens the terminals of the panes it makes, and its clients
-	// reach it by its socket.
-	p.ReadWrite = append(p.ReadWrite, root, sockets, "/dev")
+	p.ReadWrite = append(p.ReadWrite, sockets, "/dev")
 	p.UnixSockets = []string{sockets}
 	if home := env["HOME"]; home != "" {
 		p.ReadOnly = append(p.ReadOnly, filepath.Join(home, ".tmux.conf"), filepath.Join(home, ".config", "tmux"))
@@ -135,19 +135,35 @@ func (s *Service) serverPolicy(env map[string]string) (sandbox.Policy, error) {
 	return p, nil
 }
 
-// serverLaunch is the command tmux is started through (tmux.Server.Launch):
-// `the-loop sandbox` with serverPolicy when sessions are sandboxed.
-func (s *Service) serverLaunch() ([]string, error) {
-	if !s.sandboxed() {
-		return nil, nil
+// confineSession is confine, and when sessions are sandboxed it also
+// settles the command target's own tmux server is started through
+// (serverLaunch): the server is started by the spawn that follows.
+func (s *Service) confineSession(target string, argv []string, env map[string]string, ws *workspace.Workspace) ([]string, error) {
+	argv, err := s.confine(argv, env, ws)
+	if err != nil || !s.sandboxed() {
+		return argv, err
 	}
-	// The environment sessions get, so that the server's sandbox holds
-	// theirs (HOME, TMPDIR, the harness's own).
-	p, err := s.serverPolicy(s.sessionEnv(s.harness(), ""))
+	p, err := s.serverPolicy(env, ws)
 	if err != nil {
 		return nil, err
 	}
-	return p.Command(s.loopBinary(), nil), nil
+	s.launches.Store(target, p.Command(s.loopBinary(), nil))
+	return argv, nil
+}
+
+// serverLaunch is the command target's tmux server is started through
+// (tmux.Servers.Launch): `the-loop sandbox` with the policy confineSession
+// settled for it, when sessions are sandboxed.
+func (s *Service) serverLaunch(target string) ([]string, error) {
+	if !s.sandboxed() {
+		return nil, nil
+	}
+	// Taken, not kept: each spawn settles its own first.
+	l, ok := s.launches.LoadAndDelete(target)
+	if !ok {
+		return nil, fmt.Errorf("no sandbox settled for the tmux server of %s", target)
+	}
+	return l.([]string), nil
 }
 
 // basePolicy is what every session may do, whatever its work item: run the
@@ -283,15 +299,6 @@ func expandHome(paths []string, home string) []string {
 		}
 	}
 	return out
-}
-
-// tmuxSocketDir is where tmux, run with env, keeps its servers' sockets.
-func tmuxSocketDir(env map[string]string) string {
-	dir := env["TMUX_TMPDIR"]
-	if dir == "" || !filepath.IsAbs(dir) {
-		dir = "/tmp"
-	}
-	return filepath.Join(dir, "tmux-"+strconv.Itoa(os.Getuid()))
 }
 
 // endpointPort is the session endpoint URL's port, 0 when it has none.

@@ -19,9 +19,11 @@ import (
 
 	"github.com/the-loop/bus/internal/testsupport/standin"
 	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/sandbox"
 	"github.com/the-loop/bus/pkg/service"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/internal/agent"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 	"github.com/the-loop/bus/services/dispatcher/internal/workspace"
@@ -114,7 +116,7 @@ func TestSessionRunsSandboxed(t *testing.T) {
 	}
 	var root, socket string
 	e := newEnv(t, func(s *Settings) {
-		root, socket = s.Workdir, s.TmuxSocket
+		root, socket = s.Workdir, filepath.Join(s.TmuxDir, tmux.Target("github:octo/repo#7"))
 		h := standIn(t, records)
 		h.Binary = loop
 		h.Environment[standin.EnvObey] = "1"
@@ -142,7 +144,7 @@ func TestSessionRunsSandboxed(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			pane, _ := exec.Command("tmux", "-L", socket, "capture-pane", "-p", "-S", "-", "-t", "="+tmux.Target("github:octo/repo#7")+":").CombinedOutput()
+			pane, _ := exec.Command("tmux", "-S", socket, "capture-pane", "-p", "-S", "-", "-t", "="+tmux.Target("github:octo/repo#7")+":").CombinedOutput()
 			t.Logf("the session's pane:\n%s\nthe dispatcher's log:\n%s", pane, e.logs.String())
 		}
 	})
@@ -175,7 +177,7 @@ try "list another work item's workspace" ls %s
 try "list the mirrors" ls %s
 try "connect to the bus" the-loop dial %s
 try "open another terminal of the user's" sh -c 'echo typed > %s'
-try "have the tmux server read the seed" sh -c 'tmux -L %s run-shell "cat %s > %s 2>&1" && cat %s'
+try "have the tmux server read the seed" sh -c 'tmux -S %s run-shell "cat %s > %s 2>&1" && cat %s'
 `, endpoint.Host, seed, other, filepath.Join(root, "mirrors"), natsAddr.Host, tty.Name(), socket, seed, filepath.Join(tmp, "leak"), filepath.Join(tmp, "leak"))
 	probe := filepath.Join(loopDir, "probe.sh")
 	if err := os.WriteFile(probe, []byte(script), 0o755); err != nil {
@@ -225,7 +227,7 @@ try "have the tmux server read the seed" sh -c 'tmux -L %s run-shell "cat %s > %
 	// refuses the server's) would find it confined as well: asked here,
 	// from outside every sandbox, it cannot read the seed either.
 	leak := filepath.Join(tmp, "server-leak")
-	if out, err := exec.Command("tmux", "-L", socket, "run-shell", "cat "+seed+" > "+leak+" 2>&1").CombinedOutput(); err != nil {
+	if out, err := exec.Command("tmux", "-S", socket, "run-shell", "cat "+seed+" > "+leak+" 2>&1").CombinedOutput(); err != nil {
 		t.Logf("tmux run-shell: %v %s", err, out)
 	}
 	if b, _ := os.ReadFile(leak); !strings.Contains(string(b), "Permission denied") {
@@ -234,15 +236,31 @@ try "have the tmux server read the seed" sh -c 'tmux -L %s run-shell "cat %s > %
 		t.Logf("the tmux server, asked to read the seed: %s", strings.TrimSpace(string(b)))
 	}
 	// The server sessions run in was started confined, and says so.
-	mark, err := exec.Command("tmux", "-L", socket, "show-options", "-gqv", "@the-loop-sandbox").Output()
+	mark, err := exec.Command("tmux", "-S", socket, "show-options", "-gqv", "@the-loop-sandbox").Output()
 	if err != nil || strings.TrimSpace(string(mark)) != "confined" {
 		t.Errorf("the tmux server's mark: %q (%v)", mark, err)
 	}
 	// And the argv the session runs is the harness's under the-loop sandbox.
-	pane, err := exec.Command("tmux", "-L", socket, "list-panes", "-a", "-F", "#{pane_start_command}").Output()
+	pane, err := exec.Command("tmux", "-S", socket, "list-panes", "-a", "-F", "#{pane_start_command}").Output()
 	if err != nil || !strings.Contains(string(pane), loop+" sandbox --rw") {
 		t.Errorf("the pane's command: %s (%v)", pane, err)
 	}
+
+	// A leftover in another work item's place, on a server not started in
+	// the sandbox: reported, and never adopted — it would run unconfined.
+	box := e.inbox()
+	const left = "github:octo/repo#9"
+	target := tmux.Target(left)
+	if out, err := exec.Command("tmux", "-S", filepath.Join(filepath.Dir(socket), target), "new-session", "-d", "-s", target, "--", "sleep", "600").CombinedOutput(); err != nil {
+		t.Fatalf("the leftover: %v %s", err, out)
+	}
+	e.publish(labeled(left, "lab-9"), comment(left, 70010, alice, "the-loop start"))
+	e.waitRecord("dispatch.dropped", map[string]any{"work_item": left, "reason": DropSessionOccupied})
+	e.inboxFind(box, "the unconfined leftover's report", func(ev *loopv1.Event) bool {
+		return ev.GetSubject() == left && ev.GetType() == string(catalog.ConflictEscalated)
+	})
+	e.publish(comment(left, 70011, alice, "the-loop adopt"))
+	e.waitRecord("control.rejected", map[string]any{"work_item": left, "command": "adopt", "reason": RejectLeftoverUnconfined})
 }
 
 // policyService is a Service with set's settings, enough to compute
@@ -297,6 +315,25 @@ func TestSessionSandboxPolicy(t *testing.T) {
 	}
 	if !slices.Equal(p.ConnectTCP, []uint16{22, 80, 443, 8790}) {
 		t.Errorf("ports: %v, want the settings' and the endpoint's", p.ConnectTCP)
+	}
+	// The session's tmux server: that session's policy, its socket
+	// directory and the terminals of its pane — never another workspace;
+	// a socket directory a session could write is refused.
+	sp, err := s.serverPolicy(env, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(sp.ReadWrite, ws.Dir) || !slices.Contains(sp.ReadWrite, s.set.TmuxDir) || !slices.Equal(sp.UnixSockets, []string{s.set.TmuxDir}) {
+		t.Errorf("the server's policy: rw %q, unix %q", sp.ReadWrite, sp.UnixSockets)
+	}
+	for _, path := range sp.ReadWrite {
+		if path == root || within(filepath.Join(root, "items"), path) && !within(path, ws.Dir) {
+			t.Errorf("the session's server is given %s, which holds other work items", path)
+		}
+	}
+	if _, err := policyService(t, Settings{Workdir: root, Workspace: WorkspaceConfig{Strategy: WorkspaceDir}, LoopBinaryDir: loopDir,
+		Sandbox: SandboxLandlock, Harness: agent.Claude(), TmuxDir: filepath.Join(tmp, "tmux")}).serverPolicy(env, ws); err == nil {
+		t.Error("a socket directory in TMPDIR, which sessions write, was accepted")
 	}
 	for _, set := range [][]string{p.ReadWrite, p.ReadOnly, p.Exec} {
 		for _, path := range set {

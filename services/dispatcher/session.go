@@ -72,9 +72,9 @@ type sessionEndpoint struct {
 // listen opens the session endpoint's listener and returns the URL
 // sessions are given.
 func (ep *sessionEndpoint) listen() (net.Listener, string, error) {
-	ln, err := net.Listen("tcp", ep.addr)
+	ln, err := httpserver.Listen("LOOP_SESSION_ADDR", ep.addr)
 	if err != nil {
-		return nil, "", fmt.Errorf("session endpoint on %s: %w", ep.addr, err)
+		return nil, "", fmt.Errorf("session endpoint: %w", err)
 	}
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -158,15 +159,15 @@ func forged(ref, secret string) string {
 // that server must see none of them.
 func dirtyTmuxServer(t *testing.T, socket string) {
 	t.Helper()
-	cmd := exec.Command("tmux", "-L", socket, "new-session", "-d", "-s", "operator-shell", "--", "sleep", "600")
+	cmd := exec.Command("tmux", "-S", socket, "new-session", "-d", "-s", "operator-shell", "--", "sleep", "600")
 	cmd.Env = append(os.Environ(), "OPERATOR_SECRET=operator-shell-secret-7f3a9c")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("tmux new-session: %v: %s", err, out)
 	}
-	if out, err := exec.Command("tmux", "-L", socket, "set-environment", "-g", "DIRTY_GLOBAL", "dirty-global-secret-51d2").CombinedOutput(); err != nil {
+	if out, err := exec.Command("tmux", "-S", socket, "set-environment", "-g", "DIRTY_GLOBAL", "dirty-global-secret-51d2").CombinedOutput(); err != nil {
 		t.Fatalf("tmux set-environment: %v: %s", err, out)
 	}
-	out, err := exec.Command("tmux", "-L", socket, "show-environment", "-g").Output()
+	out, err := exec.Command("tmux", "-S", socket, "show-environment", "-g").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestSessionEnvironmentIsBuilt(t *testing.T) {
 	t.Setenv("TZ", "UTC")
 	t.Setenv("LC_PAPER", "C")
 	e := newEnv(t, func(set *Settings) {
-		dirtyTmuxServer(t, set.TmuxSocket)
+		dirtyTmuxServer(t, filepath.Join(set.TmuxDir, tmux.Target("github:octo/repo#51")))
 		set.Harness.(*agent.Command).Environment["HARNESS_API_KEY"] = "harness-key-0042"
 	})
 	const ref = "github:octo/repo#51"
@@ -449,7 +450,7 @@ func TestSessionTokenRotatesOnRespawn(t *testing.T) {
 	if status, body := e.call(old.URL, http.MethodGet, sessionapi.PathStatus, bearer(old.Token), nil); status != http.StatusOK {
 		t.Fatalf("status before the respawn: %d %s", status, body)
 	}
-	if err := (&tmux.Server{Socket: e.socket}).Kill(context.Background(), sess.TmuxTarget); err != nil {
+	if err := e.server(ref).Kill(context.Background(), sess.TmuxTarget); err != nil {
 		t.Fatal(err)
 	}
 	e.publish(comment(ref, 9401, alice, "are you still there?"))
@@ -525,7 +526,7 @@ func TestSessionTokenOfAnInterruptedSpawn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmuxNewSession(t, e.socket, tmux.Target(ref2))
+	tmuxNewSession(t, e.tmuxDir, tmux.Target(ref2))
 	e.publish(claim(ref2, 9510, runningHash))
 	e.waitRecord("session.spawned", map[string]any{"work_item": ref2})
 	if rec := e.record(ref2).Session; rec.Status != sessions.Active || rec.TokenHash != runningHash || rec.NextTokenHash != "" {

@@ -52,7 +52,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	p := s.render(in, true, s.gates.context(ctx, in.ref, ""))
 	s.prepareHarness(ctx, in, h, ws.Primary)
 	env := s.sessionEnv(h, token)
-	argv, err := s.confine(append([]string{h.Command()}, h.SpawnArgv(p, c.id)...), env, ws)
+	argv, err := s.confineSession(target, append([]string{h.Command()}, h.SpawnArgv(p, c.id)...), env, ws)
 	if err == nil {
 		err = s.tmux.Spawn(ctx, target, ws.Primary, env, argv)
 	}
@@ -169,10 +169,11 @@ func (s *Service) spawnFailed(ctx context.Context, store *sessions.Store, in *in
 		return fmt.Errorf("registry: undo spawn claim: %w", err)
 	}
 	if errors.Is(cause, tmux.ErrOccupied) {
-		// Never spawn over a live session (docs/requirements.md K12): an operator
-		// attaches, kills it, or runs `the-loop sessions cleanup`.
+		// Never spawn over a live session (docs/requirements.md K12): the
+		// work item is told, and a person adopts or ends it (leftover.go).
 		s.m.spawns.WithLabelValues("refused").Inc()
 		s.records.drop(ctx, in, DropSessionOccupied, slog.String("tmux_target", target), slog.Bool("will_retry", false))
+		s.reportLeftover(ctx, in, target)
 		return nil
 	}
 	s.m.spawns.WithLabelValues("failed").Inc()
@@ -226,7 +227,7 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	}
 	s.prepareHarness(ctx, in, h, cwd)
 	if argv, ok := h.ResumeArgv(p, id); ok && h.Name() == sess.Harness {
-		argv, err := s.confine(append([]string{h.Command()}, argv...), env, ws)
+		argv, err := s.confineSession(target, append([]string{h.Command()}, argv...), env, ws)
 		if err == nil {
 			err = s.tmux.Spawn(ctx, target, cwd, env, argv)
 		}
@@ -249,7 +250,7 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 		if h.ChoosesSessionID() {
 			id = ""
 		}
-		argv, err := s.confine(append([]string{h.Command()}, h.SpawnArgv(p, id)...), env, ws)
+		argv, err := s.confineSession(target, append([]string{h.Command()}, h.SpawnArgv(p, id)...), env, ws)
 		if err == nil {
 			err = s.tmux.Spawn(ctx, target, cwd, env, argv)
 		}

@@ -12,5 +12,5 @@ func (s *Service) wire() {
 	s.leases = &leases{host: set.Host, period: set.Lease, log: d.Log, events: d.Events, elsewhere: s.m.elsewhere}
 	s.panes = &panes{term: s.tmux, host: set.Host, probe: set.ResumeProbe, log: d.Log}
 	s.control = &controller{records: s.records, leases: s.leases, panes: s.panes, events: d.Events, log: d.Log,
-		unmatched: s.unmatched, spawn: s.spawn, removeWorkspace: s.removeWorkspace}
+		unmatched: s.unmatched, spawn: s.spawn, removeWorkspace: s.removeWorkspace, adopt: s.adopt}
 }

@@ -328,9 +328,11 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	if s.cfg.mode().webhook() {
 		if s.webhookOff != "" {
-			s.deps.Log.ErrorContext(ctx, "WEBHOOK LISTENER OFF: "+s.webhookOff)
+			// A state the settings chose, said once and on /readyz: a
+			// warning, not an error of the service.
+			s.deps.Log.WarnContext(ctx, "webhook listener off", "reason", s.webhookOff)
 		} else {
-			ln, err := httpserver.Listen(s.cfg.WebhookAddr)
+			ln, err := httpserver.Listen("LOOP_GITHUB_WEBHOOK_ADDR", s.cfg.WebhookAddr)
 			if err != nil {
 				return fmt.Errorf("ingress-github: webhook: %w", err)
 			}

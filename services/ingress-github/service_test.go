@@ -44,8 +44,8 @@ func TestNoSecretUnderUp(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v, want nil", err)
 	}
-	if !strings.Contains(e.logs.String(), "WEBHOOK LISTENER OFF") {
-		t.Error("no loud log line")
+	if !strings.Contains(e.logs.String(), "webhook listener off") || !strings.Contains(e.logs.String(), "LOOP_GITHUB_WEBHOOK_SECRET is not set") {
+		t.Error("no log line saying the listener is off and why")
 	}
 	// The handler itself is fail-closed too.
 	if r := e.post("issue_comment", "ns-1", issueCommentJSON("created", 1, "alice", "OWNER", "x"), "-"); r.Code != http.StatusUnauthorized {

@@ -29,7 +29,7 @@ const (
 
 // runEvents serves the Events API until ctx ends.
 func (s *Service) runEvents(ctx context.Context) error {
-	ln, err := httpserver.Listen(s.cfg.EventsAddr)
+	ln, err := httpserver.Listen("LOOP_SLACK_EVENTS_ADDR", s.cfg.EventsAddr)
 	if err != nil {
 		return err
 	}

@@ -48,9 +48,13 @@ type agentUp struct {
 	client  *http.Client
 	seq     int
 	// store is up's store; harness the harness's directory; tmp the
-	// sessions' TMPDIR; natsAddr the bus's address; socket the tmux
-	// server's name.
-	store, harness, tmp, natsAddr, socket string
+	// sessions' TMPDIR; natsAddr the bus's address; tmuxDir the
+	// directory of the sessions' tmux servers' sockets.
+	store, harness, tmp, natsAddr, tmuxDir string
+	// pid is up's process.
+	pid int
+	// home is the sessions' HOME.
+	home string
 }
 
 func startAgentUp(t *testing.T) *agentUp {
@@ -65,8 +69,9 @@ func startAgentUp(t *testing.T) *agentUp {
 	dir := t.TempDir()
 	a := &agentUp{t: t, root: filepath.Join(dir, "workspaces"), client: &http.Client{Timeout: 30 * time.Second},
 		store: filepath.Join(dir, "store"), harness: filepath.Join(dir, "harness"), tmp: filepath.Join(dir, "tmp"),
-		natsAddr: fmt.Sprintf("127.0.0.1:%d", freePortTB(t)), socket: newTmuxSocket(t)}
+		natsAddr: fmt.Sprintf("127.0.0.1:%d", freePortTB(t)), tmuxDir: newTmuxDir(t)}
 	a.standIn = filepath.Join(a.tmp, "standin")
+	a.home = filepath.Join(dir, "home")
 	a.gh = ghfake.New(t, ghfake.WithPrimaryLimit(0), ghfake.WithSecondaryLimits(0, 0))
 	a.gh.AddRepo(agentRepo)
 	a.gh.AddToken(ledgerToken, ledgerLogin)
@@ -131,18 +136,18 @@ func startAgentUp(t *testing.T) *agentUp {
 		"LOOP_CONFIG="+cfg,
 		fmt.Sprintf("LOOP_SLACK_EVENTS_ADDR=127.0.0.1:%d", freePortTB(t)),
 		fmt.Sprintf("LOOP_SESSION_ADDR=127.0.0.1:%d", freePortTB(t)),
-		"LOOP_TMUX_SOCKET="+a.socket,
+		"LOOP_TMUX_DIR="+a.tmuxDir,
 		"LOOP_HARNESS_BINARY="+wrapper,
 		"LOOP_WORKSPACE_ROOT="+a.root,
 		// The sessions' HOME, where up answers Claude Code's first-run
 		// questions: the test's own, never the user's.
-		"HOME="+filepath.Join(dir, "home"),
+		"HOME="+a.home,
 		// The sessions' TMPDIR, which their sandbox lets them write: not
 		// the directory that holds the store.
 		"TMPDIR="+a.tmp,
 		"LOOP_WORKSPACE_GIT_URL=file://"+upstreams+"/{owner}/{repo}.git",
 	)
-	launchUp(t, loop, env, filepath.Join(dir, "up.log"), "http://"+admin+"/readyz", a.client)
+	a.pid = launchUp(t, loop, env, filepath.Join(dir, "up.log"), "http://"+admin+"/readyz", a.client)
 	return a
 }
 

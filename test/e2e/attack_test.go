@@ -1142,12 +1142,17 @@ func tail(b []byte, n int) string {
 	return string(b)
 }
 
-// Attack 7: webhook floods. Eight concurrent ~24 MiB posts without a valid
-// signature (four without the header, four with a well-formed wrong one,
-// which are read through the HMAC) are all refused; ingress-github's peak
-// resident memory grows by less than its body budget and some slack; the
-// refusals are counted on /metrics, and the event log holds a record per
-// reason, not per request.
+// Attack 7: floods on both intakes. Eight concurrent ~24 MiB posts without a
+// valid signature (four without the header, four with a well-formed wrong
+// one, which are read through the HMAC) and three that announce 25, 25 and
+// 14 MiB and trickle them (the whole body budget, held for the read
+// timeout, before the budget was taken as bytes arrive) go to
+// ingress-github; sixteen 1 MiB Events API posts with a wrong signature and
+// eight trickling ones (its whole body budget) go to ingress-slack. While they are in the air a
+// genuine delivery to each is accepted on its first attempt. All the
+// unsigned ones are refused; ingress-github's peak resident memory grows by
+// less than its body budget and some slack; the refusals are counted on
+// /metrics, and the event log holds a record per reason, not per request.
 func (s *attackSuite) attackFlood(t *testing.T) {
 	p := s.c.proc("ingress-github-0")
 	p.mu.Lock()
@@ -1157,67 +1162,125 @@ func (s *attackSuite) attackFlood(t *testing.T) {
 	rejected0 := s.metric(t, p, "loop_ingress_github_rejected_total")
 	mark := s.log.len()
 	const posts, size = 8, 24 << 20
-	type answer struct {
-		status int
-		err    error
+	slow := []int64{25 << 20, 25 << 20, 14 << 20}
+	// Eight trickling Events API posts announce ingress-slack's whole 8 MiB
+	// body budget.
+	const slackPosts, slackSlow, slackSize = 16, 8, 1 << 20
+	ctx, cancel := context.WithTimeout(s.ctx, attackWait)
+	defer cancel()
+
+	var mu sync.Mutex
+	counts := map[string]int{}
+	tally := func(intake string, i int, status int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)):
+			// Refused before the body was read, and the connection
+			// closed while the client was still sending it: the
+			// refusal is on /metrics, checked below.
+			counts[intake+" closed"]++
+			return
+		case err != nil:
+			t.Errorf("%s post %d: %v", intake, i, err)
+		case status != http.StatusUnauthorized && status != http.StatusRequestEntityTooLarge && status != http.StatusServiceUnavailable &&
+			status != http.StatusRequestTimeout: // a body slower than its pace
+			t.Errorf("%s post %d answered %d", intake, i, status)
+		}
+		counts[intake+" "+strconv.Itoa(status)]++
 	}
-	answers := make([]answer, posts)
 	var wg sync.WaitGroup
-	for i := range posts {
+	flood := func(intake, url string, i int, body io.Reader, n int64, header func(http.Header)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, s.c.webhook, io.LimitReader(zeros{}, size))
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
 			if err != nil {
-				answers[i].err = err
+				tally(intake, i, 0, err)
 				return
 			}
-			req.ContentLength = size
+			req.ContentLength = n
 			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-GitHub-Event", "issue_comment")
-			req.Header.Set("X-GitHub-Delivery", deliveryID(7, i))
-			if i%2 == 1 {
-				req.Header.Set("X-Hub-Signature-256", "sha256="+strings.Repeat("0", 64))
-			}
+			header(req.Header)
 			resp, err := s.c.client.Do(req)
 			if err != nil {
-				answers[i].err = err
+				tally(intake, i, 0, err)
 				return
 			}
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			answers[i].status = resp.StatusCode
+			tally(intake, i, resp.StatusCode, nil)
 		}()
 	}
-	wg.Wait()
-	counts := map[string]int{}
-	for i, a := range answers {
-		switch {
-		case a.err != nil && (errors.Is(a.err, syscall.ECONNRESET) || errors.Is(a.err, syscall.EPIPE)):
-			// Refused before the body was read, and the connection
-			// closed while the client was still sending it: the
-			// refusal is on /metrics, checked below.
-			counts["closed"]++
-			continue
-		case a.err != nil:
-			t.Errorf("post %d: %v", i, a.err)
-		case a.status != http.StatusUnauthorized && a.status != http.StatusRequestEntityTooLarge && a.status != http.StatusServiceUnavailable &&
-			a.status != http.StatusRequestTimeout: // a body slower than its pace
-			t.Errorf("post %d answered %d", i, a.status)
+	github := func(i int, signed bool) func(http.Header) {
+		return func(h http.Header) {
+			h.Set("X-GitHub-Event", "issue_comment")
+			h.Set("X-GitHub-Delivery", deliveryID(7, i))
+			if signed {
+				h.Set("X-Hub-Signature-256", "sha256="+strings.Repeat("0", 64))
+			}
 		}
-		counts[strconv.Itoa(a.status)]++
 	}
+	slackForged := func(h http.Header) {
+		h.Set("X-Slack-Request-Timestamp", strconv.FormatInt(time.Now().Unix(), 10))
+		h.Set("X-Slack-Signature", "v0="+strings.Repeat("0", 64))
+	}
+	for i := range posts {
+		flood("github", s.c.webhook, i, io.LimitReader(zeros{}, size), size, github(i, i%2 == 1))
+	}
+	for i, n := range slow {
+		flood("github", s.c.webhook, posts+i, &trickle{left: n}, n, github(posts+i, true))
+	}
+	for i := range slackSlow {
+		flood("slack", s.c.events, slackPosts+i, &trickle{left: slackSize}, slackSize, slackForged)
+	}
+	for i := range slackPosts {
+		flood("slack", s.c.events, i, io.LimitReader(zeros{}, slackSize), slackSize, slackForged)
+	}
+
+	// The genuine deliveries, once each, while the floods hold their
+	// connections: a sender that is not retried (GitHub does not retry a
+	// failed delivery on its own) must get through.
+	time.Sleep(500 * time.Millisecond)
+	payload, err := s.c.commentDelivery(s.w1, alice, "MEMBER", "genuine during the flood")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghStatus, ghBody := s.deliverWebhook(t, "issue_comment", s.delivery(s.w1), payload)
+	if ghStatus != http.StatusAccepted {
+		t.Errorf("a genuine GitHub delivery during the flood answered %d: %s", ghStatus, ghBody)
+	}
+	_, mk, err := s.c.slackReplyRequest(ctx, s.threads[s.w1], "genuine reply during the flood")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := mk()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.c.client.Do(req)
+	if err != nil {
+		t.Fatalf("a genuine Slack event during the flood: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a genuine Slack event during the flood answered %d", resp.StatusCode)
+	}
+	wg.Wait()
+
 	hwm1 := vmHWM(t, pid)
 	const bound = 96 << 20 // the 64 MiB body budget, and slack
 	if hwm1-hwm0 > bound {
 		t.Errorf("ingress-github's VmHWM grew by %d MiB (%d → %d KiB), more than %d MiB", (hwm1-hwm0)>>20, hwm0>>10, hwm1>>10, bound>>20)
 	}
+	want := float64(posts + len(slow))
 	var rejected float64
 	if !testkit.Poll(attackWait, func() bool {
 		rejected = s.metric(t, p, "loop_ingress_github_rejected_total") - rejected0
-		return rejected >= posts
-	}) || rejected != posts {
-		t.Errorf("loop_ingress_github_rejected_total grew by %v, want %d", rejected, posts)
+		return rejected >= want
+	}) || rejected != want {
+		t.Errorf("loop_ingress_github_rejected_total grew by %v, want %v", rejected, want)
 	}
 	var recs []eventlog.Record
 	if !testkit.Poll(attackWait, func() bool { recs = s.log.since(mark, "webhook.rejected"); return len(recs) > 0 }) {
@@ -1232,8 +1295,26 @@ func (s *attackSuite) attackFlood(t *testing.T) {
 	if len(recs) > 2*len(reasons) || len(recs) >= posts {
 		t.Errorf("%d webhook.rejected records for %d reasons: one per request?", len(recs), len(reasons))
 	}
-	s.report(t, "attack 7 (webhook flood): refused — %d posts of 24 MiB answered %v; ingress-github VmHWM %d → %d MiB (+%d MiB, bound %d MiB); loop_ingress_github_rejected_total +%v; %d webhook.rejected record(s)",
-		posts, counts, hwm0>>20, hwm1>>20, (hwm1-hwm0)>>20, bound>>20, rejected, len(recs))
+	s.report(t, "attack 7 (floods on both intakes): refused — %d GitHub posts of 24 MiB, 3 trickling 25/25/14 MiB, %d Slack posts of 1 MiB and %d trickling answered %v; "+
+		"a genuine GitHub delivery answered %d and a genuine Slack event %d on their first attempt; ingress-github VmHWM %d → %d MiB (+%d MiB, bound %d MiB); "+
+		"loop_ingress_github_rejected_total +%v; %d webhook.rejected record(s)",
+		posts, slackPosts, slackSlow, counts, ghStatus, resp.StatusCode, hwm0>>20, hwm1>>20, (hwm1-hwm0)>>20, bound>>20, rejected, len(recs))
+}
+
+// trickle is a body that arrives at 64 KiB a second: an announced size the
+// sender never means to finish.
+type trickle struct{ left int64 }
+
+func (r *trickle) Read(p []byte) (int, error) {
+	if r.left <= 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(time.Second)
+	n := int64(min(len(p), 64<<10))
+	n = min(n, r.left)
+	clear(p[:n])
+	r.left -= n
+	return int(n), nil
 }
 
 type zeros struct{}

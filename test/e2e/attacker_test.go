@@ -41,6 +41,8 @@ const (
 	// worst case), envAttackRef the work item it targets.
 	envAttackNATS = "E2E_ATTACK_NATS"
 	envAttackRef  = "E2E_ATTACK_REF"
+	// envAttackSocket is the unix socket envAttack=unix connects to.
+	envAttackSocket = "E2E_ATTACK_SOCKET"
 )
 
 // attackReport is what the attacker program prints.
@@ -65,6 +67,9 @@ type attackAttempt struct {
 func runAttacker(mode string, out io.Writer) int {
 	if mode == "connect" {
 		return attackConnect(os.Getenv(envAttackNATS), out)
+	}
+	if mode == "unix" {
+		return attackUnix(os.Getenv(envAttackSocket), out)
 	}
 	if mode != "bus" {
 		fmt.Fprintf(os.Stderr, "unknown attack %q\n", mode)
@@ -227,6 +232,20 @@ func attackBus(url, ref, credential string, opts ...nats.Option) attackAttempt {
 		a.Did = append(a.Did, "write KV graph")
 	}
 	return a
+}
+
+// attackUnix (envAttack=unix) connects to the unix socket at path (another
+// session's tmux server's) and prints what came of it. It exits 0 when it
+// connected, 1 when it was refused.
+func attackUnix(path string, out io.Writer) int {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		fmt.Fprintln(out, err)
+		return 1
+	}
+	c.Close()
+	fmt.Fprintln(out, "connected")
+	return 0
 }
 
 // attackConnect (envAttack=connect) tries every way to open a TCP

@@ -54,8 +54,6 @@ var (
 	binDir           string
 	loopBin, natsBin string
 	binErr           error
-	tmuxSocketSeq    int
-	tmuxSocketSeqMu  sync.Mutex
 )
 
 // defaultProcessLogMax is how much of a process's log a failure shows.
@@ -246,10 +244,10 @@ type cluster struct {
 	procs      []*proc // services, in start order
 	gh         *ghfake.Server
 	slack      *slackfake.Server
-	standIn    string // the stand-in harness's record directory
-	sockets    []string
-	webhook    string // ingress-github's POST /gh-webhook URL
-	events     string // ingress-slack's POST /slack/events URL
+	standIn    string   // the stand-in harness's record directory
+	sockets    []string // each dispatcher's LOOP_TMUX_DIR
+	webhook    string   // ingress-github's POST /gh-webhook URL
+	events     string   // ingress-slack's POST /slack/events URL
 	client     *http.Client
 	issues     []int // work-item issue numbers on the fake
 	stopOnce   sync.Once
@@ -341,15 +339,9 @@ func baseEnv() []string {
 	return out
 }
 
-func newTmuxSocket(t testing.TB) string {
-	tmuxSocketSeqMu.Lock()
-	tmuxSocketSeq++
-	n := tmuxSocketSeq
-	tmuxSocketSeqMu.Unlock()
-	name := fmt.Sprintf("loop-e2e-%d-%d", os.Getpid(), n)
-	t.Cleanup(func() { _ = exec.Command("tmux", "-L", name, "kill-server").Run() })
-	return name
-}
+// newTmuxDir is a directory for a dispatcher's tmux sockets
+// (LOOP_TMUX_DIR), its servers killed when t ends.
+func newTmuxDir(t testing.TB) string { return tmuxtest.Dir(t) }
 
 // startCluster starts everything and waits for every service's /readyz.
 func startCluster(t testing.TB, o clusterOptions) *cluster {
@@ -513,11 +505,11 @@ channels:
 		add("slack-renderer", i)
 	}
 	for i := range o.replicas {
-		sock := newTmuxSocket(t)
+		sock := newTmuxDir(t)
 		c.sockets = append(c.sockets, sock)
 		// A fixed session endpoint per replica: tmux sessions outlive a
 		// restart of their dispatcher and keep its address.
-		add("dispatcher", i, "LOOP_TMUX_SOCKET="+sock, fmt.Sprintf("LOOP_DISPATCHER_HOST=dispatcher-%d", i),
+		add("dispatcher", i, "LOOP_TMUX_DIR="+sock, fmt.Sprintf("LOOP_DISPATCHER_HOST=dispatcher-%d", i),
 			fmt.Sprintf("LOOP_SESSION_ADDR=127.0.0.1:%d", freePortTB(t)))
 	}
 	ghAddr := fmt.Sprintf("127.0.0.1:%d", freePortTB(t))
@@ -836,18 +828,7 @@ func (c *cluster) githubComment(ctx context.Context, number int, delivery, body 
 // githubCommentAs is githubComment by login, whose author_association on
 // the repository is assoc.
 func (c *cluster) githubCommentAs(ctx context.Context, number int, login, assoc, delivery, body string) error {
-	cm := c.gh.AddComment(repoName, number, login, body)
-	is, _ := c.gh.Issue(repoName, number)
-	payload, err := json.Marshal(map[string]any{
-		"action": "created",
-		"issue": map[string]any{"number": number, "title": is.Title, "html_url": is.HTMLURL,
-			"state": "open", "user": map[string]any{"login": alice}, "labels": []any{}},
-		"comment": map[string]any{"id": cm.ID, "html_url": cm.HTMLURL, "body": cm.Body,
-			"user": map[string]any{"login": login}, "author_association": assoc,
-			"created_at": cm.CreatedAt.UTC().Format(time.RFC3339), "updated_at": cm.UpdatedAt.UTC().Format(time.RFC3339)},
-		"repository": map[string]any{"id": 1, "full_name": repoName, "html_url": "https://github.com/" + repoName},
-		"sender":     map[string]any{"login": login},
-	})
+	payload, err := c.commentDelivery(number, login, assoc, body)
 	if err != nil {
 		return err
 	}
@@ -865,10 +846,37 @@ func (c *cluster) githubCommentAs(ctx context.Context, number int, login, assoc,
 	}, http.StatusAccepted)
 }
 
+// commentDelivery stores login's comment on work item number on the fake
+// and returns its issue_comment delivery's payload, not yet sent.
+func (c *cluster) commentDelivery(number int, login, assoc, body string) ([]byte, error) {
+	cm := c.gh.AddComment(repoName, number, login, body)
+	is, _ := c.gh.Issue(repoName, number)
+	return json.Marshal(map[string]any{
+		"action": "created",
+		"issue": map[string]any{"number": number, "title": is.Title, "html_url": is.HTMLURL,
+			"state": "open", "user": map[string]any{"login": alice}, "labels": []any{}},
+		"comment": map[string]any{"id": cm.ID, "html_url": cm.HTMLURL, "body": cm.Body,
+			"user": map[string]any{"login": login}, "author_association": assoc,
+			"created_at": cm.CreatedAt.UTC().Format(time.RFC3339), "updated_at": cm.UpdatedAt.UTC().Format(time.RFC3339)},
+		"repository": map[string]any{"id": 1, "full_name": repoName, "html_url": "https://github.com/" + repoName},
+		"sender":     map[string]any{"login": login},
+	})
+}
+
 // slackReply stores Alice's reply in a thread on the Slack fake and
 // delivers its Events API callback, signed, until ingress-slack answers
 // 200. It returns the reply's ts.
 func (c *cluster) slackReply(ctx context.Context, threadTS, text string) (string, error) {
+	ts, mk, err := c.slackReplyRequest(ctx, threadTS, text)
+	if err != nil {
+		return "", err
+	}
+	return ts, c.deliver(ctx, "slack event "+ts, mk, http.StatusOK)
+}
+
+// slackReplyRequest stores Alice's reply in a thread on the Slack fake and
+// returns its ts and a maker of its Events API callback, signed when made.
+func (c *cluster) slackReplyRequest(ctx context.Context, threadTS, text string) (string, func() (*http.Request, error), error) {
 	ts := c.slack.AddMessage(slackChannel, threadTS, aliceSlack, text)
 	body, err := json.Marshal(map[string]any{
 		"token": "ignored", "team_id": slackfake.TeamID, "api_app_id": "A0E2ELOOP", "type": "event_callback",
@@ -877,9 +885,9 @@ func (c *cluster) slackReply(ctx context.Context, threadTS, text string) (string
 			"ts": ts, "thread_ts": threadTS, "text": text},
 	})
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return ts, c.deliver(ctx, "slack event "+ts, func() (*http.Request, error) {
+	return ts, func() (*http.Request, error) {
 		now := strconv.FormatInt(time.Now().Unix(), 10)
 		mac := hmac.New(sha256.New, []byte(signingSecret))
 		fmt.Fprintf(mac, "v0:%s:", now)
@@ -892,7 +900,7 @@ func (c *cluster) slackReply(ctx context.Context, threadTS, text string) (string
 		req.Header.Set("X-Slack-Request-Timestamp", now)
 		req.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(mac.Sum(nil)))
 		return req, nil
-	}, http.StatusOK)
+	}, nil
 }
 
 // deliver sends a request until it is answered with a 2xx (want, or 200

@@ -123,8 +123,8 @@ func TestCompose(t *testing.T) {
 	if _, err := exec.LookPath("docker"); err != nil {
 		t.Skip("docker is not installed: scripts/docker-env.sh installs and starts the engine and Compose")
 	}
-	if out, err := exec.Command("docker", "compose", "version").CombinedOutput(); err != nil {
-		t.Fatalf("docker compose: %v\n%s(scripts/docker-env.sh installs it)", err, out)
+	if out, err := composeCmd(os.Environ(), "version").CombinedOutput(); err != nil {
+		t.Fatalf("docker compose: %v\n%s(scripts/docker-env.sh builds one into bin/tools)", err, out)
 	}
 	began := time.Now()
 	r := startCompose(t)
@@ -166,7 +166,7 @@ func startCompose(t *testing.T) *composeRun {
 	// network's gateway.
 	// A previous run's leftovers: its containers and volumes (found by
 	// the project's name), then its network.
-	mustRun(t, dockerCmd(os.Environ(), "compose", "-p", composeProject, "down", "--volumes", "--remove-orphans", "--timeout", "5"), "ignore")
+	mustRun(t, composeCmd(os.Environ(), "-p", composeProject, "down", "--volumes", "--remove-orphans", "--timeout", "5"), "ignore")
 	mustRun(t, dockerCmd(nil, "network", "rm", composeNetwork), "ignore")
 	mustRun(t, dockerCmd(nil, "network", "create", "--subnet", composeSubnet, "--gateway", composeGateway, composeNetwork))
 	t.Cleanup(func() { _ = dockerCmd(nil, "network", "rm", composeNetwork).Run() })
@@ -1194,9 +1194,19 @@ func (r *composeRun) clusterFor(t *testing.T) *cluster {
 }
 
 func (r *composeRun) cmd(args ...string) *exec.Cmd {
-	cmd := exec.Command("docker", append(append([]string{"compose", "-p", composeProject}, r.files...), args...)...)
-	cmd.Env = r.env
-	return cmd
+	return composeCmd(r.env, append(append([]string{"-p", composeProject}, r.files...), args...)...)
+}
+
+// composeCmd runs Docker Compose with args: the docker CLI's own plugin, or
+// the standalone one LOOP_TEST_COMPOSE names (what scripts/docker-env.sh
+// builds into bin/tools when the machine has none of its own).
+func composeCmd(env []string, args ...string) *exec.Cmd {
+	if bin := os.Getenv("LOOP_TEST_COMPOSE"); bin != "" {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		return cmd
+	}
+	return dockerCmd(env, append([]string{"compose"}, args...)...)
 }
 
 func (r *composeRun) compose(args ...string) {

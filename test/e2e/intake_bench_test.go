@@ -469,7 +469,7 @@ routing:
 		"LOOP_LOG_LEVEL=warn",
 		fmt.Sprintf("LOOP_SLACK_EVENTS_ADDR=127.0.0.1:%d", freePortTB(b)),
 		fmt.Sprintf("LOOP_SESSION_ADDR=127.0.0.1:%d", freePortTB(b)),
-		"LOOP_TMUX_SOCKET="+fmt.Sprintf("loop-intake-%d", os.Getpid()),
+		"LOOP_TMUX_DIR="+newTmuxDir(b),
 		"LOOP_DISPATCHER_WORKDIR="+work,
 		"LOOP_HARNESS_BINARY="+harness,
 	)
@@ -483,7 +483,9 @@ routing:
 // readyz answers 200; it fails the test, with up's log, when up exits or
 // is not ready within 2 minutes, and shows the log's end when the test
 // failed.
-func launchUp(tb testing.TB, loop string, env []string, logPath, readyz string, client *http.Client) {
+// launchUp starts `the-loop up` with env, waits until it is ready and returns
+// its pid.
+func launchUp(tb testing.TB, loop string, env []string, logPath, readyz string, client *http.Client) int {
 	tb.Helper()
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -523,7 +525,7 @@ func launchUp(tb testing.TB, loop string, env []string, logPath, readyz string, 
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return cmd.Process.Pid
 			}
 		}
 		select {

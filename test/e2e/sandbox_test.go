@@ -17,8 +17,10 @@ import (
 // TestSessionSandboxUnderUp is issue 26's attack, from inside a real
 // session of `the-loop up` (its sandbox on, as on any Linux): an obedient
 // agent with a shell tries to read up's operator seed, to list another
-// work item's workspace, to connect to the bus (every way TCP offers), and
-// to have the tmux server its session runs in read the seed for it. Each
+// work item's workspace, to connect to the bus (every way TCP offers), to
+// have the tmux server its session runs on read the seed for it, to read
+// up's and every other process's environment, and to search its home, the
+// workspaces, the store and the usual secret mounts for seeds and keys. Each
 // is refused, and the test prints what refused it (the server cannot be
 // reached: before Landlock ABI 9 a session makes no unix socket, from it
 // Landlock refuses the server's); the session still commits in its own
@@ -41,8 +43,11 @@ try "ask its endpoint (the-loop check)" sh -c 'the-loop check --json | grep -o "
 try "read up's operator seed" cat %[1]s
 try "list another work item's workspace" ls %[2]s
 try "connect to the bus" env %[3]s=connect %[4]s=%[5]s %[6]s
-try "have the tmux server read the seed" sh -c 'tmux -L %[7]s run-shell "cat %[1]s > %[8]s 2>&1" && cat %[8]s'
-`, seed, theirs.Dir, envAttack, envAttackNATS, a.natsAddr, filepath.Join(a.harness, "e2e.test"), a.socket, leak)
+try "have the tmux server read the seed" sh -c 'tmux -S %[7]s run-shell "cat %[1]s > %[8]s 2>&1" && cat %[8]s'
+try "read up's environment" sh -c 'tr "\0" "\n" < /proc/%[9]d/environ'
+try "read every process's environment for the loop's secrets" sh -c 'r=0; d=0; for e in /proc/[0-9]*/environ; do if cat $e >/dev/null 2>&1; then r=$((r+1)); else d=$((d+1)); fi; done; echo "$r readable (its own), $d refused"; cat /proc/[0-9]*/environ 2>/dev/null | tr "\0" "\n" | grep -E "^LOOP_[A-Z_]*(TOKEN|SECRET|KEY|SEED|PASSWORD)=" | grep -vx "LOOP_SESSION_TOKEN=$LOOP_SESSION_TOKEN"'
+try "search home, workspaces, store and secret mounts for seeds and keys" sh -c 'grep -rhoE "S[UOA][A-Z2-7]{56}|LOOP_ENVELOPE_KEY=.*" %[10]s %[11]s %[12]s /run/secrets /var/run/secrets 2>/dev/null | sort -u | grep .'
+`, seed, theirs.Dir, envAttack, envAttackNATS, a.natsAddr, filepath.Join(a.harness, "e2e.test"), a.socketOf(mine.n), leak, a.pid, a.home, a.root, a.store)
 	probe := filepath.Join(a.harness, "probe.sh")
 	if err := os.WriteFile(probe, []byte(script), 0o700); err != nil {
 		t.Fatal(err)
@@ -73,6 +78,12 @@ try "have the tmux server read the seed" sh -c 'tmux -L %[7]s run-shell "cat %[1
 		"list another work item's workspace": "refused: ls: cannot open directory '" + theirs.Dir + "': Permission denied",
 		"connect to the bus":                 "refused: tcp permission denied; tcp over ipv6 permission denied; multipath tcp socket: protocol not supported; tcp fast open operation not supported",
 		"have the tmux server read the seed": "refused: error connecting to ",
+		"read up's environment":              "refused: sh: 1: cannot open /proc/",
+		// What a session can read is its own processes' environments,
+		// which hold none of the loop's secrets, and its own session
+		// token only.
+		"read every process's environment for the loop's secrets":             "refused: ",
+		"search home, workspaces, store and secret mounts for seeds and keys": "refused:",
 	} {
 		if !strings.HasPrefix(got[name], want) && !strings.Contains(got[name], want) {
 			t.Errorf("%s: %q, want %q", name, got[name], want)
@@ -83,6 +94,11 @@ try "have the tmux server read the seed" sh -c 'tmux -L %[7]s run-shell "cat %[1
 	}
 	if b, err := os.ReadFile(seed); err == nil && strings.Contains(out, strings.TrimSpace(string(b))) {
 		t.Errorf("the session read up's operator seed:\n%s", out)
+	}
+	for _, secret := range []string{webhookSecret, ledgerToken} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the session read one of up's secrets:\n%s", out)
+		}
 	}
 	if log := runGit(t, mine.boot.Dir, "log", "--oneline", "-1"); !strings.Contains(log, "probe") {
 		t.Errorf("the session's commit is not on its branch: %s", log)

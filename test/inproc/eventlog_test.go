@@ -136,7 +136,7 @@ func TestEveryLogTypeIsReadBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("tmux", "-L", w.tmuxSocket, "kill-session", "-t", "="+rec.Session.TmuxTarget).CombinedOutput(); err != nil {
+	if out, err := exec.Command("tmux", "-S", filepath.Join(w.tmuxDir, rec.Session.TmuxTarget), "kill-session", "-t", "="+rec.Session.TmuxTarget).CombinedOutput(); err != nil {
 		t.Fatalf("tmux kill-session: %v: %s", err, out)
 	}
 	c = w.comment(number, alice, "A comment for a session whose terminal is gone.")

@@ -100,10 +100,10 @@ type world struct {
 	work    string // the sessions' workspace
 	agent   string // the stand-in's record directory
 	hookAt  string // ingress-github's webhook URL
-	// tmuxSocket is the private tmux server the sessions run on; faults,
+	// tmuxDir holds the sessions' tmux servers' sockets; faults,
 	// with worldOptions.faults, the directory whose fail-<tmux command>
 	// files make that tmux command fail.
-	tmuxSocket, faults string
+	tmuxDir, faults string
 
 	seq     atomic.Int64
 	relayMu sync.Mutex
@@ -229,8 +229,8 @@ func newWorldWith(t *testing.T, o worldOptions, edit ...func(*config.Config)) *w
 	// Code's first-run questions in it, never in the user's.
 	t.Setenv("HOME", t.TempDir())
 	w := &world{t: t, work: t.TempDir(), agent: t.TempDir(), loopLog: &loopLog{}}
-	socket := tmuxtest.Socket(t) // skips without tmux
-	w.tmuxSocket = socket
+	socket := tmuxtest.Dir(t) // skips without tmux
+	w.tmuxDir = socket
 	tmuxBinary := ""
 	if o.faults {
 		w.faults = t.TempDir()
@@ -320,7 +320,7 @@ func newWorldWith(t *testing.T, o worldOptions, edit ...func(*config.Config)) *w
 			r, err = slackrenderer.New(deps, cfg)
 		case dispatcher.Name:
 			r, err = dispatcher.New(deps, dispatcher.Config{}, dispatcher.WithSettings(dispatcher.Settings{
-				Harness: h, TmuxBinary: tmuxBinary, TmuxSocket: socket, Host: "inproc", Workdir: w.work,
+				Harness: h, TmuxBinary: tmuxBinary, TmuxDir: socket, Host: "inproc", Workdir: w.work,
 				Label: armLabel, SpawnOnUnmatched: dispatcher.SpawnLabeled, ResumeProbe: -1,
 				Workspace: dispatcher.WorkspaceConfig{Strategy: dispatcher.WorkspaceDir},
 			}))

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync/atomic"
 
 	"github.com/the-loop/bus/internal/testsupport/standin"
@@ -43,6 +44,32 @@ func Socket(t TB) string {
 	name := fmt.Sprintf("loop-test-%d-%d", os.Getpid(), seq.Add(1))
 	t.Cleanup(func() { _ = exec.Command("tmux", "-L", name, "kill-server").Run() })
 	return name
+}
+
+// Dir returns a private directory (0700) for tmux servers' sockets, one
+// server per session as the dispatcher runs them (tmux -S DIR/NAME); every
+// server on a socket there is killed, and the directory removed, when t
+// ends. Its path is short: a unix socket's may not exceed 107 bytes. It
+// skips t when tmux is not installed.
+func Dir(t TB) string {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux is not installed (package tmux)")
+	}
+	dir, err := os.MkdirTemp("", "lt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if e.Type()&os.ModeSocket != 0 {
+				_ = exec.Command("tmux", "-S", filepath.Join(dir, e.Name()), "kill-server").Run()
+			}
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return dir
 }
 
 // MaybeRunStandIn runs the stand-in harness and exits when EnvDir is set;

@@ -5,9 +5,11 @@
 // kill-session. It never uses send-keys: that fails while a read-only client
 // is attached (docs/requirements.md K12).
 //
-// Every command runs against one tmux server, chosen by socket name (-L), so a
-// deployment can keep the loop's sessions apart from an operator's own and a
-// test never touches a user's server.
+// Every command runs against one tmux server, chosen by its socket's path
+// (-S) or name (-L), so a test never touches a user's server. The loop
+// itself runs a server per session (Servers): each session's socket in one
+// private directory, named after it, so no session shares a server, and with
+// it its panes, with another (docs/decisions/100-a-tmux-server-per-session.md).
 package tmux
 
 import (
@@ -67,7 +69,10 @@ var deliveries atomic.Uint64
 type Server struct {
 	// Binary is the tmux executable (default "tmux").
 	Binary string
-	// Socket is the -L socket name; "" uses tmux's default server.
+	// Path is the server's socket (-S); when set, Socket is not used.
+	Path string
+	// Socket is the -L socket name; "" (and no Path) uses tmux's default
+	// server.
 	Socket string
 	// Timeout bounds one tmux command (default 10s, the original's probe
 	// timeout).
@@ -88,6 +93,30 @@ type Server struct {
 	// without the mark (ErrUnconfined): one started otherwise, which a
 	// confined session could ask to run a command outside its sandbox.
 	Launch func() ([]string, error)
+}
+
+// flag is how a person names this server on tmux's command line.
+func (s *Server) flag() string {
+	switch {
+	case s.Path != "":
+		return "-S " + s.Path
+	case s.Socket != "":
+		return "-L " + s.Socket
+	}
+	return "-L default"
+}
+
+// Sealed reports whether the running server was started through Launch
+// (it carries the mark); false when no server runs.
+func (s *Server) Sealed(ctx context.Context) (bool, error) {
+	out, answered, err := s.run(ctx, nil, "show-options", "-gqv", sealOption)
+	switch {
+	case !answered:
+		return false, fmt.Errorf("tmux: is the server confined: %w", err)
+	case err != nil:
+		return false, nil
+	}
+	return strings.TrimSpace(out) == sealed, nil
 }
 
 func (s *Server) bin() string {
@@ -120,7 +149,10 @@ func (s *Server) runVia(ctx context.Context, launch []string, stdin []byte, args
 	ctx, cancel := context.WithTimeout(ctx, t)
 	defer cancel()
 	full := args
-	if s.Socket != "" {
+	switch {
+	case s.Path != "":
+		full = append([]string{"-S", s.Path}, args...)
+	case s.Socket != "":
 		full = append([]string{"-L", s.Socket}, args...)
 	}
 	cmd := exec.CommandContext(ctx, s.bin(), full...)
@@ -261,11 +293,7 @@ func (s *Server) confined(ctx context.Context, launch []string) error {
 	case err != nil:
 		return nil // no server running
 	case strings.TrimSpace(out) != sealed:
-		name := s.Socket
-		if name == "" {
-			name = "default"
-		}
-		return fmt.Errorf("%w: end it (tmux -L %s kill-server; its sessions resume at their next event) and the next spawn starts it confined", ErrUnconfined, name)
+		return fmt.Errorf("%w: end it (tmux %s kill-server; its sessions resume at their next event) and the next spawn starts it confined", ErrUnconfined, s.flag())
 	}
 	return nil
 }

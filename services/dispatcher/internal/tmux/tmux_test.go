@@ -300,3 +300,39 @@ func TestLaunchStartsAndMarksTheServer(t *testing.T) {
 		t.Errorf("the refused session is %s", st)
 	}
 }
+
+// TestServersPerSession: each target gets its own server on the socket
+// named after it, in a directory Prepare makes private; a socket path too
+// long for a unix socket is refused before tmux is asked.
+func TestServersPerSession(t *testing.T) {
+	dir := tmuxtest.Dir(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := &Servers{Dir: dir, RemainOnExit: true}
+	ctx := context.Background()
+	for _, target := range []string{"loop-x-1", "loop-x-2"} {
+		if err := p.Spawn(ctx, target, "", nil, []string{"sleep", "600"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the socket directory after a spawn: %v (%v), want mode 700", fi.Mode(), err)
+	}
+	for _, target := range []string{"loop-x-1", "loop-x-2"} {
+		names, err := (&Server{Path: filepath.Join(dir, target)}).Sessions(ctx)
+		if err != nil || len(names) != 1 || names[0] != target {
+			t.Errorf("the server on %s holds %v (%v)", target, names, err)
+		}
+	}
+	if err := p.Kill(ctx, "loop-x-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.Sessions(ctx); err != nil || len(got) != 1 || got[0] != "loop-x-2" {
+		t.Errorf("sessions after one was killed: %v (%v)", got, err)
+	}
+	long := "loop-" + strings.Repeat("x", 120)
+	if err := p.Spawn(ctx, long, "", nil, []string{"sleep", "600"}); err == nil || !strings.Contains(err.Error(), "longer than") && !strings.Contains(err.Error(), "more than") {
+		t.Errorf("a socket path too long: %v", err)
+	}
+}
