@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -97,13 +98,15 @@ func TestComposeFile(t *testing.T) {
 		t.Fatalf("compose-go refuses docker-compose.yml: %v", err)
 	}
 	types := settingTypes(t)
-	wantNames := append([]string{"nats", "provision"}, theServices...)
+	wantNames := append([]string{"nats", "nats-volumes", "provision", "sessions"}, theServices...)
 	got := project.ServiceNames()
 	slices.Sort(wantNames)
 	slices.Sort(got)
 	if !slices.Equal(got, wantNames) {
 		t.Fatalf("services = %v, want %v (the cluster profile's nodes only with --profile cluster)", got, wantNames)
 	}
+	checkComposeHardened(t, project)
+	checkComposeSessions(t, project)
 	nats := project.Services["nats"]
 	// Healthy means JetStream ready (a cluster: a meta leader, this node
 	// current), not merely enabled: the services start only then.
@@ -141,6 +144,9 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("%s has no restart policy", name)
 		}
 		for k, v := range svc.Environment {
+			if k == "HOME" && name == "dispatcher" {
+				continue // the sessions' HOME, on the volume they share
+			}
 			if _, known := types[k]; !known {
 				t.Errorf("%s sets %s, which the-loop does not read (it would refuse to start)", name, k)
 			}
@@ -183,7 +189,7 @@ func TestComposeFile(t *testing.T) {
 	}
 	// The NATS image is the server the tests run (go.mod's nats-server).
 	want := "nats:" + strings.TrimPrefix(natsServerVersion(t), "v") + "-alpine"
-	for _, n := range []string{"nats", "nats-2", "nats-3"} {
+	for _, n := range []string{"nats", "nats-2", "nats-3", composeInit} {
 		svc, ok := project.Services[n]
 		if !ok {
 			svc, ok = project.DisabledServices[n]
@@ -269,6 +275,182 @@ func natsServerVersion(t *testing.T) string {
 	}
 	t.Fatal("go.mod requires no nats-server")
 	return ""
+}
+
+// composeInit is the one-shot that makes the NATS volumes the servers' user's:
+// the one service that starts as root, with only chown's capabilities.
+const composeInit = "nats-volumes"
+
+// checkComposeHardened: every service of the compose file, the cluster
+// profile's too, runs with a read-only root filesystem, no capability, no
+// privilege gained by exec, and as a user other than root — but the
+// one-shot that hands the NATS volumes to the servers' user, which may
+// chown and nothing else.
+func checkComposeHardened(t *testing.T, project *composetypes.Project) {
+	t.Helper()
+	all := map[string]composetypes.ServiceConfig{}
+	for name, svc := range project.Services {
+		all[name] = svc
+	}
+	for name, svc := range project.DisabledServices {
+		all[name] = svc
+	}
+	for _, n := range []string{"nats", "nats-2", "nats-3"} {
+		if _, ok := all[n]; !ok {
+			t.Errorf("no %s service", n)
+		}
+	}
+	for name, svc := range all {
+		if !svc.ReadOnly {
+			t.Errorf("%s: read_only is not set (the root filesystem must be read-only)", name)
+		}
+		if !slices.Contains(svc.CapDrop, "ALL") {
+			t.Errorf("%s: cap_drop %v, want [ALL]", name, svc.CapDrop)
+		}
+		if !slices.Contains(svc.SecurityOpt, "no-new-privileges:true") {
+			t.Errorf("%s: security_opt %v, want no-new-privileges:true", name, svc.SecurityOpt)
+		}
+		for _, o := range svc.SecurityOpt {
+			if strings.HasPrefix(o, "seccomp") || strings.HasPrefix(o, "apparmor") || strings.HasPrefix(o, "label") {
+				t.Errorf("%s: security_opt %q loosens Docker's defaults", name, o)
+			}
+		}
+		if svc.Privileged || svc.Pid == "host" || svc.NetworkMode == "host" || svc.Ipc == "host" {
+			t.Errorf("%s: runs privileged or in a host namespace", name)
+		}
+		uid, _, _ := strings.Cut(svc.User, ":")
+		if name == composeInit {
+			if !slices.Equal(svc.CapAdd, []string{"CHOWN", "DAC_READ_SEARCH"}) || svc.Restart != composetypes.RestartPolicyNo {
+				t.Errorf("%s: cap_add %v restart %q, want only CHOWN and DAC_READ_SEARCH, once", name, svc.CapAdd, svc.Restart)
+			}
+			continue
+		}
+		if len(svc.CapAdd) > 0 {
+			t.Errorf("%s: cap_add %v", name, svc.CapAdd)
+		}
+		if n, err := strconv.Atoi(uid); err != nil || n == 0 {
+			t.Errorf("%s: user %q, want a numeric non-root uid", name, svc.User)
+		}
+	}
+	// The servers depend on the one-shot, and it chowns every server's
+	// data volume to the servers' user.
+	init := all[composeInit]
+	for _, n := range []string{"nats", "nats-2", "nats-3"} {
+		svc := all[n]
+		if dep, ok := svc.DependsOn[composeInit]; !ok || dep.Condition != composetypes.ServiceConditionCompletedSuccessfully {
+			t.Errorf("%s does not wait for %s", n, composeInit)
+		}
+		var data string
+		for _, v := range svc.Volumes {
+			if v.Target == "/data" {
+				data = v.Source
+			}
+		}
+		chowned := false
+		for _, v := range init.Volumes {
+			chowned = chowned || v.Source == data && slices.Contains(init.Entrypoint, v.Target)
+		}
+		uid, _, _ := strings.Cut(svc.User, ":")
+		if data == "" || !chowned || !slices.Contains(init.Entrypoint, uid+":"+uid) {
+			t.Errorf("%s: its data volume %q is not chowned to its user %q by %s (%q)", n, data, svc.User, composeInit, init.Entrypoint)
+		}
+	}
+}
+
+// checkComposeSessions: the agent sessions run in their own container
+// (docs/decisions/101-sessions-in-their-own-container.md): the session
+// image, the session host as its command, another uid than the
+// dispatcher's but its group, no secret, no env file, no LOOP_* setting,
+// only the sessions network (NATS is only on the default one, the
+// dispatcher on both), and nothing shared with the dispatcher but the
+// workspace and the session host's socket directory. The dispatcher's
+// tmux is the session host's wrapper, and its session endpoint is
+// reachable from there by its name.
+func checkComposeSessions(t *testing.T, project *composetypes.Project) {
+	t.Helper()
+	sess, ok := project.Services["sessions"]
+	disp := project.Services["dispatcher"]
+	if !ok {
+		t.Fatal("no sessions service")
+	}
+	if sess.Build == nil || sess.Build.Target != "session" || sess.Image != disp.Image {
+		t.Errorf("sessions builds %+v as %q, want the dispatcher's session image %q", sess.Build, sess.Image, disp.Image)
+	}
+	if len(sess.Command) == 0 || sess.Command[0] != "session-host" {
+		t.Errorf("sessions command %q, want the session host", sess.Command)
+	}
+	su, sg, _ := strings.Cut(sess.User, ":")
+	du, dg, _ := strings.Cut(disp.User, ":")
+	if su == "" || su == du || sg == "" || sg != dg {
+		t.Errorf("sessions user %q, dispatcher %q: want another uid, the same gid", sess.User, disp.User)
+	}
+	if len(sess.Secrets) > 0 || len(sess.EnvFiles) > 0 {
+		t.Errorf("sessions gets secrets %v and env files %v; it must hold no credential", sess.Secrets, sess.EnvFiles)
+	}
+	for k := range sess.Environment {
+		if strings.HasPrefix(k, "LOOP_") {
+			t.Errorf("sessions sets %s: no loop setting belongs there", k)
+		}
+	}
+	nets := func(svc composetypes.ServiceConfig) []string {
+		var out []string
+		for n := range svc.Networks {
+			out = append(out, n)
+		}
+		if len(out) == 0 {
+			out = []string{"default"}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := nets(sess); !slices.Equal(got, []string{"sessions"}) {
+		t.Errorf("sessions is on networks %v, want only sessions", got)
+	}
+	if got := nets(disp); !slices.Equal(got, []string{"default", "sessions"}) {
+		t.Errorf("dispatcher is on networks %v, want default and sessions", got)
+	}
+	for name, svc := range project.Services {
+		if name != "dispatcher" && name != "sessions" && slices.Contains(nets(svc), "sessions") {
+			t.Errorf("%s is on the sessions network", name)
+		}
+	}
+	mounts := func(svc composetypes.ServiceConfig) map[string]string {
+		out := map[string]string{}
+		for _, v := range svc.Volumes {
+			out[v.Source] = v.Target
+		}
+		return out
+	}
+	dm := mounts(disp)
+	var shared []string
+	for src, target := range mounts(sess) {
+		if _, ok := dm[src]; ok {
+			shared = append(shared, src)
+			if dm[src] != target {
+				t.Errorf("%s is mounted at %s in the dispatcher, %s in sessions: the paths the dispatcher hands sessions must hold", src, dm[src], target)
+			}
+		}
+		if strings.Contains(src, "secrets") || strings.HasSuffix(src, ".nk") || strings.HasSuffix(src, ".env") {
+			t.Errorf("sessions mounts %s", src)
+		}
+	}
+	slices.Sort(shared)
+	if !slices.Equal(shared, []string{"session-host", "workspace"}) {
+		t.Errorf("dispatcher and sessions share %v, want only the workspace and the session host's socket directory", shared)
+	}
+	env := disp.Environment
+	for k, want := range map[string]string{"LOOP_TMUX_BINARY": "/usr/local/libexec/the-loop/tmux",
+		"LOOP_SESSION_ENDPOINT_HOST": "hostname", "LOOP_WORKSPACE_SHARED": "true"} {
+		if v := env[k]; v == nil || *v != want {
+			t.Errorf("dispatcher %s = %v, want %s", k, v, want)
+		}
+	}
+	if v := env["LOOP_SESSION_ADDR"]; v == nil || strings.HasPrefix(*v, "127.") {
+		t.Errorf("dispatcher LOOP_SESSION_ADDR = %v: the sessions' container cannot reach its loopback", v)
+	}
+	if dep, ok := disp.DependsOn["sessions"]; !ok || dep.Condition != composetypes.ServiceConditionHealthy {
+		t.Error("the dispatcher does not wait for the session host")
+	}
 }
 
 // monitoringServiceMonitor is the part of the Prometheus Operator CRD we use;
@@ -414,7 +596,9 @@ func TestKubernetesOverlays(t *testing.T) {
 				switch o := obj.(type) {
 				case *appsv1.Deployment:
 					deployments[o.Name] = o
+					checkPodHardened(t, "Deployment/"+o.Name, o.Spec.Template.Spec)
 				case *appsv1.StatefulSet:
+					checkPodHardened(t, "StatefulSet/"+o.Name, o.Spec.Template.Spec)
 					if o.Name == "nats" {
 						nats = o
 					}
@@ -494,6 +678,7 @@ func checkProvisionJob(t *testing.T, j *batchv1.Job, nats *appsv1.StatefulSet, p
 		return
 	}
 	spec := j.Spec.Template.Spec
+	checkPodHardened(t, "Job the-loop-provision", spec)
 	if len(spec.Containers) != 1 || !slices.Equal(spec.Containers[0].Args, []string{"provision"}) {
 		t.Fatalf("the-loop-provision runs %+v, want one container with args [provision]", spec.Containers)
 	}
@@ -544,6 +729,58 @@ func checkProvisionJob(t *testing.T, j *batchv1.Job, nats *appsv1.StatefulSet, p
 	}
 	if !admitted {
 		t.Error("NATS's network policy does not let the provision Job's pod reach port 4222")
+	}
+}
+
+// checkPodHardened: every container of a workload — NATS, its exporter,
+// the services, the sessions — runs as a non-root user, on a read-only root
+// filesystem, with no capability, no privilege escalation and the
+// runtime's default seccomp profile.
+func checkPodHardened(t *testing.T, name string, spec corev1.PodSpec) {
+	t.Helper()
+	pod := spec.SecurityContext
+	if pod == nil {
+		pod = &corev1.PodSecurityContext{}
+	}
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		sc := c.SecurityContext
+		if sc == nil {
+			t.Errorf("%s: container %s has no security context", name, c.Name)
+			continue
+		}
+		nonRoot := sc.RunAsNonRoot
+		if nonRoot == nil {
+			nonRoot = pod.RunAsNonRoot
+		}
+		uid := sc.RunAsUser
+		if uid == nil {
+			uid = pod.RunAsUser
+		}
+		if nonRoot == nil || !*nonRoot || uid == nil || *uid == 0 {
+			t.Errorf("%s: container %s may run as root (runAsNonRoot %v, runAsUser %v)", name, c.Name, nonRoot, uid)
+		}
+		seccomp := sc.SeccompProfile
+		if seccomp == nil {
+			seccomp = pod.SeccompProfile
+		}
+		if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: container %s seccomp profile %+v, want RuntimeDefault", name, c.Name, seccomp)
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: container %s root filesystem is writable", name, c.Name)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: container %s allows privilege escalation", name, c.Name)
+		}
+		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
+			t.Errorf("%s: container %s capabilities %+v, want drop ALL and none added", name, c.Name, sc.Capabilities)
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			t.Errorf("%s: container %s is privileged", name, c.Name)
+		}
+	}
+	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		t.Errorf("%s: shares a host namespace", name)
 	}
 }
 
@@ -621,7 +858,9 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, name string, types map[
 	if sc := spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0 {
 		t.Errorf("%s: the pod must run as a non-root user: %+v", name, sc)
 	}
-	if len(spec.Containers) != 1 {
+	if name == "dispatcher" {
+		checkSessionsContainer(t, spec)
+	} else if len(spec.Containers) != 1 {
 		t.Fatalf("%s: %d containers", name, len(spec.Containers))
 	}
 	c := spec.Containers[0]
@@ -649,6 +888,8 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, name string, types map[
 		case !known && !strings.HasPrefix(e.Name, "LOOP_") && fromSecret:
 			// The harness's own credential (ANTHROPIC_API_KEY), which
 			// the dispatcher hands to sessions by LOOP_SESSION_ENV.
+		case name == "dispatcher" && e.Name == "HOME" && !fromSecret:
+			// The sessions' HOME, on the workspace they share.
 		case !known:
 			t.Errorf("%s: env %s is not a setting the-loop reads", name, e.Name)
 		case typ == "Secret" && (e.Value != "" || !fromSecret):
@@ -686,6 +927,82 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, name string, types map[
 	}
 	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
 		t.Errorf("%s: liveness must be /healthz (never tied to NATS)", name)
+	}
+}
+
+// checkSessionsContainer: the dispatcher's pod runs the agent sessions in a
+// second container (docs/decisions/101-sessions-in-their-own-container.md):
+// the session image's session host, another uid than the dispatcher's and
+// the pod's fsGroup as its group, no Secret in any form, no loop setting,
+// and only the workspace and the socket directory shared with the
+// dispatcher, whose bus identity is mounted in the dispatcher container
+// alone.
+func checkSessionsContainer(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	if len(spec.Containers) != 2 || spec.Containers[0].Name != "dispatcher" || spec.Containers[1].Name != "sessions" {
+		t.Fatalf("dispatcher: containers %d, want dispatcher and sessions", len(spec.Containers))
+	}
+	disp, sess := spec.Containers[0], spec.Containers[1]
+	if sess.Image != disp.Image || len(sess.Args) == 0 || sess.Args[0] != "session-host" {
+		t.Errorf("sessions runs %s %q, want the dispatcher's image (%s) and the session host", sess.Image, sess.Args, disp.Image)
+	}
+	pod := spec.SecurityContext
+	sc := sess.SecurityContext
+	if pod == nil || pod.RunAsUser == nil || pod.FSGroup == nil || sc == nil || sc.RunAsUser == nil || sc.RunAsGroup == nil ||
+		*sc.RunAsUser == *pod.RunAsUser || *sc.RunAsGroup != *pod.FSGroup {
+		t.Errorf("sessions security context %+v in pod %+v: want another uid than the dispatcher's, the pod's fsGroup as its group", sc, pod)
+	}
+	for _, e := range sess.Env {
+		if e.ValueFrom != nil || strings.HasPrefix(e.Name, "LOOP_") {
+			t.Errorf("sessions sets %s (%+v): it holds no credential and no loop setting", e.Name, e.ValueFrom)
+		}
+	}
+	if len(sess.EnvFrom) > 0 {
+		t.Errorf("sessions takes its environment from %+v", sess.EnvFrom)
+	}
+	secretVolumes := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil || v.Projected != nil {
+			secretVolumes[v.Name] = true
+		}
+	}
+	mounted := func(c corev1.Container) map[string]string {
+		out := map[string]string{}
+		for _, m := range c.VolumeMounts {
+			out[m.Name] = m.MountPath
+		}
+		return out
+	}
+	dm, sm := mounted(disp), mounted(sess)
+	var shared []string
+	for v, path := range sm {
+		if secretVolumes[v] {
+			t.Errorf("sessions mounts the secret volume %s", v)
+		}
+		if dpath, ok := dm[v]; ok {
+			shared = append(shared, v)
+			if dpath != path {
+				t.Errorf("%s is at %s in the dispatcher, %s in sessions", v, dpath, path)
+			}
+		}
+	}
+	slices.Sort(shared)
+	if !slices.Equal(shared, []string{"session-host", "workspace"}) {
+		t.Errorf("dispatcher and sessions share %v, want only the workspace and the session host's socket directory", shared)
+	}
+	seed := false
+	for v := range dm {
+		seed = seed || secretVolumes[v]
+	}
+	if !seed {
+		t.Error("the dispatcher container does not mount its bus identity")
+	}
+	env := map[string]string{}
+	for _, e := range disp.Env {
+		env[e.Name] = e.Value
+	}
+	if env["LOOP_TMUX_BINARY"] != "/usr/local/libexec/the-loop/tmux" || env["LOOP_WORKSPACE_SHARED"] != "true" {
+		t.Errorf("the dispatcher's LOOP_TMUX_BINARY %q, LOOP_WORKSPACE_SHARED %q: its tmux must be the session host's", env["LOOP_TMUX_BINARY"], env["LOOP_WORKSPACE_SHARED"])
 	}
 }
 
@@ -768,7 +1085,12 @@ func TestDockerBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"AS service", "AS session", "ARG STATIC_BASE=", "ARG SESSION_BASE=", "ARG BINARY=",
-		"ARG HARNESS=claude-code", "@anthropic-ai/claude-code@${HARNESS_VERSION}", "USER 65532:65532", "VOLUME /workspace"} {
+		"ARG HARNESS=claude-code", "@anthropic-ai/claude-code@${HARNESS_VERSION}", "USER 65532:65532", "VOLUME /workspace",
+		// The sessions' own user, of the dispatcher's group, the shared
+		// workspace and git's group repositories, and the dispatcher's
+		// tmux wrapper (docs/decisions/101-sessions-in-their-own-container.md).
+		"useradd --uid 65533 --gid 65532", "chmod 2775 /workspace", "core.sharedRepository group",
+		"exec /usr/local/bin/the-loop session-host tmux -- \"$@\"' > /usr/local/libexec/the-loop/tmux"} {
 		if !strings.Contains(string(df), want) {
 			t.Errorf("deploy/Dockerfile lacks %q", want)
 		}

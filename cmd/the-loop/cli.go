@@ -60,6 +60,12 @@ Usage:
                                        read and execute), TCP ports and unix socket directories; the
                                        dispatcher starts agent sessions so. Fails, running nothing, on a
                                        kernel without Landlock ABI 6
+  the-loop session-host [--socket PATH] [--tmux-dir DIR] [--allow-uid UID] [--home DIR]
+                                       in the sessions' own container: run the dispatcher's tmux commands,
+                                       for its uid alone, on a unix socket (docs/deploy.md)
+  the-loop session-host tmux [--socket PATH] -- ARGS
+                                       the dispatcher's side (its LOOP_TMUX_BINARY): tmux ARGS, run by the
+                                       session host
   the-loop plugin install DIR          install the loop's harness plugin in DIR (Claude Code: --plugin-dir DIR)
   the-loop plugin version              the plugin's version
   the-loop excerpt --event NAME [FILE|-]
@@ -148,6 +154,8 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdCheck(ctx, rest, env, stdout, stderr)
 	case "sandbox":
 		return cmdSandbox(ctx, rest, env, stdout, stderr)
+	case "session-host":
+		return cmdSessionHost(ctx, rest, env, stdout, stderr)
 	case "plugin":
 		return cmdPlugin(ctx, rest, env, stdout, stderr)
 	case "hook":

@@ -49,6 +49,12 @@ type Config struct {
 	// SessionAddr is where agent sessions reach the loop: sessions run on
 	// the dispatcher's host, so loopback.
 	SessionAddr string `envconfig:"SESSION_ADDR" default:"127.0.0.1:8790" desc:"listen address of the session endpoint agent sessions ask and complete through (loopback: sessions run on this host); keep the port fixed so sessions that outlive a restart still reach it"`
+	// SessionEndpointHost and WorkspaceShared serve sessions in a
+	// container of their own (docs/decisions/101-sessions-in-their-own-container.md):
+	// they reach the endpoint by the dispatcher's name, and write their
+	// workspace as another user of its group.
+	SessionEndpointHost string `envconfig:"SESSION_ENDPOINT_HOST" desc:"the host sessions are told to reach the session endpoint at (LOOP_SESSION_URL): empty: LOOP_SESSION_ADDR's host, loopback when it is unspecified; hostname: this replica's hostname, for sessions in another container (docs/deploy.md); else that name"`
+	WorkspaceShared     bool   `envconfig:"WORKSPACE_SHARED" desc:"the sessions run as another user of the dispatcher's group (their own container, docs/deploy.md): the dispatcher makes what it creates in their workspace group-writable (umask 0002)"`
 	// The session sandbox (docs/agents.md, "Sandbox"): what a session may
 	// still read, write and reach.
 	SessionSandbox      string `envconfig:"SESSION_SANDBOX" default:"off" desc:"landlock: every agent session runs under 'the-loop sandbox', confined by Landlock to its own workspace, its harness's files, the system's directories and a few TCP ports, never the store, other work items or the bus (docs/agents.md, Sandbox; sessions do not start on a kernel without Landlock ABI 6); off: sessions can read and reach what the dispatcher's user can. 'the-loop up' on Linux defaults to landlock"`
@@ -111,6 +117,7 @@ func (c Config) settings() Settings {
 	s := Settings{
 		Runner: c.Runner, TmuxBinary: c.TmuxBinary, TmuxDir: c.TmuxDir, TmuxSocket: c.TmuxSocket, Host: c.Host, Workdir: c.Workdir,
 		Label: c.Label, SpawnOnUnmatched: c.Spawn, SessionAddr: c.SessionAddr,
+		SessionEndpointHost: c.SessionEndpointHost, WorkspaceShared: c.WorkspaceShared,
 		Workspace: workspace.Config{Root: c.WorkspaceRoot, Strategy: workspace.Strategy(c.WorkspaceStrategy),
 			URLTemplate: c.WorkspaceGitURL, Keep: c.WorkspaceKeep},
 		AgentGitCredentials: c.AgentGitCredentials, PluginDir: c.PluginDir, StopMaxAttempts: c.StopMaxAttempts,

@@ -137,6 +137,13 @@ type Settings struct {
 	// "127.0.0.1:0", any free port; a deployment keeps it fixed so that
 	// tmux sessions outliving a restart still reach it).
 	SessionAddr string
+	// SessionEndpointHost is the host in the URL sessions reach the
+	// endpoint at: "" the listener's (loopback when unspecified),
+	// "hostname" this replica's hostname, else that name.
+	SessionEndpointHost string
+	// WorkspaceShared: sessions run as another user of this process's
+	// group, so what it creates is made group-writable (umask 0002).
+	WorkspaceShared bool
 	// SessionEnv is the environment every session starts with, besides the
 	// harness's own and its endpoint: an allow-list of the dispatcher's
 	// (SessionBaseEnv). Nothing else of the dispatcher's environment
@@ -455,6 +462,9 @@ func (s *Service) Run(ctx context.Context) error {
 	store, ok := s.openStore(ctx)
 	if !ok {
 		return nil
+	}
+	if s.set.WorkspaceShared {
+		groupWritable()
 	}
 	s.installPlugin()
 	s.store.Store(store)

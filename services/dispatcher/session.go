@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -54,8 +55,10 @@ const (
 // question) or the graph gates (status, complete); it never touches a
 // terminal.
 type sessionEndpoint struct {
-	host     string
-	addr     string
+	host string
+	addr string
+	// urlHost is Settings.SessionEndpointHost.
+	urlHost  string
 	sessions *atomic.Pointer[sessions.Store]
 	gates    *gates
 	conn     *bus.Conn
@@ -76,6 +79,20 @@ func (ep *sessionEndpoint) listen() (net.Listener, string, error) {
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
 		host = "127.0.0.1"
+	}
+	switch ep.urlHost {
+	case "":
+	case "hostname":
+		// Sessions in another container reach this one by its name
+		// there (a replica's own, unlike a service's).
+		name, err := os.Hostname()
+		if err != nil {
+			ln.Close()
+			return nil, "", fmt.Errorf("session endpoint: LOOP_SESSION_ENDPOINT_HOST is hostname: %w", err)
+		}
+		host = name
+	default:
+		host = ep.urlHost
 	}
 	return ln, "http://" + net.JoinHostPort(host, port), nil
 }

@@ -7,7 +7,7 @@ func (s *Service) wire() {
 	s.records = recorder{events: d.Events, m: s.m}
 	s.gates = &gates{conn: d.Conn, config: d.Config, log: d.Log, events: d.Events, gateWait: s.m.gateWait,
 		workdir: set.Workdir, sessions: &s.store}
-	s.endpoint = &sessionEndpoint{host: set.Host, addr: set.SessionAddr, sessions: &s.store, gates: s.gates,
+	s.endpoint = &sessionEndpoint{host: set.Host, addr: set.SessionAddr, urlHost: set.SessionEndpointHost, sessions: &s.store, gates: s.gates,
 		conn: d.Conn, log: d.Log, events: d.Events, refused: s.m.sessionRefused, scrubber: set.Scrub}
 	s.leases = &leases{host: set.Host, period: set.Lease, log: d.Log, events: d.Events, elsewhere: s.m.elsewhere}
 	s.panes = &panes{term: s.tmux, host: set.Host, probe: set.ResumeProbe, log: d.Log}

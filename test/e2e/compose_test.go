@@ -74,6 +74,12 @@ const (
 	// composeStandInAgent the stand-in beside a real claude (STANDIN=1).
 	composePluginDir    = "/usr/local/share/the-loop/plugin"
 	composeStandInAgent = "/usr/local/bin/standin-agent"
+	// composeSessionUser is the sessions' user and group in the sessions
+	// service (docker-compose.yml).
+	composeSessionUser = "65533:65532"
+	// composeDispatcherUID is the dispatcher's uid, the one the session
+	// host serves.
+	composeDispatcherUID = "65532"
 	// composeHarness is where HARNESS=prebuilt takes Claude Code from,
 	// under the repository root (the build context).
 	composeHarness = "bin/harness/claude"
@@ -126,6 +132,7 @@ func TestCompose(t *testing.T) {
 
 	t.Run("GateStory", r.gateStory)
 	t.Run("SessionImage", r.sessionImage)
+	t.Run("SessionsContainer", r.sessionsContainer)
 	if t.Failed() {
 		return
 	}
@@ -227,7 +234,7 @@ channels:
 		return "    build:\n      network: none\n      args: {BINARY: prebuilt, " + args + "}\n"
 	}
 	ov := "# Image sources built here, no registry; the dispatcher's harness and workspaces.\nservices:\n"
-	for _, name := range []string{"nats", "nats-2", "nats-3"} {
+	for _, name := range []string{"nats-volumes", "nats", "nats-2", "nats-3"} {
 		ov += "  " + name + ":\n    image: " + natsImage + "\n"
 	}
 	for _, name := range []string{"ingress-github", "ingress-slack", "ledger-writer", "slack-renderer"} {
@@ -245,6 +252,9 @@ channels:
 	}
 	ov += "  dispatcher:\n    image: " + composeSessionImage + "\n" + build("SESSION_BASE: \""+composeBase+"\", "+session) +
 		"    environment:\n" + env
+	// The sessions' container runs the same image, built once for the
+	// dispatcher.
+	ov += "  sessions:\n    image: " + composeSessionImage + "\n" + build("SESSION_BASE: \""+composeBase+"\", "+session)
 	ov += "networks:\n  default:\n    name: " + composeNetwork + "\n    external: true\n"
 	if err := os.WriteFile(override, []byte(ov), 0o600); err != nil {
 		t.Fatal(err)
@@ -321,7 +331,7 @@ func (r *composeRun) gateStory(t *testing.T) {
 	r.comment(t, c, n, fmt.Sprintf("the-loop start\n\nPlease work on this (%s).", tokenFor(n, 0)))
 	boot := r.waitBoot(t, n)
 	r.story = &storyBoot{n: n, boot: boot}
-	t.Logf("session booted in the dispatcher's container: %s %s, working in %s", boot.Mode, boot.SessionID, boot.Dir)
+	t.Logf("session booted in the sessions' container: %s %s, working in %s", boot.Mode, boot.SessionID, boot.Dir)
 	r.waitNode(t, n, "phase-selection")
 	root := r.waitThread(t, c, n)
 	r.comment(t, c, n, "the-loop execute")
@@ -455,19 +465,22 @@ func (r *composeRun) sessionImage(t *testing.T) {
 	}
 
 	// The checkout is trusted in the Claude Code config of the session
-	// user's home, in the replica that spawned the session.
+	// user's home, which the replica that spawned the session wrote on the
+	// volume the two containers share, and the session user reads.
 	if spawner == "" {
 		t.Errorf("no dispatcher replica logged session.workspace_trusted for %s", ref(n))
 	} else {
-		home, err := dockerCmd(nil, "exec", spawner, "sh", "-c", `getent passwd 65532 | cut -d: -f6; echo "$HOME"`).Output()
+		sess := r.containerOf(t, "sessions")
+		home, err := dockerCmd(nil, "exec", sess, "sh", "-c", `getent passwd 65533 | cut -d: -f6; echo "$HOME"`).Output()
+		dhome, derr := dockerCmd(nil, "exec", spawner, "sh", "-c", `echo "$HOME"`).Output()
 		lines := strings.Fields(string(home))
-		if err != nil || len(lines) != 2 || lines[0] != lines[1] {
-			t.Fatalf("the session user's home: %q %v", home, err)
+		if err != nil || derr != nil || len(lines) != 2 || lines[0] != lines[1] || lines[0] != strings.TrimSpace(string(dhome)) {
+			t.Fatalf("the session user's home: %q (the dispatcher's HOME %q) %v %v", home, dhome, err, derr)
 		}
 		cfg := lines[0] + "/.claude.json"
-		raw, err := dockerCmd(nil, "exec", spawner, "cat", cfg).Output()
+		raw, err := dockerCmd(nil, "exec", "-u", composeSessionUser, sess, "cat", cfg).Output()
 		if err != nil {
-			t.Fatalf("cat %s in dispatcher %.12s: %v", cfg, spawner, err)
+			t.Fatalf("cat %s as the session user in the sessions' container %.12s: %v", cfg, sess, err)
 		}
 		var conf struct {
 			Projects map[string]struct {
@@ -482,7 +495,7 @@ func (r *composeRun) sessionImage(t *testing.T) {
 		if !ok || !p.Trusted || !p.Onboarded {
 			t.Errorf("%s: projects[%q] = %+v (present %v), want hasTrustDialogAccepted and hasCompletedProjectOnboarding\n%s", cfg, boot.Dir, p, ok, raw)
 		} else {
-			t.Logf("trust: %s in dispatcher %.12s has projects[%q].hasTrustDialogAccepted = true (and hasCompletedProjectOnboarding)", cfg, spawner, boot.Dir)
+			t.Logf("trust: %s, written by dispatcher %.12s and read by the session user, has projects[%q].hasTrustDialogAccepted = true (and hasCompletedProjectOnboarding)", cfg, spawner, boot.Dir)
 		}
 	}
 
@@ -1058,6 +1071,11 @@ func (r *composeRun) clusterProfile(t *testing.T) {
 	r.op.Close()
 	mustRun(t, r.cmd("down", "--volumes", "--remove-orphans", "--timeout", "20"))
 	mustRun(t, exec.Command(filepath.Join(composeRepoRoot, "scripts", "nats-routes.sh"), r.secrets, "nats:6222", "nats-2:6222", "nats-3:6222"))
+	// The route credential is private (0600); the servers run as uid
+	// 65531 (docs/deploy.md).
+	if err := os.Chown(filepath.Join(r.secrets, "routes.conf"), 65531, 65531); err != nil {
+		t.Fatal(err)
+	}
 	env, err := filepath.Abs(filepath.Join(composeRepoRoot, "deploy", "nats", "cluster.env"))
 	if err != nil {
 		t.Fatal(err)

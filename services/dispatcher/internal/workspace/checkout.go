@@ -19,7 +19,7 @@ var ErrNoBranch = errors.New("branch not on the upstream")
 func (m *Manager) checkout(ctx context.Context, r Repo, dir, want string, onUpstream bool) (Checkout, error) {
 	c := Checkout{Repo: r, Dir: dir}
 	if m.cfg.Strategy == Dir {
-		return c, os.MkdirAll(dir, 0o755)
+		return c, os.MkdirAll(dir, dirMode)
 	}
 	ok, err := m.isCheckout(ctx, dir)
 	if err != nil {
@@ -29,7 +29,7 @@ func (m *Manager) checkout(ctx context.Context, r Repo, dir, want string, onUpst
 		c.Branch, err = m.currentBranch(ctx, dir)
 		return c, err
 	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), dirMode); err != nil {
 		return c, err
 	}
 	if m.cfg.Strategy == Clone {
@@ -164,7 +164,7 @@ func (m *Manager) ensureMirror(ctx context.Context, r Repo, mirror string) error
 		return err
 	}
 	parent := filepath.Dir(mirror)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	if err := os.MkdirAll(parent, dirMode); err != nil {
 		return err
 	}
 	tmp := mirror + ".new"

@@ -79,11 +79,11 @@ func (l *locks) lock(ctx context.Context, path string) (unlock func(), err error
 // files do not pile up): a lock taken on a file no longer at path is
 // dropped and taken again on the file there now.
 func flock(ctx context.Context, path string) (*os.File, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), dirMode); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
 		if err != nil {
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}

@@ -39,6 +39,12 @@ import (
 	"strings"
 )
 
+// dirMode is the mode directories are made with, before the process's
+// umask: 0755 under the usual 022, group-writable under 0002, which a
+// dispatcher sets when its sessions run as another user of its group
+// (LOOP_WORKSPACE_SHARED).
+const dirMode = 0o777
+
 // Strategy is how a work item's repositories are laid out.
 type Strategy string
 
@@ -283,7 +289,7 @@ func (m *Manager) Ensure(ctx context.Context, item Item) (*Workspace, error) {
 	}
 	ws.Primary = ws.Checkouts[0].Dir
 	ws.SpecDir = filepath.Join(ws.Primary, "docs", "specs", SpecID(ref))
-	if err := os.MkdirAll(ws.SpecDir, 0o755); err != nil {
+	if err := os.MkdirAll(ws.SpecDir, dirMode); err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
 	return ws, nil
@@ -356,7 +362,7 @@ func (m *Manager) GitDirs(c Checkout) (write, read []string) {
 	mirror := m.mirrorDir(c.Repo)
 	read = []string{mirror}
 	write = []string{filepath.Join(mirror, "objects"), filepath.Join(mirror, "refs"), filepath.Join(mirror, "logs")}
-	_ = os.MkdirAll(filepath.Join(mirror, "logs"), 0o755)
+	_ = os.MkdirAll(filepath.Join(mirror, "logs"), dirMode)
 	b, err := os.ReadFile(filepath.Join(c.Dir, ".git"))
 	if err != nil {
 		return write, read
