@@ -37,8 +37,7 @@ func TestSessionSandboxUnderUp(t *testing.T) {
 		t.Fatalf("up keeps no operator seed to steal: %v", err)
 	}
 	leak := filepath.Join(a.tmp, "leak")
-	script := fmt.Sprintf(`try() { name=$1; shift; if out=$("$@" 2>&1); then echo "$name: ok: $out"; else echo "$name: refused: $out"; fi; }
-try "commit in its own checkout" sh -c 'echo probe > probe.txt && git add probe.txt && git -c user.name=agent -c user.email=agent@example.test commit -q -m probe && git log --oneline -1'
+	script := fmt.Sprintf(`try "commit in its own checkout" sh -c 'echo probe > probe.txt && git add probe.txt && git -c user.name=agent -c user.email=agent@example.test commit -q -m probe && git log --oneline -1'
 try "ask its endpoint (the-loop check)" sh -c 'the-loop check --json | grep -o "\"status\": *\"[a-z]*\"" | head -1'
 try "read up's operator seed" cat %[1]s
 try "list another work item's workspace" ls %[2]s
@@ -48,29 +47,7 @@ try "read up's environment" sh -c 'tr "\0" "\n" < /proc/%[9]d/environ'
 try "read every process's environment for the loop's secrets" sh -c 'r=0; d=0; for e in /proc/[0-9]*/environ; do if cat $e >/dev/null 2>&1; then r=$((r+1)); else d=$((d+1)); fi; done; echo "$r readable (its own), $d refused"; cat /proc/[0-9]*/environ 2>/dev/null | tr "\0" "\n" | grep -E "^LOOP_[A-Z_]*(TOKEN|SECRET|KEY|SEED|PASSWORD)=" | grep -vx "LOOP_SESSION_TOKEN=$LOOP_SESSION_TOKEN"'
 try "search home, workspaces, store and secret mounts for seeds and keys" sh -c 'grep -rhoE "S[UOA][A-Z2-7]{56}|LOOP_ENVELOPE_KEY=.*" %[10]s %[11]s %[12]s /run/secrets /var/run/secrets 2>/dev/null | sort -u | grep .'
 `, seed, theirs.Dir, envAttack, envAttackNATS, a.natsAddr, filepath.Join(a.harness, "e2e.test"), a.socketOf(mine.n), leak, a.pid, a.home, a.root, a.store)
-	probe := filepath.Join(a.harness, "probe.sh")
-	if err := os.WriteFile(probe, []byte(script), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	// "#": the rest of the line, as the prompt quotes it, is a comment.
-	a.comment(mine.n, standin.RunMarker+"sh "+probe+" #")
-	var out string
-	testkit.WaitFor(t, "the obedient session's attempts", func() bool {
-		runs, _ := standin.ReadRuns(a.standIn)
-		for _, r := range runs {
-			if r.SessionID == mine.boot.SessionID && strings.Contains(r.Command, probe) {
-				out = r.Output
-				return true
-			}
-		}
-		return false
-	})
-	got := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		name, result, _ := strings.Cut(l, ": ")
-		got[name] = result
-		t.Log(l)
-	}
+	got, out := a.probe(mine, "probe.sh", script)
 	for name, want := range map[string]string{
 		"commit in its own checkout":         "ok: ",
 		"ask its endpoint (the-loop check)":  `ok: "status": "wait"`,
@@ -103,6 +80,42 @@ try "search home, workspaces, store and secret mounts for seeds and keys" sh -c 
 	if log := runGit(t, mine.boot.Dir, "log", "--oneline", "-1"); !strings.Contains(log, "probe") {
 		t.Errorf("the session's commit is not on its branch: %s", log)
 	}
+}
+
+// tryShell is the probes' shell prelude: try NAME CMD… prints "NAME: ok:
+// OUTPUT" or "NAME: refused: OUTPUT".
+const tryShell = `try() { name=$1; shift; if out=$("$@" 2>&1); then echo "$name: ok: $out"; else echo "$name: refused: $out"; fi; }
+`
+
+// probe has the obedient session of work item it run script (after
+// tryShell) from a file named file, and returns each attempt's result by
+// name and the whole output, each line logged.
+func (a *agentUp) probe(it item, file, script string) (map[string]string, string) {
+	a.t.Helper()
+	path := filepath.Join(a.harness, file)
+	if err := os.WriteFile(path, []byte(tryShell+script), 0o700); err != nil {
+		a.t.Fatal(err)
+	}
+	// "#": the rest of the line, as the prompt quotes it, is a comment.
+	a.comment(it.n, standin.RunMarker+"sh "+path+" #")
+	var out string
+	testkit.WaitFor(a.t, "the obedient session's attempts", func() bool {
+		runs, _ := standin.ReadRuns(a.standIn)
+		for _, r := range runs {
+			if r.SessionID == it.boot.SessionID && strings.Contains(r.Command, path) {
+				out = r.Output
+				return true
+			}
+		}
+		return false
+	})
+	got := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		name, result, _ := strings.Cut(l, ": ")
+		got[name] = result
+		a.t.Log(l)
+	}
+	return got, out
 }
 
 // item is a work item whose session booted.

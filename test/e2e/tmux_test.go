@@ -53,34 +53,12 @@ func TestSessionsApartUnderUp(t *testing.T) {
 	}
 	sock, target := a.socketOf(theirs.n), a.target(theirs.n)
 	const typed = "typed-by-another-session-4b7d"
-	script := fmt.Sprintf(`try() { name=$1; shift; if out=$("$@" 2>&1); then echo "$name: ok: $out"; else echo "$name: refused: $out"; fi; }
-try "read the other session's pane" tmux -S %[1]s capture-pane -p -t =%[2]s:
+	script := fmt.Sprintf(`try "read the other session's pane" tmux -S %[1]s capture-pane -p -t =%[2]s:
 try "type into the other session" tmux -S %[1]s send-keys -t =%[2]s: "echo %[3]s" Enter
 try "connect to the other session's socket" env %[4]s=unix %[5]s=%[1]s %[6]s
 try "read the other session's workspace" ls %[7]s
 `, sock, target, typed, envAttack, envAttackSocket, filepath.Join(a.harness, "e2e.test"), theirBoot.Dir)
-	probe := filepath.Join(a.harness, "apart.sh")
-	if err := os.WriteFile(probe, []byte(script), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	a.comment(mine.n, standin.RunMarker+"sh "+probe+" #")
-	var out string
-	testkit.WaitFor(t, "the obedient session's attempts", func() bool {
-		runs, _ := standin.ReadRuns(a.standIn)
-		for _, r := range runs {
-			if r.SessionID == mine.boot.SessionID && strings.Contains(r.Command, probe) {
-				out = r.Output
-				return true
-			}
-		}
-		return false
-	})
-	got := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		name, result, _ := strings.Cut(l, ": ")
-		got[name] = result
-		t.Log(l)
-	}
+	got, _ := a.probe(mine, "apart.sh", script)
 	for name, want := range map[string]string{
 		"read the other session's pane":         "refused: error connecting to " + sock,
 		"type into the other session":           "refused: error connecting to " + sock,
