@@ -22,6 +22,9 @@ var errUsage = errors.New("usage")
 const usageText = `the-loop — GitHub and Slack to AI coding-agent sessions over NATS JetStream
 
 Usage:
+  the-loop init --github LOGIN [--name NAME] [--slack-user ID --slack-channel ID] [FILE]
+                                       a starter operator config (default ./the-loop.yaml) that authorizes
+                                       one person; never overwrites, and says what to do next
   the-loop up                          run all five services on an embedded JetStream server
   the-loop demo [--keep-running]       the whole flow against built-in GitHub and Slack stand-ins, no credentials
   the-loop serve <service> [--help]    run one service: ` + "ingress-github, ingress-slack, ledger-writer, slack-renderer, dispatcher" + `
@@ -166,6 +169,8 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return cmdAuth(ctx, rest, env, stdout, stderr)
 	case "provision":
 		return cmdProvision(ctx, rest, env, stdout, stderr)
+	case "init":
+		return cmdInit(ctx, rest, env, stdout, stderr)
 	case "docs":
 		return cmdDocs(ctx, rest, env, stdout, stderr)
 	case "version", "--version":
