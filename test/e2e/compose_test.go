@@ -237,7 +237,7 @@ channels:
 	for _, name := range []string{"nats-volumes", "nats", "nats-2", "nats-3"} {
 		ov += "  " + name + ":\n    image: " + natsImage + "\n"
 	}
-	for _, name := range []string{"ingress-github", "ingress-slack", "ledger-writer", "slack-renderer"} {
+	for _, name := range []string{"provision", "ingress-github", "ingress-slack", "ledger-writer", "slack-renderer"} {
 		ov += "  " + name + ":\n    image: " + composeServiceImage + "\n" + build("STATIC_BASE: scratch")
 	}
 	// The GitHub fake serves no repositories: each work item gets a plain
