@@ -119,10 +119,10 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 	}
 	verb, rest := args[0], args[1:]
 	if verb == "help" && len(rest) > 0 && !isHelpFlag(rest[0]) {
-		return verbUsage(stdout, rest[0])
+		return verbUsage(stdout, strings.Join(subVerb(rest), " "))
 	}
 	if asksHelp(verb, rest) {
-		return verbUsage(stdout, verb)
+		return verbUsage(stdout, strings.Join(subVerb(args), " "))
 	}
 	switch verb {
 	case "up":
@@ -184,6 +184,19 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 	return fmt.Errorf("%w: unknown verb %q", errUsage, verb)
 }
 
+// upSettingsHelp is what `up --help` adds: the settings a first run
+// changes, with their defaults (the full list: docs/configuration.md).
+const upSettingsHelp = `
+Settings (environment; every one: docs/configuration.md, or 'the-loop serve <service> --help'):
+  LOOP_STORE_DIR        the store: streams, identities (default $XDG_STATE_HOME/the-loop)
+  LOOP_NATS_LISTEN      the embedded JetStream server (default 127.0.0.1:4222)
+  LOOP_ADMIN_ADDR       /healthz, /readyz, /metrics and the status page /status (default 127.0.0.1:9090)
+  LOOP_WORKSPACE_ROOT   each work item's checkout (default $XDG_DATA_HOME/the-loop/workspaces)
+  LOOP_CONFIG           the operator config ('the-loop init' writes one)
+  LOOP_GITHUB_TOKEN, LOOP_GITHUB_WEBHOOK_SECRET, LOOP_GITHUB_WEBHOOK_ADDR (default :8787)
+  LOOP_SLACK_BOT_TOKEN, LOOP_SLACK_APP_TOKEN or LOOP_SLACK_SIGNING_SECRET
+`
+
 // asksHelp reports whether args ask for the verb's usage (-h, --help). Two
 // verbs answer it themselves: `serve <service> --help` lists the settings the
 // service reads, and `demo agent` hands its argv to the stand-in harness.
@@ -207,14 +220,29 @@ func asksHelp(verb string, args []string) bool {
 
 func isHelpFlag(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
 
-// verbUsage prints the lines of usageText that describe verb, under a
-// "Usage:" line: what `help VERB` and `VERB --help` answer.
+// subVerb is the verb of args and, when the next word is one of its
+// sub-verbs in the usage text (`dlq replay`, `sessions pause`), that word.
+func subVerb(args []string) []string {
+	if len(args) > 1 && !strings.HasPrefix(args[1], "-") && len(usageLines(args[0]+" "+args[1])) > 0 {
+		return args[:2]
+	}
+	return args[:1]
+}
+
+// verbUsage prints the lines of usageText that describe verb (or "verb
+// sub"), under a "Usage:" line: what `help VERB`, `VERB --help` and `VERB
+// SUB --help` answer; `up` also names the settings it reads first.
 func verbUsage(w io.Writer, verb string) error {
 	lines := usageLines(verb)
 	if len(lines) == 0 {
 		fmt.Fprint(w, usageText)
 		return fmt.Errorf("%w: unknown verb %q", errUsage, verb)
 	}
+	defer func() {
+		if verb == "up" {
+			fmt.Fprint(w, upSettingsHelp)
+		}
+	}()
 	fmt.Fprintln(w, "Usage:")
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
