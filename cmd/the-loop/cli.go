@@ -238,17 +238,15 @@ func verbUsage(w io.Writer, verb string) error {
 		fmt.Fprint(w, usageText)
 		return fmt.Errorf("%w: unknown verb %q", errUsage, verb)
 	}
-	defer func() {
-		if verb == "up" {
-			fmt.Fprint(w, upSettingsHelp)
-		}
-	}()
 	fmt.Fprintln(w, "Usage:")
 	for _, l := range lines {
 		fmt.Fprintln(w, l)
 	}
-	if verb == "serve" {
+	switch verb {
+	case "serve":
 		fmt.Fprintln(w, "\n'the-loop serve <service> --help' lists the settings that service reads.")
+	case "up":
+		fmt.Fprint(w, upSettingsHelp)
 	}
 	return nil
 }
