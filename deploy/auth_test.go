@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compose-spec/compose-go/v2/cli"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -196,15 +195,7 @@ func TestRouteCredential(t *testing.T) {
 // seed as a compose secret and only that one, and NATS gets the
 // authorization block.
 func TestComposeGivesEachServiceItsOwnIdentity(t *testing.T) {
-	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yml"},
-		cli.WithWorkingDirectory(".."), cli.WithEnv([]string{}), cli.WithInterpolation(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	project, err := opts.LoadProject(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	project := loadCompose(t)
 	for _, name := range theServices {
 		svc := project.Services[name]
 		if f := svc.Environment["LOOP_NATS_NKEY_FILE"]; f == nil || *f != "/run/secrets/nats.nk" {

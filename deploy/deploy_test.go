@@ -86,17 +86,24 @@ func defaultPort(t *testing.T, name string) string {
 	return port
 }
 
-func TestComposeFile(t *testing.T) {
-	ctx := context.Background()
-	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yml"},
-		cli.WithWorkingDirectory(".."), cli.WithEnv([]string{}), cli.WithInterpolation(true))
+// loadCompose is docker-compose.yml as compose-go loads it, interpolated in
+// an empty environment, with the options more (an env file, a profile).
+func loadCompose(t *testing.T, more ...cli.ProjectOptionsFn) *composetypes.Project {
+	t.Helper()
+	o := append([]cli.ProjectOptionsFn{cli.WithWorkingDirectory(".."), cli.WithEnv([]string{})}, more...)
+	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yml"}, append(o, cli.WithInterpolation(true))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	project, err := opts.LoadProject(ctx)
+	project, err := opts.LoadProject(context.Background())
 	if err != nil {
 		t.Fatalf("compose-go refuses docker-compose.yml: %v", err)
 	}
+	return project
+}
+
+func TestComposeFile(t *testing.T) {
+	project := loadCompose(t)
 	types := settingTypes(t)
 	wantNames := append([]string{"nats", "nats-volumes", "provision", "sessions"}, theServices...)
 	got := project.ServiceNames()
@@ -205,15 +212,7 @@ func TestComposeFile(t *testing.T) {
 // every service starts only after it succeeded; no service gets the
 // operator's seed (docs/decisions/098-provisioning-is-the-operators.md).
 func TestComposeProvisionsAsTheOperator(t *testing.T) {
-	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yml"},
-		cli.WithWorkingDirectory(".."), cli.WithEnv([]string{}), cli.WithInterpolation(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	project, err := opts.LoadProject(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	project := loadCompose(t)
 	p, ok := project.Services["provision"]
 	if !ok {
 		t.Fatal("no provision service")
@@ -1012,16 +1011,7 @@ func checkSessionsContainer(t *testing.T, spec corev1.PodSpec) {
 // every service R3 and every server's URL.
 func TestComposeClusterProfile(t *testing.T) {
 	// As `docker compose --env-file deploy/nats/cluster.env` reads it.
-	opts, err := cli.NewProjectOptions([]string{"../docker-compose.yml"},
-		cli.WithWorkingDirectory(".."), cli.WithEnv([]string{}), cli.WithEnvFiles("nats/cluster.env"), cli.WithDotEnv,
-		cli.WithInterpolation(true), cli.WithProfiles([]string{"cluster"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	project, err := opts.LoadProject(context.Background())
-	if err != nil {
-		t.Fatalf("compose-go refuses the cluster profile: %v", err)
-	}
+	project := loadCompose(t, cli.WithEnvFiles("nats/cluster.env"), cli.WithDotEnv, cli.WithProfiles([]string{"cluster"}))
 	conf, err := os.ReadFile("nats/cluster.conf")
 	if err != nil {
 		t.Fatal(err)
