@@ -14,7 +14,15 @@ import (
 // cmdServe runs one service against LOOP_NATS_URL: what each container runs.
 func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
 	fs := newFlags("serve", stderr)
-	help := fs.Bool("help", false, "list the settings the service reads")
+	if len(args) > 0 && isHelpFlag(args[0]) {
+		// `serve --help`: the verb's help, the services' settings are
+		// each one's own.
+		fs.Usage = func() {
+			writeHelp(fs.Output(), fs)
+			fmt.Fprintln(fs.Output(), "\n'the-loop serve <service> --help' lists the settings that service reads.")
+		}
+		return parseFlags(fs, args)
+	}
 	if len(args) == 0 {
 		return fmt.Errorf("%w: serve needs a service: %s", errUsage, quoteList(serviceNames()))
 	}
@@ -23,12 +31,18 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 	if !ok {
 		return fmt.Errorf("%w: unknown service %q; services: %s", errUsage, name, quoteList(serviceNames()))
 	}
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: the-loop serve %s\n\nIt reads these settings from the environment:\n\n", name)
+		if err := config.Usage(w, &config.Common{}, def.config(&settings{})); err != nil {
+			fmt.Fprintf(w, "the-loop: %v\n", err)
+		}
+	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if *help {
-		fmt.Fprintf(stdout, "Usage: the-loop serve %s\n\nIt reads these settings from the environment:\n\n", name)
-		return config.Usage(stdout, &config.Common{}, def.config(&settings{}))
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: serve %s takes no arguments (unexpected %q)", errUsage, name, fs.Arg(0))
 	}
 	s, err := loadSettings(env)
 	if err != nil {
