@@ -196,6 +196,26 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseInterspersed is parseFlags for a verb whose flags may also follow
+// its arguments (`auth init DIR --force`); it returns the arguments. A "--"
+// ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		rest := fs.Args()
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
 func quoteList(xs []string) string {
 	if len(xs) == 0 {
 		return "none"
