@@ -52,6 +52,11 @@ type serviceDef struct {
 	// new builds the service from what every service gets and its own
 	// settings, as h composes them.
 	new func(d service.Deps, h *host) (runner, error)
+	// required fails, naming each setting, unless what the service cannot
+	// work without is set, given the operator config op in force at start:
+	// `serve` checks it before connecting, so that a container missing a
+	// token exits at once saying which (nil: nothing is required).
+	required func(s *settings, op *config.Config) error
 }
 
 // services lists the five services in start order: consumers of the streams
@@ -62,13 +67,13 @@ var services = []serviceDef{
 		cfg := h.settings.LedgerWriter
 		cfg.EnvelopeKey = h.envelopeKey
 		return ledgerwriter.New(d, cfg)
-	}},
+	}, func(s *settings, _ *config.Config) error { return s.LedgerWriter.Required() }},
 	{slackrenderer.Name, false, func(s *settings) any { return &s.SlackRenderer }, func(d service.Deps, h *host) (runner, error) {
 		return slackrenderer.New(d, h.settings.SlackRenderer)
-	}},
+	}, func(s *settings, op *config.Config) error { return s.SlackRenderer.Required(op) }},
 	{dispatcher.Name, false, func(s *settings) any { return &s.Dispatcher }, func(d service.Deps, h *host) (runner, error) {
 		return dispatcher.New(d, h.settings.Dispatcher, dispatcher.WithSessionEnv(h.settings.sessionEnv), dispatcher.WithSandboxHidden(h.sandboxHidden...))
-	}},
+	}, nil},
 	{ingressgithub.Name, true, func(s *settings) any { return &s.IngressGitHub }, func(d service.Deps, h *host) (runner, error) {
 		cfg := h.settings.IngressGitHub
 		cfg.EnvelopeKey = h.envelopeKey
@@ -76,10 +81,10 @@ var services = []serviceDef{
 		// the others (`up`) it keeps the process running and says why in
 		// /readyz.
 		return ingressgithub.New(d, cfg, func(o *ingressgithub.Options) { o.RequireWebhookSecret = h.serve })
-	}},
+	}, func(s *settings, _ *config.Config) error { return s.IngressGitHub.Required() }},
 	{ingressslack.Name, false, func(s *settings) any { return &s.IngressSlack }, func(d service.Deps, h *host) (runner, error) {
 		return ingressslack.New(d, h.settings.IngressSlack)
-	}},
+	}, func(s *settings, op *config.Config) error { return s.IngressSlack.Required(op) }},
 }
 
 func serviceNames() []string {

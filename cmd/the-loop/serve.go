@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
@@ -51,12 +52,12 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 	if s.Common.NATSURL == "" {
 		return fmt.Errorf("LOOP_NATS_URL is not set: 'serve' connects to an external NATS server ('the-loop up' runs an embedded one)")
 	}
+	if err := requireSettings(def, &s); err != nil {
+		return err
+	}
 	var key []byte
 	if def.needsKey {
 		if key, err = envelopeKey(s, ""); err != nil {
-			return err
-		}
-		if err := s.LedgerWriter.RequireEnvelopeKey(); err != nil {
 			return err
 		}
 	}
@@ -92,4 +93,36 @@ func cmdServe(ctx context.Context, args []string, env config.Env, stdout, stderr
 			return bus.Connect(ctx, bus.Options{URL: s.Common.NATSURL, Name: identity + "/" + hostname, Logger: log, Credentials: creds, Identity: identity})
 		}}
 	return h.run(ctx)
+}
+
+// requireSettings fails, in one line naming the service and each missing
+// setting, unless what def cannot work without is set, judged by the
+// operator config at LOOP_CONFIG: a container without its token exits at
+// start (compose restarts it, Kubernetes shows CrashLoopBackOff with this
+// line) rather than running unready (docs/deploy.md).
+func requireSettings(def serviceDef, s *settings) error {
+	if def.required == nil {
+		return nil
+	}
+	op := config.Default()
+	if path := s.Common.ConfigPath; path != "" {
+		cfg, _, err := config.LoadFile(path)
+		if err != nil {
+			return fmt.Errorf("%s: operator config (LOOP_CONFIG): %w", def.name, err)
+		}
+		op = cfg
+	}
+	err := def.required(s, op)
+	if err == nil {
+		return nil
+	}
+	var missing []string
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			missing = append(missing, e.Error())
+		}
+	} else {
+		missing = []string{err.Error()}
+	}
+	return fmt.Errorf("%s cannot start: %s", def.name, strings.Join(missing, "; "))
 }
