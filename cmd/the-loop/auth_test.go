@@ -126,6 +126,10 @@ func TestServeAsItsOwnIdentity(t *testing.T) {
 				t.Errorf("%s: the error does not say %q:\n%s", tc.name, w, last)
 			}
 		}
+		// Said once: by the exit, not also by a log line before it.
+		if before := stderr[:len(stderr)-len(last)]; strings.Contains(before, `"level":"ERROR"`) || strings.Contains(before, "level=ERROR") {
+			t.Errorf("%s: the error is logged before the exit says it:\n%s", tc.name, stderr)
+		}
 		if connected := strings.Contains(stdout, "the-loop serve ledger-writer: NATS"); connected != tc.connects {
 			t.Errorf("%s: connected %v, want %v (a credential that cannot work is refused before connecting)\n%s", tc.name, connected, tc.connects, stdout)
 		}
