@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,5 +75,24 @@ channels:
 				t.Errorf("serve %s with %v does not name %s: %s", c.service, keysOf(c.env), m, stderr)
 			}
 		}
+	}
+}
+
+// TestUpNamesThePortInUse: `up` on a NATS port another process holds says
+// so at once, in one line naming LOOP_NATS_LISTEN, not with the server's
+// log and a timeout.
+func TestUpNamesThePortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	env := config.Env{"LOOP_STORE_DIR": filepath.Join(dir, "store"), "LOOP_WORKSPACE_ROOT": filepath.Join(dir, "ws"),
+		"LOOP_NATS_LISTEN": ln.Addr().String(), "LOOP_LOG_FORMAT": "json"}
+	code, _, stderr := runVerb(t, env, "up")
+	if code != 1 || !strings.HasPrefix(stderr, "the-loop: LOOP_NATS_LISTEN="+ln.Addr().String()+": the address is in use") ||
+		strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Errorf("up on a port in use: exit %d\n%s", code, stderr)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/services/dispatcher"
 )
 
@@ -121,6 +122,15 @@ func startEmbedded(ctx context.Context, s settings, store string, log *slog.Logg
 	listenHost, port, err := splitListen(s.Up.NATSListen)
 	if err != nil {
 		return nil, err
+	}
+	if port > 0 {
+		// A port in use is said at once, naming its setting, rather
+		// than by the server's own log and a timeout.
+		ln, err := httpserver.Listen("LOOP_NATS_LISTEN", s.Up.NATSListen)
+		if err != nil {
+			return nil, err
+		}
+		ln.Close()
 	}
 	srv, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{
 		StoreDir: filepath.Join(store, "jetstream"), Host: listenHost, Port: port, Logger: log, Users: keys.users,
