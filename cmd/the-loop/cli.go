@@ -74,8 +74,9 @@ Usage:
   the-loop excerpt --event NAME [FILE|-]
                                        what a session is shown of a GitHub payload
   the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
-  the-loop auth init DIR               a deployment's bus identities: NKey seeds, nats.conf authorization
-                                       and the public signers.json
+  the-loop auth init DIR [--force] [--reader UID|none]
+                                       a deployment's bus identities: NKey seeds (kept if there, readable
+                                       by the services' uid), nats.conf authorization and signers.json
   the-loop auth signers [FILE]         as the operator: the identities' public keys (signers.json, or
                                        LOOP_SIGNERS_FILE) into the signers bucket the services verify
                                        events with
@@ -87,7 +88,8 @@ Usage:
   the-loop version                     print the version
   the-loop help [VERB]                 this text, or one verb's usage
 
-Settings come from LOOP_* environment variables ('the-loop serve <service> --help' lists them).
+'the-loop VERB --help' lists a verb's flags, arguments and the settings it reads.
+Settings come from LOOP_* environment variables ('the-loop serve <service> --help' lists a service's).
 `
 
 // run executes one verb and returns the process exit code: 0 success, 1

@@ -222,12 +222,13 @@ func writeHelp(w io.Writer, fs *flag.FlagSet) {
 	var flags []string
 	fs.VisitAll(func(f *flag.Flag) {
 		value, usage := flag.UnquoteUsage(f)
+		value = strings.ToUpper(value) // a type: STRING, INT, DURATION
 		if v, ok := values[f.Name]; ok && value != "" {
 			value = v
 		}
 		l := "--" + f.Name
 		if value != "" {
-			l += " " + strings.ToUpper(value)
+			l += " " + value
 		}
 		if def := f.DefValue; def != "" && def != "0" && def != "false" && def != "[]" && !strings.Contains(usage, "(default") {
 			usage += " (default " + def + ")"
