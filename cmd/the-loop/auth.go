@@ -202,8 +202,12 @@ func cmdAuth(ctx context.Context, args []string, env config.Env, stdout, stderr 
 	}
 	fmt.Fprintf(stdout, "give each service its own seed as LOOP_NATS_NKEY_FILE (a secret); the operator verbs use operator.nk or observer.nk\n")
 	if ungranted != nil {
-		return fmt.Errorf("the seeds are written, but uid %d cannot read them (%v): the containers run as that uid; "+
-			"run 'sudo the-loop auth init %s' (it keeps the seeds) or 'sudo chown %d %s/*.nk'; --reader none when they need not", reader, ungranted, dir, reader, seedDir)
+		// Not a failure: the identities are issued, and where no
+		// container reads them (local processes; Docker Desktop's file
+		// sharing) nothing is missing. Said once, with what to run.
+		fmt.Fprintf(stderr, "the-loop: auth init: uid %d cannot read the seeds (%v); compose's containers run as that uid: "+
+			"run 'sudo the-loop auth init %s' (it keeps the seeds) or 'sudo chown %d %s/*.nk' (--reader none: no container reads them)\n",
+			reader, ungranted, dir, reader, seedDir)
 	}
 	return nil
 }
