@@ -89,8 +89,6 @@ var (
 	}
 )
 
-func join(lists ...[]string) []string { return slices.Concat(lists...) }
-
 // verbDocs holds, by flag-set name (the verb, or "verb sub"), what the
 // help lists beside the flags.
 var verbDocs = map[string]verbDoc{
@@ -110,26 +108,26 @@ var verbDocs = map[string]verbDoc{
 	"init":            {args: []string{"FILE  where to write the config (default ./the-loop.yaml); never overwritten"}},
 	"serve":           {args: []string{"<service>  ingress-github, ingress-slack, ledger-writer, slack-renderer or dispatcher"}},
 	"demo":            {settings: []string{"LOOP_ADMIN_TOKEN  with --keep-running: the status page's token (default: a throwaway one)"}},
-	"events":          {settings: join(connectSettings)},
+	"events":          {settings: connectSettings},
 	"channels status": {settings: []string{"LOOP_CONFIG  the operator config, when --config is not given"}},
 	"migrate-config": {args: []string{"FILE  the operator config (default: LOOP_CONFIG)"},
 		settings: []string{"LOOP_CONFIG  the operator config, when FILE is not given"}},
 	"dlq list":           {settings: connectSettings},
 	"dlq replay":         {args: []string{"<seq>  the entry's sequence number (the SEQ column of the list)"}, settings: connectSettings},
-	"partitions":         {settings: join(topologySettings[:1], connectSettings)},
+	"partitions":         {settings: slices.Concat(topologySettings[:1], connectSettings)},
 	"sessions list":      {settings: connectSettings},
-	"sessions pause":     {settings: join([]string{"LOOP_CONFIG  read by the dispatcher: routing.authorizedUsers must name --as"}, connectSettings)},
+	"sessions pause":     {settings: slices.Concat([]string{"LOOP_CONFIG  read by the dispatcher: routing.authorizedUsers must name --as"}, connectSettings)},
 	"sessions register":  {settings: sessionSettings},
 	"sessions link-pr":   {args: []string{"N|REF  the pull request, when --pull-request is not given"}, settings: sessionSettings},
 	"ask":                {args: []string{"-  read the question from standard input"}, settings: sessionSettings},
-	"graph status":       {args: []string{"REF  the work item, github:owner/repo#N (in a session: its own, when omitted)"}, settings: join(sessionSettings, connectSettings)},
-	"graph complete":     {args: []string{"REF  the work item, github:owner/repo#N (in a session: its own, when omitted)"}, settings: join(sessionSettings, connectSettings)},
+	"graph status":       {args: []string{"REF  the work item, github:owner/repo#N (in a session: its own, when omitted)"}, settings: slices.Concat(sessionSettings, connectSettings)},
+	"graph complete":     {args: []string{"REF  the work item, github:owner/repo#N (in a session: its own, when omitted)"}, settings: slices.Concat(sessionSettings, connectSettings)},
 	"graph show":         {settings: sessionSettings},
 	"instructions":       {settings: sessionSettings},
 	"scenarios":          {settings: sessionSettings},
 	"check":              {settings: sessionSettings},
 	"hook session-start": {settings: sessionSettings},
-	"hook stop":          {settings: join(sessionSettings, []string{"LOOP_STOP_MAX_ATTEMPTS  how many times in a row the Stop hook sends the agent back (set by the dispatcher; default 3)"})},
+	"hook stop":          {settings: slices.Concat(sessionSettings, []string{"LOOP_STOP_MAX_ATTEMPTS  how many times in a row the Stop hook sends the agent back (set by the dispatcher; default 3)"})},
 	"sandbox":            {args: []string{"COMMAND  the command to run confined, after --", "ARGS  its arguments"}},
 	"session-host tmux":  {args: []string{"ARGS  tmux's arguments, after --"}},
 	"plugin install":     {args: []string{"DIR  the directory to install the plugin in"}},
@@ -138,8 +136,8 @@ var verbDocs = map[string]verbDoc{
 	"auth init": {args: []string{"DIR  where to write nats/<identity>.nk, auth.conf and signers.json (deploy/secrets)"},
 		settings: topologySettings},
 	"auth signers": {args: []string{"FILE  the signers file 'auth init' wrote (default: LOOP_SIGNERS_FILE)"},
-		settings: join([]string{"LOOP_SIGNERS_FILE  the signers file, when FILE is not given"}, topologySettings, connectSettings, logSettings)},
-	"provision": {settings: join(topologySettings, []string{"LOOP_SIGNERS_FILE  the identities' public keys to write to the signers bucket ('auth init' wrote signers.json)"},
+		settings: slices.Concat([]string{"LOOP_SIGNERS_FILE  the signers file, when FILE is not given"}, topologySettings, connectSettings, logSettings)},
+	"provision": {settings: slices.Concat(topologySettings, []string{"LOOP_SIGNERS_FILE  the identities' public keys to write to the signers bucket ('auth init' wrote signers.json)"},
 		connectSettings, logSettings)},
 }
 
