@@ -15,6 +15,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -383,9 +385,10 @@ func imageOf(t *testing.T, o objects, name string) string {
 }
 
 // TestChartRendersTheKustomizeObjects renders the chart, with Helm's loader
-// and engine, for its default values, for values-production.yaml and for
-// every optional part turned on, and compares each with the kustomization it
-// stands for: the base, the prod overlay, and the base with every component.
+// and engine, for its default values, values-dev.yaml, values-production.yaml
+// and every optional part turned on, and compares each with the kustomization
+// it stands for: the base, the dev and prod overlays, and the base with every
+// component.
 func TestChartRendersTheKustomizeObjects(t *testing.T) {
 	allComponents := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../base\ncomponents:\n"
 	comps, err := filepath.Glob(filepath.Join(k8sDir, "components", "*"))
@@ -404,8 +407,13 @@ func TestChartRendersTheKustomizeObjects(t *testing.T) {
 		// the registry of the kustomization's two images is set as
 		// image.registry and sessionImage.registry, as an install names its own
 		setRegistry bool
+		// nats.conf's server_name is left out of the comparison
+		serverName bool
 	}{
 		{name: "default", dir: "base", files: []string{"values.yaml"}},
+		// The dev overlay's nats.conf names its one server; the chart's
+		// names it by its pod, as the base's does.
+		{name: "dev", dir: "overlays/dev", files: []string{"values.yaml", "values-dev.yaml"}, serverName: true},
 		{name: "production", dir: "overlays/prod", files: []string{"values.yaml", "values-production.yaml"}, setRegistry: true},
 		{name: "every-option", dir: ".all-components", extra: map[string]string{".all-components/kustomization.yaml": allComponents},
 			files: []string{"values.yaml"}, setRegistry: true, more: map[string]any{
@@ -432,6 +440,17 @@ func TestChartRendersTheKustomizeObjects(t *testing.T) {
 				more["sessionImage"] = map[string]any{"registry": reg}
 			}
 			chart, notes := chartRender(t, ns, tc.files, mergeValues(more, tc.more))
+			if tc.serverName {
+				for _, o := range []objects{kust, chart} {
+					if cm := o[key{"ConfigMap", "nats-config"}]; cm != nil {
+						conf, _, _ := unstructured.NestedString(cm.Object, "data", "nats.conf")
+						conf = regexp.MustCompile(`(?m)^server_name: .*$`).ReplaceAllString(conf, "server_name: (any)")
+						if err := unstructured.SetNestedField(cm.Object, conf, "data", "nats.conf"); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
 			compare(t, kust, chart, !tc.setRegistry)
 			for _, s := range []string{"the-loop-nats", "the-loop-nats-auth", "the-loop-secrets", "the-loop-provision"} {
 				if !strings.Contains(notes, s) {
@@ -588,5 +607,28 @@ func TestChartValues(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^  auth  `).MatchString(notes) {
 		t.Errorf("NOTES.txt does not name the Secret auth:\n%s", notes)
+	}
+}
+
+// TestChartLint runs `helm lint` (Helm's own linter) on the chart, for each
+// values file: every message above INFO fails.
+func TestChartLint(t *testing.T) {
+	for _, files := range [][]string{{"values.yaml"}, {"values.yaml", "values-dev.yaml"}, {"values.yaml", "values-production.yaml"}} {
+		vals := map[string]any{}
+		for _, f := range files {
+			v, err := chartutil.ReadValuesFile(filepath.Join(chartDir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			vals = mergeValues(vals, v)
+		}
+		linter := lint.All(chartDir, vals, "the-loop", false)
+		for _, m := range linter.Messages {
+			if m.Severity > support.InfoSev {
+				t.Errorf("helm lint %v: %s", files, m)
+			} else {
+				t.Logf("helm lint %v: %s", files, m)
+			}
+		}
 	}
 }

@@ -21,7 +21,7 @@ dict: the object's own, which the base has too).
 {{- with $ctx.Chart.AppVersion }}
 {{- $_ := set $labels "app.kubernetes.io/version" . }}
 {{- end }}
-{{- $labels = merge (deepCopy (.labels | default dict)) $labels (deepCopy $ctx.Values.global.labels) }}
+{{- $labels = merge (deepCopy (.labels | default dict)) $labels (deepCopy $ctx.Values.global.labels) -}}
 name: {{ .name }}
 namespace: {{ include "the-loop.namespace" $ctx }}
 labels:
