@@ -143,6 +143,16 @@ func mergeValues(dst, src map[string]any) map[string]any {
 // It returns the objects and the rendered NOTES.txt.
 func chartRender(t *testing.T, ns string, files []string, more map[string]any) (objects, string) {
 	t.Helper()
+	rendered, err := helmTemplate(t, ns, files, more)
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	return objectsOf(t, rendered)
+}
+
+// helmTemplate renders the chart's templates as `helm template` does.
+func helmTemplate(t *testing.T, ns string, files []string, more map[string]any) (map[string]string, error) {
+	t.Helper()
 	ch, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatalf("helm loads %s: %v", chartDir, err)
@@ -160,10 +170,13 @@ func chartRender(t *testing.T, ns string, files []string, more map[string]any) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := engine.Render(ch, rv)
-	if err != nil {
-		t.Fatalf("helm template: %v", err)
-	}
+	return engine.Render(ch, rv)
+}
+
+// objectsOf parses Helm's rendered templates into objects, and returns the
+// rendered NOTES.txt beside them.
+func objectsOf(t *testing.T, rendered map[string]string) (objects, string) {
+	t.Helper()
 	out := objects{}
 	var notes string
 	names := make([]string, 0, len(rendered))
@@ -605,6 +618,18 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("pod template without the pull secret: %+v", p.ImagePullSecrets)
 		}
 	}
+	// A changed config rolls the pods that mount it.
+	defaults, _ := chartRender(t, "loop", []string{"values.yaml"}, nil)
+	checksum := func(o objects, kind, name, cm string) string {
+		a, _, _ := unstructured.NestedString(o[key{kind, name}].Object, "spec", "template", "metadata", "annotations", "checksum/"+cm)
+		return a
+	}
+	if a, b := checksum(defaults, "Deployment", "ledger-writer", "the-loop-config"), checksum(chart, "Deployment", "ledger-writer", "the-loop-config"); a == "" || a == b {
+		t.Errorf("the-loop-config's checksum %q, with another config %q", a, b)
+	}
+	if a, b := checksum(defaults, "StatefulSet", "nats", "nats-config"), checksum(chart, "StatefulSet", "nats", "nats-config"); a == "" || a == b {
+		t.Errorf("nats-config's checksum %q, with one server %q", a, b)
+	}
 	if !regexp.MustCompile(`(?m)^  auth  `).MatchString(notes) {
 		t.Errorf("NOTES.txt does not name the Secret auth:\n%s", notes)
 	}
@@ -630,5 +655,14 @@ func TestChartLint(t *testing.T) {
 				t.Logf("helm lint %v: %s", files, m)
 			}
 		}
+	}
+}
+
+// TestChartRefusesMoreStreamReplicasThanServers: streamReplicas above
+// nats.replicas fails the render, naming both.
+func TestChartRefusesMoreStreamReplicasThanServers(t *testing.T) {
+	_, err := helmTemplate(t, "default", []string{"values.yaml", "values-dev.yaml"}, map[string]any{"streamReplicas": 3})
+	if err == nil || !strings.Contains(err.Error(), "streamReplicas 3") || !strings.Contains(err.Error(), "the 1 NATS server") {
+		t.Errorf("streamReplicas 3 with one NATS server rendered: %v", err)
 	}
 }

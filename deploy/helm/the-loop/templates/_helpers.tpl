@@ -61,9 +61,16 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 
-{{/* LOOP_STREAM_REPLICAS: streamReplicas, else one per NATS server. */}}
+{{/*
+LOOP_STREAM_REPLICAS: streamReplicas, else one per NATS server; never more
+than there are servers.
+*/}}
 {{- define "the-loop.streamReplicas" -}}
-{{- .Values.streamReplicas | default .Values.nats.replicas | toString }}
+{{- $r := .Values.streamReplicas | default .Values.nats.replicas }}
+{{- if gt (int $r) (int .Values.nats.replicas) }}
+{{- fail (printf "streamReplicas %v: a stream cannot have more replicas than the %v NATS server(s) of nats.replicas" $r .Values.nats.replicas) }}
+{{- end }}
+{{- $r | toString }}
 {{- end }}
 
 {{/* The operator config, the-loop.yaml. */}}
