@@ -44,7 +44,7 @@ values' image block), global (.Values.global).
 {{- end }}
 {{- if .image.fullImageName }}
 {{- $image = .image.fullImageName }}
-{{- end }}
+{{- end -}}
 image: {{ $image | quote }}
 {{- if or .image.pullPolicy .global.image.pullPolicy }}
 imagePullPolicy: {{ .image.pullPolicy | default .global.image.pullPolicy }}
@@ -53,7 +53,7 @@ imagePullPolicy: {{ .image.pullPolicy | default .global.image.pullPolicy }}
 
 {{/* imagePullSecrets of a pod, from global.image.pullSecretNames. */}}
 {{- define "the-loop.imagePullSecrets" -}}
-{{- with .Values.global.image.pullSecretNames }}
+{{- with .Values.global.image.pullSecretNames -}}
 imagePullSecrets:
 {{- range . }}
   - name: {{ . | quote }}
@@ -112,7 +112,7 @@ capabilities: {drop: [ALL]}
 
 {{/* checksum annotations of the ConfigMaps a pod mounts. Args: ctx, names (list). */}}
 {{- define "the-loop.checksums" -}}
-{{- if .ctx.Values.podTemplate.configChecksumAnnotation }}
+{{- if .ctx.Values.podTemplate.configChecksumAnnotation -}}
 annotations:
 {{- range .names }}
 {{- if eq . "the-loop-config" }}
