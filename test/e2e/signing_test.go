@@ -57,6 +57,24 @@ func TestSignedEventsAttacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The signers set, which the stolen seed may read: with it the thief
+	// adds the ledger-writer's authenticator from the dispatcher, as the
+	// dispatcher's own publications carry it.
+	keys := func() *bus.Signers {
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		defer cancel()
+		disp, err := bus.Connect(ctx, bus.Options{URL: c.natsURLs(0), Name: "e2e-stolen-keys",
+			Credentials: bus.Credentials{SeedFile: c.seed(bus.IdentityDispatcher)}, Identity: bus.IdentityDispatcher})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer disp.Close()
+		keys, err := disp.LoadSigners(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}()
 	answer := func(id string) bus.Message {
 		ev := &loopv1.Event{Id: id, Source: "slack", Type: string(catalog.GateFeedback), Subject: ref(n),
 			Time: envelope.NewTime(time.Now()), Actor: &loopv1.Actor{Slack: aliceSlack},
@@ -82,11 +100,11 @@ func TestSignedEventsAttacks(t *testing.T) {
 		comments := len(c.gh.Comments(repoName, n))
 		moved := answer("slack:EvServerSide1")
 		moved.Subject = catalog.InboxSubject(ref(n), catalog.DecisionPending)
-		if err := stolen.Sign(&moved); err != nil {
+		if err := stolen.Sign(&moved, keys); err != nil {
 			t.Fatal(err)
 		}
 		signed := answer("slack:EvServerSide2")
-		if err := stolen.Sign(&signed); err != nil {
+		if err := stolen.Sign(&signed, keys); err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range []bus.Message{moved, signed} {
@@ -126,7 +144,7 @@ func TestSignedEventsAttacks(t *testing.T) {
 		stored := fmt.Sprintf("%s.%d.%s.%s", catalog.InboxPrefix, partitionOf(ref(n)), catalog.SubjectKey(ref(n)), catalog.GateFeedback)
 		consumer := bus.ConsumerName(bus.ServiceLedgerWriter, int(partitionOf(ref(n))))
 		m := answer("slack:EvPlanted")
-		if err := stolen.Sign(&m); err != nil {
+		if err := stolen.Sign(&m, nil); err != nil {
 			t.Fatal(err)
 		}
 		m.Header.Set(bus.HeaderDLQSubject, stored)
