@@ -318,10 +318,13 @@ func compareSystems(b *testing.B, systems map[string]*cluster, order []string) {
 		watches[name] = watchStreams(b, c, "loop.ev.>")
 	}
 	// A fixed load: a parent benchmark that runs sub-benchmarks runs once,
-	// with b.N 1.
-	const rounds, perRound = 4, 150
+	// with b.N 1. Many short rounds rather than a few long ones: each
+	// round's ratio is paired (same minute, same machine), and their median
+	// shrugs off a round another process disturbed.
+	const rounds, perRound = 10, 100
 	elapsed := map[string]time.Duration{}
 	sent := map[string]int{}
+	rates := map[string][]float64{}
 	seq := 0
 	for r := range rounds {
 		for i := range order {
@@ -355,6 +358,7 @@ func compareSystems(b *testing.B, systems map[string]*cluster, order []string) {
 			}
 			elapsed[name] += last.Sub(start)
 			sent[name] += perRound
+			rates[name] = append(rates[name], float64(perRound)/last.Sub(start).Seconds())
 		}
 	}
 	for _, name := range order {
@@ -363,8 +367,29 @@ func compareSystems(b *testing.B, systems map[string]*cluster, order []string) {
 			// ns/op is the time per event of the rounds, not of this
 			// function, which only reports them.
 			b.ReportMetric(float64(elapsed[name].Nanoseconds())/float64(sent[name]), "ns/op")
+			if name != order[0] {
+				b.ReportMetric(medianRatio(rates[name], rates[order[0]]), "x-baseline-median")
+			}
 		})
 	}
+}
+
+// medianRatio is the median over rounds of a[i] ÷ base[i].
+func medianRatio(a, base []float64) float64 {
+	var r []float64
+	for i := range min(len(a), len(base)) {
+		if base[i] > 0 {
+			r = append(r, a[i]/base[i])
+		}
+	}
+	if len(r) == 0 {
+		return 0
+	}
+	slices.Sort(r)
+	if len(r)%2 == 1 {
+		return r[len(r)/2]
+	}
+	return (r[len(r)/2-1] + r[len(r)/2]) / 2
 }
 
 // job is one event to send: the work item's number and the event's.

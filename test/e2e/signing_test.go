@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,32 @@ func TestSignedEventsAttacks(t *testing.T) {
 		}
 		return bus.FromEnvelope(m)
 	}
+
+	t.Run("readers-authenticators", func(t *testing.T) {
+		// What the pipeline fanned out carries an authenticator for each
+		// consumer of loop.ev (decision 110), beside its signature.
+		js := operatorJetStream(t, c)
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		defer cancel()
+		str, err := js.Stream(ctx, bus.StreamEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := str.GetLastMsgForSubject(ctx, catalog.EventsPrefix+".>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var readers []string
+		for _, v := range m.Header.Values(bus.HeaderMAC) {
+			id, _, _ := strings.Cut(v, "=")
+			readers = append(readers, id)
+		}
+		slices.Sort(readers)
+		if want := []string{bus.IdentityDispatcher, bus.IdentitySlackRenderer}; !slices.Equal(readers, want) || m.Header.Get(bus.HeaderSignature) == "" {
+			t.Fatalf("%s: authenticators for %v and signature %q, want %v and a signature", m.Subject, readers, m.Header.Get(bus.HeaderSignature), want)
+		}
+		t.Logf("%s carries the signature of %s and authenticators for %v", m.Subject, m.Header.Get(bus.HeaderSigner), readers)
+	})
 
 	t.Run("server-side-path", func(t *testing.T) {
 		js := operatorJetStream(t, c)
