@@ -58,24 +58,20 @@ func TestSignedEventsAttacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The signers set, which the stolen seed may read: with it the thief
-	// adds the ledger-writer's authenticator from the dispatcher, as the
+	// A connection with the stolen seed, as the thief would make it; it
+	// reads the signers set, with which the thief adds the
+	// ledger-writer's authenticator from the dispatcher, as the
 	// dispatcher's own publications carry it.
-	keys := func() *bus.Signers {
-		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-		defer cancel()
-		disp, err := bus.Connect(ctx, bus.Options{URL: c.natsURLs(0), Name: "e2e-stolen-keys",
-			Credentials: bus.Credentials{SeedFile: c.seed(bus.IdentityDispatcher)}, Identity: bus.IdentityDispatcher})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer disp.Close()
-		keys, err := disp.LoadSigners(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return keys
-	}()
+	disp, err := bus.Connect(s.ctx, bus.Options{URL: c.natsURLs(0), Name: "e2e-stolen-dispatcher",
+		Credentials: bus.Credentials{SeedFile: c.seed(bus.IdentityDispatcher)}, Identity: bus.IdentityDispatcher})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer disp.Close()
+	keys, err := disp.LoadSigners(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	answer := func(id string) bus.Message {
 		ev := &loopv1.Event{Id: id, Source: "slack", Type: string(catalog.GateFeedback), Subject: ref(n),
 			Time: envelope.NewTime(time.Now()), Actor: &loopv1.Actor{Slack: aliceSlack},
@@ -162,12 +158,6 @@ func TestSignedEventsAttacks(t *testing.T) {
 	t.Run("planted-dead-letter", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(s.ctx, 60*time.Second)
 		defer cancel()
-		disp, err := bus.Connect(ctx, bus.Options{URL: c.natsURLs(0), Name: "e2e-stolen-dispatcher",
-			Credentials: bus.Credentials{SeedFile: c.seed(bus.IdentityDispatcher)}, Identity: bus.IdentityDispatcher})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer disp.Close()
 		stored := fmt.Sprintf("%s.%d.%s.%s", catalog.InboxPrefix, partitionOf(ref(n)), catalog.SubjectKey(ref(n)), catalog.GateFeedback)
 		consumer := bus.ConsumerName(bus.ServiceLedgerWriter, int(partitionOf(ref(n))))
 		m := answer("slack:EvPlanted")
