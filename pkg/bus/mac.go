@@ -12,42 +12,50 @@ import (
 	"strings"
 
 	"filippo.io/edwards25519"
+
+	"github.com/the-loop/bus/pkg/catalog"
 )
 
 // Readers' authenticators (docs/decisions/110-readers-authenticators.md).
-// An Ed25519 check costs this pipeline's CPU more than the rest of an
-// event's verification path together, and every event is checked by the
-// ledger-writer and then, fanned out, by the renderer and the dispatcher. So
-// besides its signature, a message carries one HMAC-SHA256 per identity that
-// consumes its stream, keyed by a secret only the publisher and that reader
-// can derive: X25519 between the two identities' NKeys (an Ed25519 key is
-// also an X25519 key, RFC 7748 §4.1), through HKDF bound to both public keys
-// and the direction. A consumer checks its own authenticator, which proves
-// what the signature proves to it — no server-side path, and no third
-// identity, can make one — for an HMAC's cost; the signature stays for what
-// others check (a replay, an audit), and for the consumer when its
-// authenticator is missing or stale.
+// An Ed25519 signature and its check cost this pipeline's CPU more than the
+// rest of what the loop adds to an event, and every event is signed twice
+// (the ingress, the ledger-writer's fan-out) and checked three times. So a
+// publication carries instead one HMAC-SHA256 per identity that reads it —
+// each consumer of its stream, and the operator, who replays dead letters —
+// keyed by a secret only the publisher and that reader can derive: X25519
+// between the two identities' NKeys (an Ed25519 key is also an X25519 key,
+// RFC 7748 §4.1), through HKDF bound to both public keys and the direction.
+// It authenticates the publisher to the reader as NaCl's box does its
+// sender: no server-side path, and no third identity, can make one. A
+// publisher that does not hold every reader's key yet (it has not loaded
+// the signers) signs the message with Ed25519 instead, which every reader
+// checks.
 
-// HeaderMAC holds the readers' authenticators, one value per reader:
-// "<identity>=<base64 HMAC>".
-const HeaderMAC = "Loop-Mac"
+// HeaderMAC holds the publisher's authenticators, one value per reader:
+// "<identity>=<base64 HMAC>". HeaderVouch holds the operator's, added by a
+// replay after it checked the original (ReplayDLQ): a reader whose key
+// changed since the original was published accepts the operator's word.
+const (
+	HeaderMAC   = "Loop-Mac"
+	HeaderVouch = "Loop-Vouch"
+)
 
 // macContext binds a pair key to its use and its direction.
 const macContext = "the-loop event authenticator v1\n"
 
-// readersOf are the identities that consume subject's stream: those a
-// publication there carries an authenticator for.
+// readersOf are the identities that read subject: the consumers of its
+// stream and the operator, who checks what it replays.
 func readersOf(subject string) []string {
 	var stream string
 	switch {
-	case strings.HasPrefix(subject, "loop.in."):
+	case strings.HasPrefix(subject, catalog.InboxPrefix+"."):
 		stream = StreamInbox
-	case strings.HasPrefix(subject, "loop.ev."):
+	case strings.HasPrefix(subject, catalog.EventsPrefix+"."):
 		stream = StreamEvents
 	default:
 		return nil
 	}
-	var out []string
+	out := []string{IdentityOperator}
 	for _, id := range Identities() {
 		if consumes[id] == stream {
 			out = append(out, id)
@@ -123,30 +131,36 @@ func mac(key, signed []byte) []byte {
 	return m.Sum(nil)[:macSize]
 }
 
-// authenticate adds to h an authenticator over signed for each reader of
-// subject that keys knows.
-func (s *Signer) authenticate(h Header, subject string, signed []byte, keys *Signers) {
-	h.Del(HeaderMAC)
+// authenticate sets in h, under key, an authenticator over signed for each
+// reader of subject, from s. It reports whether keys knew every reader.
+func (s *Signer) authenticate(h Header, key, subject string, signed []byte, keys *Signers) bool {
+	h.Del(key)
 	if keys == nil {
-		return
+		return false
 	}
+	all := true
 	for _, reader := range readersOf(subject) {
+		if key == HeaderVouch && reader == IdentityOperator {
+			continue
+		}
 		pub, raw, ok := keys.raw(reader)
 		if !ok {
+			all = false
 			continue
 		}
 		k, err := s.pairKey(s.public, pub, raw)
 		if err != nil {
-			// The reader falls back on the signature.
+			all = false
 			continue
 		}
-		h.Add(HeaderMAC, reader+"="+base64.RawStdEncoding.EncodeToString(mac(k, signed)))
+		h.Add(key, reader+"="+base64.RawStdEncoding.EncodeToString(mac(k, signed)))
 	}
+	return all
 }
 
-// macFor is reader's authenticator in h, if any.
-func macFor(h Header, reader string) string {
-	for _, v := range h[HeaderMAC] {
+// tagFor is reader's authenticator among values, if any.
+func tagFor(values []string, reader string) string {
+	for _, v := range values {
 		if id, tag, ok := strings.Cut(v, "="); ok && id == reader {
 			return tag
 		}
@@ -154,10 +168,10 @@ func macFor(h Header, reader string) string {
 	return ""
 }
 
-// authentic reports whether h carries s's valid authenticator over
-// signed from the identity whose public key is signerPub.
-func (s *Signer) authentic(h Header, signerPub string, signerRaw ed25519.PublicKey, signed []byte) bool {
-	tag := macFor(h, s.identity)
+// authentic reports whether values hold s's valid authenticator over signed
+// from the identity whose public key is fromPub.
+func (s *Signer) authentic(values []string, fromPub string, fromRaw ed25519.PublicKey, signed []byte) bool {
+	tag := tagFor(values, s.identity)
 	if tag == "" {
 		return false
 	}
@@ -165,33 +179,50 @@ func (s *Signer) authentic(h Header, signerPub string, signerRaw ed25519.PublicK
 	if err != nil {
 		return false
 	}
-	k, err := s.pairKey(signerPub, s.public, signerRaw)
+	k, err := s.pairKey(fromPub, s.public, fromRaw)
 	if err != nil {
 		return false
 	}
 	return hmac.Equal(got, mac(k, signed))
 }
 
-// Check is a consumer's check of a message it reads as reader: subject is
-// the stored (partitioned) subject, h its headers, msgID its Nats-Msg-Id.
-// The message must carry reader's valid authenticator from the identity it
-// names as its signer — or, failing that, that identity's valid signature
-// (Verify) — and may must allow that identity the subject's type. It returns
-// the signer, or a *ForgedError.
+// Check is a reader's check of a message: subject is the stored
+// (partitioned) subject, h its headers, msgID its Nats-Msg-Id. The message
+// must carry reader's valid authenticator from the identity it names as its
+// signer, or the operator's for it (a replay's), or that identity's valid
+// Ed25519 signature (Verify); and may must allow that identity the subject's
+// type. It returns the signer, or a *ForgedError.
 func (s *Signers) Check(reader *Signer, subject string, h Header, data []byte, msgID string, may Policy) (string, error) {
 	signer := h.Get(HeaderSigner)
-	if reader != nil && signer != "" && macFor(h, reader.identity) != "" {
-		if pub, raw, ok := s.raw(signer); ok {
-			unp := unpartitioned(subject)
-			if reader.authentic(h, pub, raw, signedBytes(unp, eventID(h, msgID), h.Get(headerType), data)) {
-				return signer, allowed(unp, signer, may)
-			}
-		}
+	if reader == nil || signer == "" || h.Get(HeaderSignature) != "" {
+		return s.Verify(subject, h, data, msgID, may)
 	}
-	return s.Verify(subject, h, data, msgID, may)
+	pub, raw, ok := s.raw(signer)
+	if !ok {
+		return signer, &ForgedError{Reason: ForgedUnknownSigner, Signer: signer, Detail: "not in the " + BucketSigners + " bucket"}
+	}
+	unp := unpartitioned(subject)
+	signed := signedBytes(unp, eventID(h, msgID), h.Get(headerType), data)
+	if reader.authentic(h[HeaderMAC], pub, raw, signed) {
+		return signer, allowed(unp, signer, may)
+	}
+	if opPub, opRaw, ok := s.raw(IdentityOperator); ok && reader.authentic(h[HeaderVouch], opPub, opRaw, signed) {
+		return signer, allowed(unp, signer, may)
+	}
+	if tagFor(h[HeaderMAC], reader.identity) == "" && tagFor(h[HeaderVouch], reader.identity) == "" {
+		return signer, &ForgedError{Reason: ForgedUnsigned, Signer: signer, Detail: "no authenticator for " + reader.identity + " and no " + HeaderSignature}
+	}
+	return signer, &ForgedError{Reason: ForgedBadSignature, Signer: signer, Detail: "its authenticator for " + reader.identity + " does not verify over this subject, event id, type and body"}
 }
 
 // CheckDelivery is Check of a delivery.
 func (s *Signers) CheckDelivery(reader *Signer, d *Delivery, may Policy) (string, error) {
 	return s.Check(reader, d.Subject, d.Header, d.Data, d.MsgID, may)
+}
+
+// vouch sets m's operator authenticators (HeaderVouch) for its readers: what
+// a replay adds to the original it checked (ReplayDLQ).
+func (s *Signer) vouch(m *Message, keys *Signers) {
+	signed := signedBytes(m.Subject, eventID(m.Header, m.MsgID), m.Header.Get(headerType), m.Data)
+	s.authenticate(m.Header, HeaderVouch, m.Subject, signed, keys)
 }

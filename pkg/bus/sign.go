@@ -171,10 +171,11 @@ func signedBytes(subject, id, typ string, data []byte) []byte {
 // headerType is the event type's header, which a signature covers.
 const headerType = envelope.HeaderType
 
-// Sign sets m's signature headers: m.Subject must be the un-partitioned
-// subject it is published to. m.Header is replaced by a copy. With keys
-// (the signers set), m also gets an authenticator for each identity that
-// consumes its stream (mac.go); a nil keys signs only.
+// Sign sets m's signer and its authenticators for each identity that reads
+// it (mac.go), from keys (the signers set): m.Subject must be the
+// un-partitioned subject it is published to. When keys does not know every
+// reader (a nil keys knows none), m is signed with Ed25519 instead, which
+// every reader checks. m.Header is replaced by a copy.
 func (s *Signer) Sign(m *Message, keys *Signers) error {
 	signed := signedBytes(m.Subject, eventID(m.Header, m.MsgID), m.Header.Get(headerType), m.Data)
 	h := m.Header.Clone()
@@ -182,8 +183,12 @@ func (s *Signer) Sign(m *Message, keys *Signers) error {
 		h = Header{}
 	}
 	h.Set(HeaderSigner, s.identity)
-	h.Set(HeaderSignature, base64.StdEncoding.EncodeToString(s.sign(signed)))
-	s.authenticate(h, m.Subject, signed, keys)
+	h.Del(HeaderSignature)
+	h.Del(HeaderVouch)
+	if !s.authenticate(h, HeaderMAC, m.Subject, signed, keys) {
+		h.Del(HeaderMAC)
+		h.Set(HeaderSignature, base64.StdEncoding.EncodeToString(s.sign(signed)))
+	}
 	m.Header = h
 	return nil
 }
@@ -357,7 +362,7 @@ func deadLetterDigest(h Header, data []byte) string {
 	for _, v := range []string{
 		h.Get(HeaderDLQSubject), h.Get(HeaderDLQStream), h.Get(HeaderDLQConsumer), h.Get(HeaderDLQMsgID),
 		h.Get(envelope.HeaderID), h.Get(envelope.HeaderType), h.Get(HeaderSigner), h.Get(HeaderSignature),
-		hex.EncodeToString(body[:]),
+		strings.Join(h[HeaderMAC], " "), hex.EncodeToString(body[:]),
 	} {
 		sum.Write([]byte(v))
 		sum.Write([]byte{'\n'})
@@ -383,12 +388,12 @@ func (s *Signer) SignDeadLetter(dlqSubject string, h Header, data []byte) error 
 // wrote of a message its publisher signed.
 var ErrReplayRefused = errors.New("bus: dead letter refused")
 
-// verifyDeadLetter checks a dead letter before it is replayed: the copy is
-// signed by the consumer identity of the original's stream, over its DLQ
+// verifyDeadLetter checks a dead letter before replayer replays it: the copy
+// is signed by the consumer identity of the original's stream, over its DLQ
 // subject and the original as it holds it, and the original carries its
-// publisher's valid signature for its subject. It returns the original's
-// signer.
-func (s *Signers) verifyDeadLetter(dlqSubj string, h Header, data []byte) (string, error) {
+// publisher's valid authenticator for replayer (the operator), or its valid
+// signature, for its subject. It returns the original's signer.
+func (s *Signers) verifyDeadLetter(replayer *Signer, dlqSubj string, h Header, data []byte) (string, error) {
 	stored := h.Get(HeaderDLQSubject)
 	consumer := h.Get(HeaderDLQConsumer)
 	if stored == "" || consumer == "" || dlqSubj != dlqSubject(consumer, stored) {
@@ -412,7 +417,7 @@ func (s *Signers) verifyDeadLetter(dlqSubj string, h Header, data []byte) (strin
 		return "", fmt.Errorf("%w: dead-lettered by %s, which is not the consumer of %s (%s)", ErrReplayRefused, dl, stream, consumer)
 	}
 	may, _ := PolicyFor(stream)
-	signer, err := s.Verify(stored, h, data, h.Get(HeaderDLQMsgID), may)
+	signer, err := s.Check(replayer, stored, h, data, h.Get(HeaderDLQMsgID), may)
 	if err != nil {
 		return signer, fmt.Errorf("%w: the original's signature: %w", ErrReplayRefused, err)
 	}

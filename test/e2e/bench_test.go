@@ -374,7 +374,7 @@ func compareSystems(b *testing.B, systems map[string]*cluster, order []string) {
 	for _, name := range order {
 		cpuPerEvent[name] = map[string]float64{}
 		for proc, after := range systems[name].cpu(b) {
-			cpuPerEvent[name][proc] = float64((after-cpuBefore[name][proc]).Microseconds()) / float64(sent[name])
+			cpuPerEvent[name][proc] = float64((after - cpuBefore[name][proc]).Microseconds()) / float64(sent[name])
 		}
 	}
 	for _, name := range order {
