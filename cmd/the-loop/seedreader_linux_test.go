@@ -59,6 +59,11 @@ func TestAuthInitSeedsReadableByTheServices(t *testing.T) {
 			t.Errorf("%s: readers %v, want [%d]", id, readers, servicesUID)
 		}
 	}
+	// The grant adds no reader on the host: only the owner reaches the
+	// seeds' directory.
+	if st, err := os.Stat(filepath.Join(dir, identitiesDir)); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("the seeds' directory: %v %v, want 0700", st.Mode(), err)
+	}
 	if os.Geteuid() != 0 {
 		return
 	}
