@@ -61,8 +61,10 @@ func TestAuthInitSeedsReadableByTheServices(t *testing.T) {
 	}
 	// The grant adds no reader on the host: only the owner reaches the
 	// seeds' directory.
-	if st, err := os.Stat(filepath.Join(dir, identitiesDir)); err != nil || st.Mode().Perm() != 0o700 {
-		t.Errorf("the seeds' directory: %v %v, want 0700", st.Mode(), err)
+	if st, err := os.Stat(filepath.Join(dir, identitiesDir)); err != nil {
+		t.Error(err)
+	} else if st.Mode().Perm() != 0o700 {
+		t.Errorf("the seeds' directory is %v, want 0700", st.Mode().Perm())
 	}
 	if os.Geteuid() != 0 {
 		return
