@@ -37,8 +37,8 @@ release-check:
 	@start=$$(date +%s); \
 	( cd tools && GOWORK=off $(GO) build -o ../$(TOOLS)/ github.com/goreleaser/goreleaser/v2 ) && \
 	$(TOOLS)/goreleaser check && \
-	$(TOOLS)/goreleaser build --snapshot --clean && \
-	./scripts/release-check.sh dist; rc=$$?; \
+	THE_LOOP_VERSION=$(VERSION) $(TOOLS)/goreleaser build --snapshot --clean && \
+	THE_LOOP_VERSION=$(VERSION) ./scripts/release-check.sh dist; rc=$$?; \
 	echo "stage release-check: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
 
 ## tools: build the pinned tools from tools/go.mod into bin/tools.
