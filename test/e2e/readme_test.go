@@ -17,6 +17,7 @@ import (
 
 	"github.com/the-loop/bus/internal/testsupport/standin"
 	"github.com/the-loop/bus/internal/testsupport/testkit"
+	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
 // readmeStep is one numbered step of the README's "Your first hour": its
@@ -227,8 +228,42 @@ func TestReadmeFirstHour(t *testing.T) {
 			if m == nil {
 				t.Fatalf("step %d names no comment that approves", st.n)
 			}
-			// The agent's part: it completes its requirements node, as
-			// its plugin has it do (`the-loop graph complete`).
+			// The agent asks (`the-loop ask`, as its plugin has it do): the
+			// question arrives as a comment on the issue, and the person's
+			// reply on the issue reaches the session.
+			if !strings.Contains(st.text, "questions arrive as comments on the issue") {
+				t.Fatalf("step %d no longer says where the agent's questions arrive", st.n)
+			}
+			const question, reply = "Per token or per IP?", "Per token, 100 a minute."
+			// " #": the prompt quotes the comment, and the rest of its line
+			// is the shell's comment.
+			a.comment(n, standin.RunMarker+"the-loop ask --question '"+question+"' #")
+			asked := func() bool {
+				for _, c := range a.gh.Comments(agentRepo, n) {
+					if c.Login == ledgerLogin && strings.Contains(c.Body, question) {
+						return true
+					}
+				}
+				return false
+			}
+			for deadline := time.Now().Add(90 * time.Second); !asked(); time.Sleep(200 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					runs, _ := standin.ReadRuns(a.standIn)
+					t.Fatalf("step %d: the agent's question is not on the issue; the agent ran %+v; the issue has %+v", st.n, runs, a.gh.Comments(agentRepo, n))
+				}
+			}
+			a.comment(n, reply)
+			testkit.WaitWithin(t, 90*time.Second, "the reply typed into the session", func() bool {
+				for _, in := range tmuxtest.Inputs(t, a.standIn) {
+					if strings.Contains(in.Text, reply) {
+						return true
+					}
+				}
+				return false
+			})
+			t.Logf("step %d: the question is a comment on the issue; the reply reached the session", st.n)
+			// Then it completes its requirements node (`the-loop graph
+			// complete`), and the person approves.
 			a.comment(n, standin.RunMarker+"the-loop graph complete #")
 			waitNode("the agent completed the requirements", "requirements-approval")
 			a.comment(n, m[1])
