@@ -50,6 +50,7 @@ tools:
 test:
 	@start=$$(date +%s); $(GO) test -count=1 -shuffle=on -timeout=20m $(PKGS); rc=$$?; \
 	echo "stage test: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
+	cd deploy/helm && GOWORK=off $(GO) test -count=1 ./...
 	@$(MAKE) --no-print-directory test-app
 
 ## test-app: the suites that write and read GitHub, authenticated as a GitHub App against the fake.

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func TestSignatureCoversWhatTheConsumerActsOn(t *testing.T) {
 	signers, set := identityKeys(t)
 	sign := func(identity string, m bus.Message) bus.Message {
 		t.Helper()
-		if err := signers[identity].Sign(&m); err != nil {
+		if err := signers[identity].Sign(&m, nil); err != nil {
 			t.Fatal(err)
 		}
 		return m
@@ -141,7 +142,7 @@ func TestSignatureCoversWhatTheConsumerActsOn(t *testing.T) {
 
 	t.Run("signed with a key that is not the signer's", func(t *testing.T) {
 		m := gateMessage()
-		if err := otherKeys[bus.IdentityIngressSlack].Sign(&m); err != nil {
+		if err := otherKeys[bus.IdentityIngressSlack].Sign(&m, nil); err != nil {
 			t.Fatal(err)
 		}
 		_, err := set.Verify(stored(m.Subject, 0), m.Header, m.Data, m.MsgID, bus.InboxPolicy)
@@ -228,6 +229,41 @@ func TestPublishSignsAndProvisionWritesSigners(t *testing.T) {
 	if signer, err := set.VerifyDelivery(d, bus.InboxPolicy); err != nil || signer != bus.IdentityIngressSlack {
 		t.Fatalf("verify the delivery: %q %v", signer, err)
 	}
+	// Once the publisher's connection has loaded the signers (in the
+	// background), its publications carry the ledger-writer's
+	// authenticator, on which the ledger-writer's connection accepts them,
+	// signature spoiled or not.
+	n := 0
+	testkit.WaitWithin(t, 10*time.Second, "a publication with the ledger-writer's authenticator", func() bool {
+		for _, d := range got.get() {
+			if d.Header.Get(bus.HeaderMAC) != "" {
+				return true
+			}
+		}
+		n++
+		m := gateMessage()
+		m.MsgID = fmt.Sprintf("slack:EvGateMac%d", n)
+		m.Header.Set("ce-id", m.MsgID)
+		if _, err := slack.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		return false
+	})
+	for _, d := range got.get() {
+		if d.Header.Get(bus.HeaderMAC) == "" {
+			continue
+		}
+		spoiled := *d
+		spoiled.Header = d.Header.Clone()
+		spoiled.Header.Set(bus.HeaderSignature, "AAAA")
+		if signer, err := lw.CheckDelivery(set, &spoiled, bus.InboxPolicy); err != nil || signer != bus.IdentityIngressSlack {
+			t.Fatalf("the ledger-writer's check of its authenticator: %q %v", signer, err)
+		}
+		if _, err := slack.CheckDelivery(set, &spoiled, bus.InboxPolicy); !bus.IsForged(err) {
+			t.Fatalf("ingress-slack's check of the ledger-writer's authenticator: %v, want refused", err)
+		}
+		break
+	}
 
 	// The operator provisions again with ingress-slack's key replaced and
 	// the observer taken out: the watching set follows.
@@ -283,7 +319,7 @@ func TestServerSidePathIsRefusedBySignature(t *testing.T) {
 	own := gateMessage()
 	own.Subject = catalog.InboxSubject(ref, catalog.DecisionPending)
 	own.Header.Set("ce-type", string(catalog.DecisionPending))
-	if err := stolen.Sign(&own); err != nil {
+	if err := stolen.Sign(&own, nil); err != nil {
 		t.Fatal(err)
 	}
 	own.Header.Set("ce-type", string(catalog.GateFeedback))
@@ -291,7 +327,7 @@ func TestServerSidePathIsRefusedBySignature(t *testing.T) {
 	// The stolen seed signing the gate answer as it will be stored.
 	forged := gateMessage()
 	forged.Header.Set("ce-id", "slack:EvGate2")
-	if err := stolen.Sign(&forged); err != nil {
+	if err := stolen.Sign(&forged, nil); err != nil {
 		t.Fatal(err)
 	}
 	path(from, forged.Header, forged.Data)
@@ -362,7 +398,7 @@ func TestPlantedDeadLetterIsNotReplayed(t *testing.T) {
 		m := gateMessage()
 		m.Header.Set("ce-id", id)
 		if signOriginal {
-			if err := signer.Sign(&m); err != nil {
+			if err := signer.Sign(&m, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -431,38 +467,58 @@ func TestPlantedDeadLetterIsNotReplayed(t *testing.T) {
 }
 
 // BenchmarkSignature is one event's signing and checking, as the publisher
-// and the consumer do it (a 1 KiB body).
+// and the consumer do it (a 1 KiB body): the signature alone, the signature
+// with the reader's authenticator, the check of the signature (a replay's,
+// and a consumer's fallback) and the reader's check of its authenticator (a
+// consumer's).
 func BenchmarkSignature(b *testing.B) {
-	seed, pub, err := bus.NewIdentityKey()
-	if err != nil {
-		b.Fatal(err)
+	keys := map[string]*bus.Signer{}
+	pubs := map[string]string{}
+	for _, id := range []string{bus.IdentityIngressSlack, bus.IdentityLedgerWriter} {
+		seed, pub, err := bus.NewIdentityKey()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if keys[id], err = bus.NewSigner(id, seed); err != nil {
+			b.Fatal(err)
+		}
+		pubs[id] = pub
 	}
-	s, err := bus.NewSigner(bus.IdentityIngressSlack, seed)
-	if err != nil {
-		b.Fatal(err)
-	}
-	set, err := bus.NewSigners(map[string]string{bus.IdentityIngressSlack: pub})
+	s, reader := keys[bus.IdentityIngressSlack], keys[bus.IdentityLedgerWriter]
+	set, err := bus.NewSigners(pubs)
 	if err != nil {
 		b.Fatal(err)
 	}
 	m := gateMessage()
 	m.Data = make([]byte, 1024)
-	b.Run("sign", func(b *testing.B) {
-		for b.Loop() {
-			c := m
-			if err := s.Sign(&c); err != nil {
-				b.Fatal(err)
+	for name, with := range map[string]*bus.Signers{"sign": nil, "sign+authenticate": set} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				c := m
+				if err := s.Sign(&c, with); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+		})
+	}
 	signed := m
-	if err := s.Sign(&signed); err != nil {
+	if err := s.Sign(&signed, set); err != nil {
 		b.Fatal(err)
 	}
 	subject := stored(signed.Subject, 3)
 	b.Run("verify", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := set.Verify(subject, signed.Header, signed.Data, signed.MsgID, bus.InboxPolicy); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("check", func(b *testing.B) {
+		// The signature spoiled: only the authenticator can pass it.
+		h := signed.Header.Clone()
+		h.Set(bus.HeaderSignature, "AAAA")
+		for b.Loop() {
+			if _, err := set.Check(reader, subject, h, signed.Data, signed.MsgID, bus.InboxPolicy); err != nil {
 				b.Fatal(err)
 			}
 		}
