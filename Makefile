@@ -1,8 +1,8 @@
 # the-loop bus. `make verify test e2e compose-e2e` is the README's test command and what CI runs.
 GO        ?= go
 PKGS      := ./...
-# The pinned tools (buf, protoc-gen-go, staticcheck) are built from their own
-# module in tools/, outside the product's module graph, so `go list -m all`,
+# The pinned tools (buf, protoc-gen-go, staticcheck; goreleaser, built by
+# release-check alone) are built from their own module in tools/, outside the product's module graph, so `go list -m all`,
 # `go mod verify` and a complete go.sum concern the product alone.
 TOOLS     := bin/tools
 FUZZTIME  ?= 10s
