@@ -186,7 +186,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 				return fmt.Errorf("/ led to %s, not to the status page", v.Location)
 			}
 			// The partition rows are folded under their sums.
-			if v.PartitionsOpen || !strings.HasPrefix(v.Partitions, fmt.Sprintf("Consumers per partition: %d of 3 services", v.Consumers)) {
+			if v.PartitionsOpen || !strings.HasPrefix(v.Partitions, fmt.Sprintf("Consumers per partition: 3 services × %d partitions;", v.Consumers/3)) {
 				return fmt.Errorf("the partitions' summary reads %q (open %v), want the %d rows folded under their count", v.Partitions, v.PartitionsOpen, v.Consumers)
 			}
 			if !strings.Contains(v.Readiness, "Readiness") {
