@@ -98,3 +98,15 @@ func TestReleaseConfig(t *testing.T) {
 		t.Errorf("the release builds targets %v, want both images (service, session)", targets)
 	}
 }
+
+// TestComposeStampsTheVersion: both images compose builds take VERSION from
+// THE_LOOP_VERSION, so `the-loop version` in them names the source.
+func TestComposeStampsTheVersion(t *testing.T) {
+	project := loadCompose(t)
+	for _, name := range []string{"ingress-github", "dispatcher", "sessions", "provision"} {
+		b := project.Services[name].Build
+		if b == nil || b.Args["VERSION"] == nil || *b.Args["VERSION"] != "dev" {
+			t.Errorf("%s builds with args %v, want VERSION from THE_LOOP_VERSION (dev when unset)", name, b)
+		}
+	}
+}
