@@ -1,15 +1,18 @@
 # the-loop bus. `make verify test e2e compose-e2e` is the README's test command and what CI runs.
 GO        ?= go
 PKGS      := ./...
-# The pinned tools (buf, protoc-gen-go, staticcheck; goreleaser, built by
-# release-check alone) are built from their own module in tools/, outside the product's module graph, so `go list -m all`,
-# `go mod verify` and a complete go.sum concern the product alone.
+# The pinned tools (buf, protoc-gen-go, staticcheck; goreleaser, which only
+# release-check builds) are built from their own module in tools/, outside
+# the product's module graph, so `go list -m all`, `go mod verify` and a
+# complete go.sum concern the product alone.
 TOOLS     := bin/tools
 FUZZTIME  ?= 10s
 # VERSION is stamped into every binary and image this Makefile builds
 # (main.version); `the-loop version` prints it. A build without it (go build,
 # go run) names its commit from the toolchain's build info instead.
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Evaluated once, not at every use.
+VERSION   := $(VERSION)
 LDFLAGS   := -X main.version=$(VERSION)
 BENCHTIME ?= 2s
 
