@@ -1,20 +1,48 @@
 # the-loop bus. `make verify test e2e compose-e2e` is the README's test command and what CI runs.
 GO        ?= go
 PKGS      := ./...
-# The pinned tools (buf, protoc-gen-go, staticcheck) are built from their own
-# module in tools/, outside the product's module graph, so `go list -m all`,
-# `go mod verify` and a complete go.sum concern the product alone.
+# The pinned tools (buf, protoc-gen-go, staticcheck; goreleaser, which only
+# release-check builds) are built from their own module in tools/, outside
+# the product's module graph, so `go list -m all`, `go mod verify` and a
+# complete go.sum concern the product alone.
 TOOLS     := bin/tools
 FUZZTIME  ?= 10s
+# VERSION is stamped into every binary and image this Makefile builds
+# (main.version); `the-loop version` prints it. A build without it (go build,
+# go run) names its commit from the toolchain's build info instead.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Evaluated once, not at every use.
+VERSION   := $(VERSION)
+LDFLAGS   := -X main.version=$(VERSION)
 BENCHTIME ?= 2s
 
-.PHONY: all build tools test test-app test-race test-short lint fmt generate verify-generate proto-lint proto-breaking \
+.PHONY: all build images release-check tools test test-app test-race test-short lint fmt generate verify-generate proto-lint proto-breaking \
         fuzz bench e2e compose-e2e harness tidy verify-tidy check-deps verify up clean
 
 all: build
 
 build:
-	$(GO) build -o bin/the-loop ./cmd/the-loop
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/the-loop ./cmd/the-loop
+
+## images: the two images (deploy/Dockerfile), stamped with VERSION, tagged
+## $(IMAGE):$(VERSION) and $(IMAGE)-session:$(VERSION) (docs/deploy.md says how
+## to push them to your registry).
+IMAGE ?= the-loop
+images:
+	docker build -f deploy/Dockerfile --target service --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+	docker build -f deploy/Dockerfile --target session --build-arg VERSION=$(VERSION) -t $(IMAGE)-session:$(VERSION) .
+
+## release-check: the release configuration (.goreleaser.yaml) checked, and its
+## binaries built for linux/amd64 and arm64 as a snapshot into dist/, with
+## nothing pulled or pushed; prints its duration (CI runs it). goreleaser is
+## the pinned one of tools/, built into bin/tools.
+release-check:
+	@start=$$(date +%s); \
+	( cd tools && GOWORK=off $(GO) build -o ../$(TOOLS)/ github.com/goreleaser/goreleaser/v2 ) && \
+	$(TOOLS)/goreleaser check && \
+	THE_LOOP_VERSION=$(VERSION) $(TOOLS)/goreleaser build --snapshot --clean && \
+	THE_LOOP_VERSION=$(VERSION) ./scripts/release-check.sh dist; rc=$$?; \
+	echo "stage release-check: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
 
 ## tools: build the pinned tools from tools/go.mod into bin/tools.
 tools:

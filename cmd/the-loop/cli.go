@@ -171,10 +171,7 @@ func buildVersion() string {
 	if version != "" {
 		return version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
+	return versionOf(debug.ReadBuildInfo())
 }
 
 // newFlags returns a FlagSet that reports errors instead of exiting.

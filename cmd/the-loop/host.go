@@ -240,6 +240,9 @@ type host struct {
 	observer func(ctx context.Context) (*bus.Conn, error)
 	// adminAt, if set, hears the admin server's address.
 	adminAt func(addr string)
+	// checklist, if set, is the first-run checklist this host printed at
+	// start (`up`): the status page shows it too.
+	checklist []capability
 	// sandboxHidden are paths no session's sandbox may give it: `up`'s
 	// store.
 	sandboxHidden []string
@@ -360,6 +363,10 @@ func (h *host) serveAll(ctx context.Context, ln net.Listener, conns map[string]*
 		return err
 	}
 	defer closePage()
+	page.Ready = sh.ready.Check
+	if h.checklist != nil {
+		page.Checklist = func() []statuspage.Capability { return pageChecklist(h.checklist) }
+	}
 	statuspage.Register(mux, page)
 	g.Go(func() error { return httpserver.Serve(gctx, ln, mux, h.log) })
 	fmt.Fprintf(h.stdout, "%s: running %s; Ctrl-C drains and stops\n", h.name, strings.Join(names, ", "))
@@ -570,6 +577,15 @@ func (h *host) statusPage(ctx context.Context, conn *bus.Conn, topo bus.Topology
 	o.Replay = op
 	o.Events = eventlog.New("status", h.log.With("service", "status"), storedLog{op})
 	return o, closeAll, nil
+}
+
+// pageChecklist is the checklist as the status page shows it.
+func pageChecklist(caps []capability) []statuspage.Capability {
+	out := make([]statuspage.Capability, len(caps))
+	for i, c := range caps {
+		out[i] = statuspage.Capability{Name: c.name, Missing: append([]string{}, c.missing...)}
+	}
+	return out
 }
 
 // scrubber masks this process's secrets (and tokens of any shape) in what

@@ -61,9 +61,15 @@ type pageView struct {
 		Reason string `json:"reason"`
 		Replay bool   `json:"replay"`
 	} `json:"deadLetters"`
-	Consumers int      `json:"consumers"`
-	Events    []string `json:"events"`
-	Text      string   `json:"text"`
+	Consumers int `json:"consumers"`
+	// Partitions is the summary the consumer rows fold under, and
+	// whether they are unfolded.
+	Partitions     string   `json:"partitions"`
+	PartitionsOpen bool     `json:"partitionsOpen"`
+	Location       string   `json:"location"`
+	Readiness      string   `json:"readiness"`
+	Events         []string `json:"events"`
+	Text           string   `json:"text"`
 }
 
 // readPage reads the page's DOM: elements and attributes, not the HTML's
@@ -88,6 +94,10 @@ const readPage = `(() => {
     deadLetters: q(document, "tr.dead-letter").map(tr => ({seq: tr.dataset.seq, event: tr.children[1].textContent,
       reason: tr.querySelector("td.reason").textContent, replay: !!tr.querySelector("button.replay")})),
     consumers: q(document, "tr.consumer").length,
+    partitions: document.querySelector("#partitions > summary").textContent,
+    partitionsOpen: document.getElementById("partitions").open,
+    location: location.pathname,
+    readiness: document.getElementById("readiness").innerText,
     events: q(document, "li.event").map(li => li.dataset.type),
     text: document.body.innerText,
   };
@@ -160,7 +170,8 @@ func TestStatusPageInABrowser(t *testing.T) {
 			var c2 context.CancelFunc
 			bctx, c2 = chromedp.NewContext(actx)
 			cancel = append(cancel, c2)
-			if err := chromedp.Do(bctx, chromedp.Navigate("http://"+live.adminAddr+"/status")); err != nil {
+			// The admin address alone: / redirects to the page.
+			if err := chromedp.Do(bctx, chromedp.Navigate("http://"+live.adminAddr+"/")); err != nil {
 				return fmt.Errorf("open the status page: %w", err)
 			}
 			v, err := await(ctx, "the work item and the bus", func(v pageView) bool { return len(v.WorkItems) == 1 && v.Consumers > 0 && len(v.Events) > 0 })
@@ -170,6 +181,16 @@ func TestStatusPageInABrowser(t *testing.T) {
 			first = v
 			if v.LoadedAt == 0 {
 				return errors.New("the page's script did not run")
+			}
+			if v.Location != "/status" {
+				return fmt.Errorf("/ led to %s, not to the status page", v.Location)
+			}
+			// The partition rows are folded under their sums.
+			if v.PartitionsOpen || !strings.HasPrefix(v.Partitions, fmt.Sprintf("Consumers per partition: 3 services × %d partitions;", v.Consumers/3)) {
+				return fmt.Errorf("the partitions' summary reads %q (open %v), want the %d rows folded under their count", v.Partitions, v.PartitionsOpen, v.Consumers)
+			}
+			if !strings.Contains(v.Readiness, "Readiness") {
+				return fmt.Errorf("the page shows no readiness: %q", v.Readiness)
 			}
 			if !strings.HasPrefix(v.WorkItems[0].Link, "https://github.com/"+demo.Repo+"/issues/") {
 				return fmt.Errorf("the work item links to %q, not to its issue on GitHub", v.WorkItems[0].Link)

@@ -74,15 +74,16 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	fmt.Fprintf(stdout, "the-loop up: reading verbs (events, dlq list, sessions list, graph status) find the observer identity here; verbs that change something need LOOP_NATS_NKEY_FILE=%s\n",
 		filepath.Join(store, identitiesDir, bus.IdentityOperator+".nk"))
 
-	printChecklist(stdout, checklist(s, operatorConfig(s), exec.LookPath))
+	caps := checklist(s, operatorConfig(s), exec.LookPath)
+	printChecklist(stdout, caps)
 	if err := emb.provision(ctx, s); err != nil {
 		return err
 	}
 
 	h := &host{name: "the-loop up", settings: s, log: log, stdout: stdout, defs: services, envelopeKey: config.NewSecret(string(emb.key)), connect: emb.connect,
-		sandboxHidden: []string{store},
-		operator:      func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) },
-		observer:      func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityObserver) }}
+		sandboxHidden: []string{store}, checklist: caps,
+		operator: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) },
+		observer: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityObserver) }}
 	if err := h.run(ctx); err != nil {
 		return err
 	}
