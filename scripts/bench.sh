@@ -37,7 +37,10 @@ BENCH="${BENCH:-.}"
 e2e=./test/e2e
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
-mapfile -t pkgs < <(go list -tags="$BENCHTAGS" ./... | grep -v '/test/e2e$')
+# Every module of the workspace (go.work; `./...` stops at a nested one),
+# tools/ aside: it holds no packages.
+mapfile -t modules < <(go list -m -f '{{.Dir}}/...' | grep -v '/tools/\.\.\.$')
+mapfile -t pkgs < <(go list -tags="$BENCHTAGS" "${modules[@]}" | grep -v '/test/e2e$')
 go test -run='^$' -bench="$BENCH" -skip='Replicas$' -benchmem -benchtime="$BENCHTIME" -count=1 -timeout=30m \
 	-tags="$BENCHTAGS" "${pkgs[@]}" | tee "$out"
 if [[ "BenchmarkLedgerReplicas BenchmarkRendererReplicas" =~ $BENCH ]]; then
