@@ -200,7 +200,7 @@ func (a *App) RoundTrip(req *http.Request) (*http.Response, error) {
 		retry = nil // a body that cannot be sent twice
 	}
 	in := a.installationOf(id)
-	resp, err := in.roundTrip(req, false)
+	resp, used, err := in.roundTrip(req, "")
 	if err != nil || resp.StatusCode != http.StatusUnauthorized || retry == nil {
 		if retry != nil && retry != req && retry.Body != nil {
 			retry.Body.Close()
@@ -212,7 +212,8 @@ func (a *App) RoundTrip(req *http.Request) (*http.Response, error) {
 	// with a fresh token.
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
-	return in.roundTrip(retry, true)
+	resp, _, err = in.roundTrip(retry, used)
+	return resp, err
 }
 
 // refreshAhead is how long before its expiry an installation token is
@@ -233,12 +234,13 @@ type installation struct {
 }
 
 // tokenFor returns a token good for at least refreshAhead, minting one when
-// the one held is closer to its expiry, or when fresh asks for a new one
-// (GitHub refused the last). The error never carries a token or the JWT.
-func (in *installation) tokenFor(ctx context.Context, fresh bool) (string, error) {
+// the one held is closer to its expiry or is refused, the token GitHub
+// refused ("" for none): requests refused together mint one token between
+// them. The error never carries a token or the JWT.
+func (in *installation) tokenFor(ctx context.Context, refused string) (string, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if !fresh && in.token != "" && in.app.now().Add(refreshAhead).Before(in.expires) {
+	if in.token != "" && in.token != refused && in.app.now().Add(refreshAhead).Before(in.expires) {
 		return in.token, nil
 	}
 	// The request's own deadline may be short or absent: the mint is
@@ -256,16 +258,18 @@ func (in *installation) tokenFor(ctx context.Context, fresh bool) (string, error
 	return in.token, nil
 }
 
-// roundTrip sends req with the installation's token, a new one if fresh.
-func (in *installation) roundTrip(req *http.Request, fresh bool) (*http.Response, error) {
-	tok, err := in.tokenFor(req.Context(), fresh)
+// roundTrip sends req with the installation's token (another than refused)
+// and says which token it used.
+func (in *installation) roundTrip(req *http.Request, refused string) (*http.Response, string, error) {
+	tok, err := in.tokenFor(req.Context(), refused)
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, err
+		return nil, "", err
 	}
 	r := req.Clone(req.Context())
 	r.Header.Set("Authorization", "token "+tok)
-	return in.app.base.RoundTrip(r)
+	resp, err := in.app.base.RoundTrip(r)
+	return resp, tok, err
 }

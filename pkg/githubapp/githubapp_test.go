@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -176,5 +177,47 @@ func TestAMintRefusedIsAWrappedErrorWithoutSecrets(t *testing.T) {
 	if _, err := githubapp.New(githubapp.Options{AppID: app.ID, PrivateKeyFile: bad}); err == nil ||
 		!strings.Contains(err.Error(), "LOOP_GITHUB_APP_PRIVATE_KEY_FILE") || strings.Contains(err.Error(), "secret") {
 		t.Errorf("a file that is not a key: %v", err)
+	}
+}
+
+// TestRequestsRefusedTogetherMintOneToken: requests in flight when their
+// token is revoked are each sent again, with one new token between them.
+func TestRequestsRefusedTogetherMintOneToken(t *testing.T) {
+	gh := ghfake.New(t)
+	gh.AddRepo(repo)
+	gh.AddIssue(repo, "octocat", "work", "body")
+	app := gh.InstallApp(t, "the-loop", time.Hour)
+	a, err := githubapp.New(githubapp.Options{AppID: app.ID, InstallationID: app.InstallationID, PrivateKeyFile: app.KeyFile, APIURL: gh.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: a, Timeout: 10 * time.Second}
+	comment(t, hc, gh.URL(), 0)
+	gh.ExpireAppTokens()
+	const n = 8
+	var wg sync.WaitGroup
+	for i := 1; i <= n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Not comment: t.Fatal belongs to the test's own goroutine.
+			req, _ := http.NewRequest(http.MethodPost, gh.URL()+"/repos/"+repo+"/issues/1/comments", strings.NewReader(fmt.Sprintf(`{"body":"record %d"}`, i)))
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Errorf("comment %d: %v", i, err)
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated {
+				t.Errorf("comment %d: status %d", i, resp.StatusCode)
+			}
+		}()
+	}
+	wg.Wait()
+	if c := gh.AppCounts(); c.Minted != 2 || c.Expired < 1 {
+		t.Errorf("%+v: want the refusals answered by one second token", c)
+	}
+	if got := len(gh.Comments(repo, 1)); got != n+1 {
+		t.Errorf("%d comments, want %d", got, n+1)
 	}
 }
