@@ -6,7 +6,11 @@ GO        ?= go
 # browser test and the dashboard's (test/observability), the pinned tools
 # (docs/decisions/104-one-workspace-lean-product-module.md). `./...` stops at
 # a nested module, so every package pattern names them all.
-MODULES   := $(shell $(GO) list -m -f '{{.Dir}}' | sed 's|^$(CURDIR)|.|')
+# The workspace whatever GOWORK the shell has: with GOWORK=off the list
+# below would shrink to the product, and the other modules' tests would
+# silently not run.
+export GOWORK := $(CURDIR)/go.work
+MODULES   := $(shell GOWORK=$(GOWORK) $(GO) list -m -f '{{.Dir}}' | sed 's|^$(CURDIR)|.|')
 # Their packages; tools/ holds none (its tools are built by `make tools`).
 PKGS      := $(addsuffix /...,$(filter-out ./tools,$(MODULES)))
 # The pinned tools (buf, protoc-gen-go, staticcheck) are built from their own

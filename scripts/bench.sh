@@ -28,6 +28,8 @@
 #   BENCH          -bench pattern (default: every benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The workspace (go.work), whatever GOWORK the shell has: every module.
+export GOWORK="$PWD/go.work"
 BENCHTIME="${BENCHTIME:-2s}"
 BENCHTAGS="${BENCHTAGS-e2e}"
 E2E_BENCHTIME="${E2E_BENCHTIME:-50x}"

@@ -8,6 +8,8 @@
 #     product binary does not link the testing package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The workspace (go.work), whatever GOWORK the shell has: every module.
+export GOWORK="$PWD/go.work"
 mod=github.com/the-loop/bus
 fail=0
 # Every module of the workspace (go.work; `./...` stops at a nested one),

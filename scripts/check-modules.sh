@@ -13,6 +13,8 @@
 #     `go install` elsewhere build the same binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The workspace (go.work), whatever GOWORK the shell has: every module.
+export GOWORK="$PWD/go.work"
 root=$PWD
 product=github.com/the-loop/bus
 fail=0

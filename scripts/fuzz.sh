@@ -3,6 +3,8 @@
 # (default 10s) each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The workspace (go.work), whatever GOWORK the shell has: every module.
+export GOWORK="$PWD/go.work"
 FUZZTIME="${FUZZTIME:-10s}"
 found=0
 # `./...` stops at a nested module: every module's packages, tools/ aside
