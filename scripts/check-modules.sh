@@ -4,7 +4,7 @@
 #     take its tests out of `make test`, silently);
 #   - each module is tidy on its own (GOWORK=off: what `go mod tidy` in it
 #     writes), its go.sum complete, and every module it uses matches its
-#     checksum;
+#     checksum; the workspace's go.work.sum is complete too;
 #   - the product module's graph (`go list -m all` of it alone) names none of
 #     what only the tests and the build need, nor any other module of the
 #     workspace, and one major of the GitHub client;
@@ -50,6 +50,19 @@ for m in "${modules[@]}"; do
 		fail=1
 	fi
 done
+
+# The workspace's own checksums (go.work.sum, what no module's go.sum holds):
+# loading every package of every module, tests and build tags included,
+# adds none.
+mapfile -t patterns < <(go list -m -f '{{.Dir}}/...' | grep -v '/tools/\.\.\.$')
+before=$(cat go.work.sum 2>/dev/null || true)
+if ! go list -deps -test -tags 'e2e compose' "${patterns[@]}" >/dev/null; then
+	echo "the workspace's packages do not load"
+	fail=1
+elif [ "$(cat go.work.sum 2>/dev/null || true)" != "$before" ]; then
+	echo "go.work.sum was incomplete: loading the workspace's packages added to it"
+	fail=1
+fi
 
 # What only the tests and the build use: the deploy validation (client-go,
 # kustomize, compose-go), the observability tests (Prometheus, chromedp, the
