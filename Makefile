@@ -2,8 +2,9 @@
 GO        ?= go
 # The modules of the workspace (go.work), as directories: the product (.) and
 # the modules of what only the tests and the build need — the deploy
-# validation, the end-to-end and in-process suites (test), the status page's
-# browser test and the dashboard's (test/observability), the pinned tools
+# validation (deploy, and the Helm chart's in deploy/helm), the end-to-end and
+# in-process suites (test), the status page's browser test and the
+# dashboard's (test/observability), the pinned tools
 # (docs/decisions/104-one-workspace-lean-product-module.md). `./...` stops at
 # a nested module, so every package pattern names them all.
 # The workspace whatever GOWORK the shell has: with GOWORK=off the list

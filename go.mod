@@ -3,6 +3,7 @@ module github.com/the-loop/bus
 go 1.26.7
 
 require (
+	filippo.io/edwards25519 v1.2.0
 	github.com/creack/pty v1.1.24
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/google/go-cmp v0.7.0

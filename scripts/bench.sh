@@ -70,7 +70,7 @@ ratios="$(awk '
 		unit = $(i + 1)
 		# Allocation figures of a multi-process run mean nothing; the
 		# ratio metrics some benchmarks report are ratios already.
-		if (unit == "B/op" || unit == "allocs/op" || unit == "x-1-replica" || unit == "max-share") continue
+		if (unit == "B/op" || unit == "allocs/op" || unit == "x-1-replica" || unit == "max-share" || unit == "x-baseline-median") continue
 		val[name, unit] = $i
 		units[name] = units[name] " " unit
 	}
@@ -94,6 +94,17 @@ if [ -n "$ratios" ]; then
 	echo "$ratios"
 else
 	echo "  (no benchmark with a baseline ran)"
+fi
+paired="$(awk '
+/^Benchmark/ {
+	name = $1; sub(/-[0-9]+$/, "", name)
+	for (i = 3; i < NF; i += 2)
+		if ($(i + 1) == "x-baseline-median") printf "  %-40s %.3gx\n", name, $i
+}' "$out" | sort)"
+if [ -n "$paired" ]; then
+	echo
+	echo "median of the rounds' paired ratios (variant ÷ baseline, rounds alternating):"
+	echo "$paired"
 fi
 scaling="$(awk '
 /^Benchmark[A-Za-z]*Replicas\/replicas=[0-9]+/ {

@@ -51,7 +51,8 @@ for m in "${modules[@]}"; do
 	fi
 done
 
-# The workspace's own checksums (go.work.sum, what no module's go.sum holds):
+# The workspace's own checksums (go.work.sum: the versions it selects above
+# a module's own, where modules share a dependency, and their go.mod files):
 # loading every package of every module, tests and build tags included,
 # adds none.
 mapfile -t patterns < <(go list -m -f '{{.Dir}}/...' | grep -v '/tools/\.\.\.$')

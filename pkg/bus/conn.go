@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -75,6 +76,10 @@ type Conn struct {
 	// signer signs what the connection publishes on loop.in and loop.ev;
 	// nil on a bus without identities (no credential).
 	signer *Signer
+	// readers is the signers set the signer authenticates its
+	// publications for, watched from the first one on (readerKeys).
+	readersOnce sync.Once
+	readers     atomic.Pointer[Signers]
 }
 
 // ErrClosed is returned by operations on a connection that was closed.
@@ -153,6 +158,33 @@ func newConnSigner(opts Options) (*Signer, error) {
 // identity with a key. A bus without authorization has no identities, and
 // nothing to sign as or check against.
 func (c *Conn) Signing() bool { return c.signer != nil }
+
+// CheckDelivery is the check of a delivery the connection consumes, against
+// signers: its own authenticator, or else its signer's signature
+// (Signers.Check).
+func (c *Conn) CheckDelivery(signers *Signers, d *Delivery, may Policy) (string, error) {
+	return signers.CheckDelivery(c.signer, d, may)
+}
+
+// readerKeys is the signers set the connection's publications carry
+// authenticators for: watched in the background from the first signed
+// publication on, never waited for — until it has loaded, publications are
+// signed only, and their readers check the signature.
+func (c *Conn) readerKeys() *Signers {
+	c.readersOnce.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			<-c.closed
+			cancel()
+		}()
+		go func() {
+			if s, err := c.WatchSigners(ctx); err == nil {
+				c.readers.Store(s)
+			}
+		}()
+	})
+	return c.readers.Load()
+}
 
 // Identity is the bus identity the connection is (Options.Identity).
 func (c *Conn) Identity() string { return c.opts.Identity }

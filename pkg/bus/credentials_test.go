@@ -344,7 +344,7 @@ func TestCredsFileSignsWithItsSeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := gateMessage()
-	if err := s.Sign(&m); err != nil {
+	if err := s.Sign(&m, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := set.Verify(stored(m.Subject, 0), m.Header, m.Data, m.MsgID, bus.InboxPolicy); err != nil {

@@ -154,6 +154,7 @@ func (c *Conn) ReplayDLQ(ctx context.Context, seq uint64) (ReplayResult, error) 
 		return ReplayResult{}, fmt.Errorf("bus: dlq replay %d: %w", seq, err)
 	}
 	e := dlqEntry(raw.Sequence, raw.Subject, raw.Header, raw.Data, raw.Time)
+	var vouchFor *Signers
 	if c.signer != nil {
 		// On a bus with identities only a dead letter its consumer wrote
 		// of a message its publisher signed goes back (decision 099).
@@ -161,9 +162,10 @@ func (c *Conn) ReplayDLQ(ctx context.Context, seq uint64) (ReplayResult, error) 
 		if err != nil {
 			return ReplayResult{}, fmt.Errorf("bus: dlq replay %d: %w", seq, err)
 		}
-		if _, err := signers.verifyDeadLetter(raw.Subject, Header(raw.Header), raw.Data); err != nil {
+		if _, err := signers.verifyDeadLetter(c.signer, raw.Subject, Header(raw.Header), raw.Data); err != nil {
 			return ReplayResult{}, fmt.Errorf("bus: dlq replay %d: %w", seq, err)
 		}
+		vouchFor = signers
 	}
 	id := "replay:" + strconv.FormatUint(seq, 10)
 	if e.MsgID != "" {
@@ -177,7 +179,15 @@ func (c *Conn) ReplayDLQ(ctx context.Context, seq uint64) (ReplayResult, error) 
 		return ReplayResult{}, fmt.Errorf("bus: dlq replay %d: %w", seq, err)
 	}
 	// The original as it was signed, never signed again by whoever
-	// replays it: its publisher's signature is what its consumer checks.
+	// replays it: its publisher's authenticators or signature are what its
+	// consumer checks. The replayer, having checked them, adds its own
+	// authenticators beside them (HeaderVouch), for a reader whose key
+	// changed since; the reader still holds the original's signer to its
+	// types.
+	if vouchFor != nil {
+		m.Header = m.Header.Clone()
+		c.signer.vouch(&m, vouchFor)
+	}
 	m, span := tracePublish(ctx, m)
 	ack, err := c.publish(ctx, toNatsMsg(m), m.MsgID)
 	endSpan(span, err)

@@ -12,9 +12,11 @@
 //     waits for it (docs/decisions/098-provisioning-is-the-operators.md);
 //   - Publish with Nats-Msg-Id deduplication and PubAck, retried under the
 //     same id when the outcome is ambiguous; on loop.in and loop.ev signed by
-//     the connection's identity (Signer), which consumers check against the
-//     operator's signers bucket (Signers, WatchSigners;
-//     docs/decisions/099-signed-events.md);
+//     the connection's identity (Signer), with an authenticator for each
+//     consumer of the stream, which consumers check against the operator's
+//     signers bucket (Signers, WatchSigners, Conn.CheckDelivery;
+//     docs/decisions/099-signed-events.md,
+//     docs/decisions/110-readers-authenticators.md);
 //   - Runner, the partitioned, pinned consumer loop: one message in flight per
 //     partition; a service's replicas divide the partitions between them
 //     (BucketMembers), each pulling only its own, and hand them over when a

@@ -32,6 +32,9 @@ func (h Header) Set(key, v string) { h[key] = []string{v} }
 // Add appends v to the values of key.
 func (h Header) Add(key, v string) { h[key] = append(h[key], v) }
 
+// Del removes key's values.
+func (h Header) Del(key string) { delete(h, key) }
+
 // Clone returns a deep copy of h (nil stays nil).
 func (h Header) Clone() Header {
 	if h == nil {
@@ -149,7 +152,7 @@ func (c *Conn) sign(m *Message) error {
 	if c.signer == nil || !signedSubject(m.Subject) {
 		return nil
 	}
-	return c.signer.Sign(m)
+	return c.signer.Sign(m, c.readerKeys())
 }
 
 // signedSubject: the subjects whose consumers act on who published.

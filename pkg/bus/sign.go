@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"crypto/ecdh"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
@@ -94,6 +95,11 @@ type Signer struct {
 	// again from the seed for every signature, which costs as much as the
 	// signature itself.
 	priv ed25519.PrivateKey
+	// x is the same key for X25519, and pairs the authenticator keys it
+	// derived with each peer (mac.go).
+	x     *ecdh.PrivateKey
+	mu    sync.Mutex
+	pairs map[string][]byte
 }
 
 // NewSigner returns the signer of identity from its NKey user seed.
@@ -118,7 +124,11 @@ func newSigner(identity string, kp nkeys.KeyPair) (*Signer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus: signer %s: %w", identity, err)
 	}
-	return &Signer{identity: identity, public: pub, priv: ed25519.NewKeyFromSeed(raw)}, nil
+	x, err := x25519Private(raw)
+	if err != nil {
+		return nil, fmt.Errorf("bus: signer %s: %w", identity, err)
+	}
+	return &Signer{identity: identity, public: pub, priv: ed25519.NewKeyFromSeed(raw), x: x, pairs: map[string][]byte{}}, nil
 }
 
 // Identity is the identity the signer signs as.
@@ -158,16 +168,27 @@ func signedBytes(subject, id, typ string, data []byte) []byte {
 	return []byte(b.String())
 }
 
-// Sign sets m's signature headers: m.Subject must be the un-partitioned
-// subject it is published to. m.Header is replaced by a copy.
-func (s *Signer) Sign(m *Message) error {
-	sig := s.sign(signedBytes(m.Subject, eventID(m.Header, m.MsgID), m.Header.Get(envelope.HeaderType), m.Data))
+// headerType is the event type's header, which a signature covers.
+const headerType = envelope.HeaderType
+
+// Sign sets m's signer and its authenticators for each identity that reads
+// it (mac.go), from keys (the signers set): m.Subject must be the
+// un-partitioned subject it is published to. When keys does not know every
+// reader (a nil keys knows none), m is signed with Ed25519 instead, which
+// every reader checks. m.Header is replaced by a copy.
+func (s *Signer) Sign(m *Message, keys *Signers) error {
+	signed := signedBytes(m.Subject, eventID(m.Header, m.MsgID), m.Header.Get(headerType), m.Data)
 	h := m.Header.Clone()
 	if h == nil {
 		h = Header{}
 	}
 	h.Set(HeaderSigner, s.identity)
-	h.Set(HeaderSignature, base64.StdEncoding.EncodeToString(sig))
+	h.Del(HeaderSignature)
+	h.Del(HeaderVouch)
+	if !s.authenticate(h, HeaderMAC, m.Subject, signed, keys) {
+		h.Del(HeaderMAC)
+		h.Set(HeaderSignature, base64.StdEncoding.EncodeToString(s.sign(signed)))
+	}
 	m.Header = h
 	return nil
 }
@@ -210,12 +231,13 @@ type Signers struct {
 	mu   sync.RWMutex
 	keys map[string]nkeys.KeyPair
 	pubs map[string]string
+	raws map[string]ed25519.PublicKey
 }
 
 // NewSigners returns the signers of pubs (identity → public NKey). A key
 // that is not a user's public NKey is an error.
 func NewSigners(pubs map[string]string) (*Signers, error) {
-	s := &Signers{keys: map[string]nkeys.KeyPair{}, pubs: map[string]string{}}
+	s := &Signers{keys: map[string]nkeys.KeyPair{}, pubs: map[string]string{}, raws: map[string]ed25519.PublicKey{}}
 	for id, pub := range pubs {
 		if err := s.set(id, pub); err != nil {
 			return nil, err
@@ -232,9 +254,13 @@ func (s *Signers) set(identity, pub string) error {
 	if err != nil {
 		return fmt.Errorf("bus: signer %s: %w", identity, err)
 	}
+	raw, err := nkeys.Decode(nkeys.PrefixByteUser, []byte(pub))
+	if err != nil || len(raw) != ed25519.PublicKeySize {
+		return fmt.Errorf("bus: signer %s: not a public user NKey", identity)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.keys[identity], s.pubs[identity] = kp, pub
+	s.keys[identity], s.pubs[identity], s.raws[identity] = kp, pub, ed25519.PublicKey(raw)
 	return nil
 }
 
@@ -243,6 +269,7 @@ func (s *Signers) remove(identity string) {
 	defer s.mu.Unlock()
 	delete(s.keys, identity)
 	delete(s.pubs, identity)
+	delete(s.raws, identity)
 }
 
 // Len is how many identities the set knows.
@@ -270,6 +297,14 @@ func (s *Signers) key(identity string) (nkeys.KeyPair, bool) {
 	return kp, ok
 }
 
+// raw is identity's public NKey and its Ed25519 key.
+func (s *Signers) raw(identity string) (string, ed25519.PublicKey, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	raw, ok := s.raws[identity]
+	return s.pubs[identity], raw, ok
+}
+
 // checkSig verifies a base64 signature by identity over signed.
 func (s *Signers) checkSig(identity, sig string, signed []byte) error {
 	if identity == "" || sig == "" {
@@ -294,17 +329,22 @@ func (s *Signers) checkSig(identity, sig string, signed []byte) error {
 func (s *Signers) Verify(subject string, h Header, data []byte, msgID string, may Policy) (string, error) {
 	subject = unpartitioned(subject)
 	signer := h.Get(HeaderSigner)
-	if err := s.checkSig(signer, h.Get(HeaderSignature), signedBytes(subject, eventID(h, msgID), h.Get(envelope.HeaderType), data)); err != nil {
+	if err := s.checkSig(signer, h.Get(HeaderSignature), signedBytes(subject, eventID(h, msgID), h.Get(headerType), data)); err != nil {
 		return signer, err
 	}
+	return signer, allowed(subject, signer, may)
+}
+
+// allowed: may allows signer the type of the un-partitioned subject.
+func allowed(subject, signer string, may Policy) error {
 	_, _, _, typ, ok := catalog.ParseSubject(subject, false)
 	if !ok {
-		return signer, &ForgedError{Reason: ForgedNotAllowed, Signer: signer, Detail: "subject " + subject + " names no type"}
+		return &ForgedError{Reason: ForgedNotAllowed, Signer: signer, Detail: "subject " + subject + " names no type"}
 	}
 	if err := may(signer, typ); err != nil {
-		return signer, &ForgedError{Reason: ForgedNotAllowed, Signer: signer, Detail: err.Error()}
+		return &ForgedError{Reason: ForgedNotAllowed, Signer: signer, Detail: err.Error()}
 	}
-	return signer, nil
+	return nil
 }
 
 // VerifyDelivery is Verify of a delivery of stream.
@@ -322,7 +362,7 @@ func deadLetterDigest(h Header, data []byte) string {
 	for _, v := range []string{
 		h.Get(HeaderDLQSubject), h.Get(HeaderDLQStream), h.Get(HeaderDLQConsumer), h.Get(HeaderDLQMsgID),
 		h.Get(envelope.HeaderID), h.Get(envelope.HeaderType), h.Get(HeaderSigner), h.Get(HeaderSignature),
-		hex.EncodeToString(body[:]),
+		strings.Join(h[HeaderMAC], " "), hex.EncodeToString(body[:]),
 	} {
 		sum.Write([]byte(v))
 		sum.Write([]byte{'\n'})
@@ -348,12 +388,12 @@ func (s *Signer) SignDeadLetter(dlqSubject string, h Header, data []byte) error 
 // wrote of a message its publisher signed.
 var ErrReplayRefused = errors.New("bus: dead letter refused")
 
-// verifyDeadLetter checks a dead letter before it is replayed: the copy is
-// signed by the consumer identity of the original's stream, over its DLQ
+// verifyDeadLetter checks a dead letter before replayer replays it: the copy
+// is signed by the consumer identity of the original's stream, over its DLQ
 // subject and the original as it holds it, and the original carries its
-// publisher's valid signature for its subject. It returns the original's
-// signer.
-func (s *Signers) verifyDeadLetter(dlqSubj string, h Header, data []byte) (string, error) {
+// publisher's valid authenticator for replayer (the operator), or its valid
+// signature, for its subject. It returns the original's signer.
+func (s *Signers) verifyDeadLetter(replayer *Signer, dlqSubj string, h Header, data []byte) (string, error) {
 	stored := h.Get(HeaderDLQSubject)
 	consumer := h.Get(HeaderDLQConsumer)
 	if stored == "" || consumer == "" || dlqSubj != dlqSubject(consumer, stored) {
@@ -377,7 +417,7 @@ func (s *Signers) verifyDeadLetter(dlqSubj string, h Header, data []byte) (strin
 		return "", fmt.Errorf("%w: dead-lettered by %s, which is not the consumer of %s (%s)", ErrReplayRefused, dl, stream, consumer)
 	}
 	may, _ := PolicyFor(stream)
-	signer, err := s.Verify(stored, h, data, h.Get(HeaderDLQMsgID), may)
+	signer, err := s.Check(replayer, stored, h, data, h.Get(HeaderDLQMsgID), may)
 	if err != nil {
 		return signer, fmt.Errorf("%w: the original's signature: %w", ErrReplayRefused, err)
 	}

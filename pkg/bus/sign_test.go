@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func TestSignatureCoversWhatTheConsumerActsOn(t *testing.T) {
 	signers, set := identityKeys(t)
 	sign := func(identity string, m bus.Message) bus.Message {
 		t.Helper()
-		if err := signers[identity].Sign(&m); err != nil {
+		if err := signers[identity].Sign(&m, nil); err != nil {
 			t.Fatal(err)
 		}
 		return m
@@ -141,7 +142,7 @@ func TestSignatureCoversWhatTheConsumerActsOn(t *testing.T) {
 
 	t.Run("signed with a key that is not the signer's", func(t *testing.T) {
 		m := gateMessage()
-		if err := otherKeys[bus.IdentityIngressSlack].Sign(&m); err != nil {
+		if err := otherKeys[bus.IdentityIngressSlack].Sign(&m, nil); err != nil {
 			t.Fatal(err)
 		}
 		_, err := set.Verify(stored(m.Subject, 0), m.Header, m.Data, m.MsgID, bus.InboxPolicy)
@@ -222,11 +223,44 @@ func TestPublishSignsAndProvisionWritesSigners(t *testing.T) {
 	}
 	testkit.WaitWithin(t, 10*time.Second, "the gate answer delivered", func() bool { return len(got.get()) == 1 })
 	d := got.get()[0]
-	if d.Header.Get(bus.HeaderSigner) != bus.IdentityIngressSlack || d.Header.Get(bus.HeaderSignature) == "" {
+	// Signed, or authenticated if the publisher had loaded the signers
+	// (in the background) by then.
+	if d.Header.Get(bus.HeaderSigner) != bus.IdentityIngressSlack || (d.Header.Get(bus.HeaderSignature) == "") == (d.Header.Get(bus.HeaderMAC) == "") {
 		t.Fatalf("delivered headers %v", d.Header)
 	}
-	if signer, err := set.VerifyDelivery(d, bus.InboxPolicy); err != nil || signer != bus.IdentityIngressSlack {
-		t.Fatalf("verify the delivery: %q %v", signer, err)
+	if signer, err := lw.CheckDelivery(set, d, bus.InboxPolicy); err != nil || signer != bus.IdentityIngressSlack {
+		t.Fatalf("check the delivery: %q %v", signer, err)
+	}
+	// Once the publisher's connection has loaded the signers, its
+	// publications carry authenticators — the ledger-writer's and the
+	// operator's — and no signature: the ledger-writer's connection accepts
+	// them, ingress-slack's (no reader of the inbox) does not.
+	n := 0
+	var mac *bus.Delivery
+	testkit.WaitWithin(t, 10*time.Second, "a publication with the ledger-writer's authenticator", func() bool {
+		for _, d := range got.get() {
+			if d.Header.Get(bus.HeaderMAC) != "" {
+				mac = d
+				return true
+			}
+		}
+		n++
+		m := gateMessage()
+		m.MsgID = fmt.Sprintf("slack:EvGateMac%d", n)
+		m.Header.Set("ce-id", m.MsgID)
+		if _, err := slack.Publish(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		return false
+	})
+	if sig, macs := mac.Header.Get(bus.HeaderSignature), mac.Header[bus.HeaderMAC]; sig != "" || len(macs) != 2 {
+		t.Fatalf("an authenticated publication: signature %q, authenticators %q", sig, macs)
+	}
+	if signer, err := lw.CheckDelivery(set, mac, bus.InboxPolicy); err != nil || signer != bus.IdentityIngressSlack {
+		t.Fatalf("the ledger-writer's check of its authenticator: %q %v", signer, err)
+	}
+	if _, err := slack.CheckDelivery(set, mac, bus.InboxPolicy); !bus.IsForged(err) {
+		t.Fatalf("ingress-slack's check of the ledger-writer's authenticator: %v, want refused", err)
 	}
 
 	// The operator provisions again with ingress-slack's key replaced and
@@ -283,7 +317,7 @@ func TestServerSidePathIsRefusedBySignature(t *testing.T) {
 	own := gateMessage()
 	own.Subject = catalog.InboxSubject(ref, catalog.DecisionPending)
 	own.Header.Set("ce-type", string(catalog.DecisionPending))
-	if err := stolen.Sign(&own); err != nil {
+	if err := stolen.Sign(&own, nil); err != nil {
 		t.Fatal(err)
 	}
 	own.Header.Set("ce-type", string(catalog.GateFeedback))
@@ -291,7 +325,7 @@ func TestServerSidePathIsRefusedBySignature(t *testing.T) {
 	// The stolen seed signing the gate answer as it will be stored.
 	forged := gateMessage()
 	forged.Header.Set("ce-id", "slack:EvGate2")
-	if err := stolen.Sign(&forged); err != nil {
+	if err := stolen.Sign(&forged, nil); err != nil {
 		t.Fatal(err)
 	}
 	path(from, forged.Header, forged.Data)
@@ -362,7 +396,7 @@ func TestPlantedDeadLetterIsNotReplayed(t *testing.T) {
 		m := gateMessage()
 		m.Header.Set("ce-id", id)
 		if signOriginal {
-			if err := signer.Sign(&m); err != nil {
+			if err := signer.Sign(&m, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -425,46 +459,73 @@ func TestPlantedDeadLetterIsNotReplayed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if signer, err := set.VerifyDelivery(d, bus.InboxPolicy); err != nil || signer != bus.IdentityIngressSlack {
-		t.Fatalf("the replayed original's signature: %q %v", signer, err)
+	if signer, err := lw.CheckDelivery(set, d, bus.InboxPolicy); err != nil || signer != bus.IdentityIngressSlack {
+		t.Fatalf("the replayed original's authenticator: %q %v", signer, err)
+	}
+	// The operator's word beside it, which alone passes the ledger-writer's
+	// check (a reader whose key changed since has only that), for the
+	// original's signer.
+	vouched := &bus.Delivery{Subject: d.Subject, Header: d.Header.Clone(), Data: d.Data, MsgID: d.MsgID}
+	delete(vouched.Header, bus.HeaderMAC)
+	delete(vouched.Header, bus.HeaderSignature)
+	if signer, err := lw.CheckDelivery(set, vouched, bus.InboxPolicy); err != nil || signer != bus.IdentityIngressSlack {
+		t.Fatalf("the replay's vouching (%q): %q %v", vouched.Header[bus.HeaderVouch], signer, err)
 	}
 }
 
 // BenchmarkSignature is one event's signing and checking, as the publisher
-// and the consumer do it (a 1 KiB body).
+// and a reader do it (a 1 KiB body): the Ed25519 signature (a publisher
+// without the signers yet) and its check, and the readers' authenticators (a
+// publisher's) and one reader's check of its own.
 func BenchmarkSignature(b *testing.B) {
-	seed, pub, err := bus.NewIdentityKey()
-	if err != nil {
-		b.Fatal(err)
+	keys := map[string]*bus.Signer{}
+	pubs := map[string]string{}
+	for _, id := range []string{bus.IdentityIngressSlack, bus.IdentityLedgerWriter, bus.IdentityOperator} {
+		seed, pub, err := bus.NewIdentityKey()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if keys[id], err = bus.NewSigner(id, seed); err != nil {
+			b.Fatal(err)
+		}
+		pubs[id] = pub
 	}
-	s, err := bus.NewSigner(bus.IdentityIngressSlack, seed)
-	if err != nil {
-		b.Fatal(err)
-	}
-	set, err := bus.NewSigners(map[string]string{bus.IdentityIngressSlack: pub})
+	s, reader := keys[bus.IdentityIngressSlack], keys[bus.IdentityLedgerWriter]
+	set, err := bus.NewSigners(pubs)
 	if err != nil {
 		b.Fatal(err)
 	}
 	m := gateMessage()
 	m.Data = make([]byte, 1024)
-	b.Run("sign", func(b *testing.B) {
-		for b.Loop() {
-			c := m
-			if err := s.Sign(&c); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	signed := m
-	if err := s.Sign(&signed); err != nil {
+	signed, authenticated := m, m
+	if err := s.Sign(&signed, nil); err != nil {
 		b.Fatal(err)
 	}
-	subject := stored(signed.Subject, 3)
-	b.Run("verify", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := set.Verify(subject, signed.Header, signed.Data, signed.MsgID, bus.InboxPolicy); err != nil {
-				b.Fatal(err)
+	if err := s.Sign(&authenticated, set); err != nil {
+		b.Fatal(err)
+	}
+	subject := stored(m.Subject, 3)
+	for _, c := range []struct {
+		name string
+		run  func() error
+	}{
+		{"sign", func() error { c := m; return s.Sign(&c, nil) }},
+		{"verify", func() error {
+			_, err := set.Verify(subject, signed.Header, signed.Data, signed.MsgID, bus.InboxPolicy)
+			return err
+		}},
+		{"authenticate", func() error { c := m; return s.Sign(&c, set) }},
+		{"check", func() error {
+			_, err := set.Check(reader, subject, authenticated.Header, authenticated.Data, authenticated.MsgID, bus.InboxPolicy)
+			return err
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := c.run(); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+		})
+	}
 }

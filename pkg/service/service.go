@@ -160,7 +160,7 @@ func verifier(ctx context.Context, deps Deps, service, stream string) (func(cont
 	}
 	loaded.Store(true)
 	return func(ctx context.Context, d *bus.Delivery) error {
-		signer, err := signers.VerifyDelivery(d, may)
+		signer, err := deps.Conn.CheckDelivery(signers, d, may)
 		if err == nil {
 			return nil
 		}

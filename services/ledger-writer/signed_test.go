@@ -35,6 +35,12 @@ func TestForgedInboxEventsAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The signers set is readable by every service: the thief adds the
+	// ledger-writer's authenticator too.
+	keys, err := bus.NewSigners(e.srv.Signers(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	gate := func(id string) bus.Message {
 		m, err := envelope.ToMessage(gateEv(id, ref, "approved"), envelope.Inbox, "")
 		if err != nil {
@@ -46,13 +52,13 @@ func TestForgedInboxEventsAreRefused(t *testing.T) {
 	// The dispatcher's signature over its own subject, moved by the path.
 	moved := gate("slack:EvForged1")
 	moved.Subject = catalog.InboxSubject(ref, catalog.DecisionPending)
-	if err := stolen.Sign(&moved); err != nil {
+	if err := stolen.Sign(&moved, keys); err != nil {
 		t.Fatal(err)
 	}
 	path(from, moved.Header, moved.Data)
 	// The stolen seed signing the gate answer as it is stored.
 	signed := gate("slack:EvForged2")
-	if err := stolen.Sign(&signed); err != nil {
+	if err := stolen.Sign(&signed, keys); err != nil {
 		t.Fatal(err)
 	}
 	path(from, signed.Header, signed.Data)

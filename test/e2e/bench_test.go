@@ -13,7 +13,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -318,10 +320,17 @@ func compareSystems(b *testing.B, systems map[string]*cluster, order []string) {
 		watches[name] = watchStreams(b, c, "loop.ev.>")
 	}
 	// A fixed load: a parent benchmark that runs sub-benchmarks runs once,
-	// with b.N 1.
-	const rounds, perRound = 4, 150
+	// with b.N 1. Many short rounds rather than a few long ones: each
+	// round's ratio is paired (same minute, same machine), and their median
+	// shrugs off a round another process disturbed.
+	const rounds, perRound = 10, 100
 	elapsed := map[string]time.Duration{}
 	sent := map[string]int{}
+	rates := map[string][]float64{}
+	cpuBefore := map[string]map[string]time.Duration{}
+	for _, name := range order {
+		cpuBefore[name] = systems[name].cpu(b)
+	}
 	seq := 0
 	for r := range rounds {
 		for i := range order {
@@ -355,16 +364,93 @@ func compareSystems(b *testing.B, systems map[string]*cluster, order []string) {
 			}
 			elapsed[name] += last.Sub(start)
 			sent[name] += perRound
+			rates[name] = append(rates[name], float64(perRound)/last.Sub(start).Seconds())
+		}
+	}
+	// What the renderer and the dispatcher still had to do of the last
+	// round's fan-out.
+	time.Sleep(2 * time.Second)
+	cpuPerEvent := map[string]map[string]float64{}
+	for _, name := range order {
+		cpuPerEvent[name] = map[string]float64{}
+		for proc, after := range systems[name].cpu(b) {
+			cpuPerEvent[name][proc] = float64((after - cpuBefore[name][proc]).Microseconds()) / float64(sent[name])
 		}
 	}
 	for _, name := range order {
 		b.Run(name, func(b *testing.B) {
+			// CPU per event of each process of the system (and all),
+			// µs: where the difference between the systems goes.
+			total := 0.0
+			for proc, us := range cpuPerEvent[name] {
+				total += us
+				b.ReportMetric(us, "cpu-us/event-"+proc)
+			}
+			b.ReportMetric(total, "cpu-us/event")
 			b.ReportMetric(float64(sent[name])/elapsed[name].Seconds(), "events/s")
 			// ns/op is the time per event of the rounds, not of this
 			// function, which only reports them.
 			b.ReportMetric(float64(elapsed[name].Nanoseconds())/float64(sent[name]), "ns/op")
+			if name != order[0] {
+				b.ReportMetric(medianRatio(rates[name], rates[order[0]]), "x-baseline-median")
+			}
 		})
 	}
+}
+
+// cpu is the CPU time (user and system) each of c's processes has used so
+// far, by process name (the nats-servers and the services; a restarted
+// process starts again from zero).
+func (c *cluster) cpu(b testing.TB) map[string]time.Duration {
+	b.Helper()
+	out := map[string]time.Duration{}
+	for _, p := range append(slices.Clone(c.natsProcs), c.procs...) {
+		p.mu.Lock()
+		cmd := p.cmd
+		p.mu.Unlock()
+		if cmd == nil || cmd.Process == nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command name, which ends at the last ')':
+		// state is the first; utime and stime the 12th and 13th, in
+		// clock ticks (USER_HZ, 100 on Linux).
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		var ticks int64
+		for _, v := range f[11:13] {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatalf("%s: /proc stat: %v", p.name, err)
+			}
+			ticks += n
+		}
+		out[p.name] += time.Duration(ticks) * 10 * time.Millisecond
+	}
+	return out
+}
+
+// medianRatio is the median over rounds of a[i] ÷ base[i].
+func medianRatio(a, base []float64) float64 {
+	var r []float64
+	for i := range min(len(a), len(base)) {
+		if base[i] > 0 {
+			r = append(r, a[i]/base[i])
+		}
+	}
+	if len(r) == 0 {
+		return 0
+	}
+	slices.Sort(r)
+	if len(r)%2 == 1 {
+		return r[len(r)/2]
+	}
+	return (r[len(r)/2-1] + r[len(r)/2]) / 2
 }
 
 // job is one event to send: the work item's number and the event's.

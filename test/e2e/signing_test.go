@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,6 +58,20 @@ func TestSignedEventsAttacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A connection with the stolen seed, as the thief would make it; it
+	// reads the signers set, with which the thief adds the
+	// ledger-writer's authenticator from the dispatcher, as the
+	// dispatcher's own publications carry it.
+	disp, err := bus.Connect(s.ctx, bus.Options{URL: c.natsURLs(0), Name: "e2e-stolen-dispatcher",
+		Credentials: bus.Credentials{SeedFile: c.seed(bus.IdentityDispatcher)}, Identity: bus.IdentityDispatcher})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer disp.Close()
+	keys, err := disp.LoadSigners(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	answer := func(id string) bus.Message {
 		ev := &loopv1.Event{Id: id, Source: "slack", Type: string(catalog.GateFeedback), Subject: ref(n),
 			Time: envelope.NewTime(time.Now()), Actor: &loopv1.Actor{Slack: aliceSlack},
@@ -68,6 +83,33 @@ func TestSignedEventsAttacks(t *testing.T) {
 		}
 		return bus.FromEnvelope(m)
 	}
+
+	t.Run("readers-authenticators", func(t *testing.T) {
+		// What the pipeline fanned out carries an authenticator for each
+		// consumer of loop.ev and the operator (decision 110), and no
+		// signature to spend a check on.
+		js := operatorJetStream(t, c)
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		defer cancel()
+		str, err := js.Stream(ctx, bus.StreamEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := str.GetLastMsgForSubject(ctx, catalog.EventsPrefix+".>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var readers []string
+		for _, v := range m.Header.Values(bus.HeaderMAC) {
+			id, _, _ := strings.Cut(v, "=")
+			readers = append(readers, id)
+		}
+		slices.Sort(readers)
+		if want := []string{bus.IdentityDispatcher, bus.IdentityOperator, bus.IdentitySlackRenderer}; !slices.Equal(readers, want) || m.Header.Get(bus.HeaderSignature) != "" {
+			t.Fatalf("%s: authenticators for %v and signature %q, want %v and none", m.Subject, readers, m.Header.Get(bus.HeaderSignature), want)
+		}
+		t.Logf("%s carries %s's authenticators for %v", m.Subject, m.Header.Get(bus.HeaderSigner), readers)
+	})
 
 	t.Run("server-side-path", func(t *testing.T) {
 		js := operatorJetStream(t, c)
@@ -82,11 +124,11 @@ func TestSignedEventsAttacks(t *testing.T) {
 		comments := len(c.gh.Comments(repoName, n))
 		moved := answer("slack:EvServerSide1")
 		moved.Subject = catalog.InboxSubject(ref(n), catalog.DecisionPending)
-		if err := stolen.Sign(&moved); err != nil {
+		if err := stolen.Sign(&moved, keys); err != nil {
 			t.Fatal(err)
 		}
 		signed := answer("slack:EvServerSide2")
-		if err := stolen.Sign(&signed); err != nil {
+		if err := stolen.Sign(&signed, keys); err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range []bus.Message{moved, signed} {
@@ -117,16 +159,10 @@ func TestSignedEventsAttacks(t *testing.T) {
 	t.Run("planted-dead-letter", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(s.ctx, 60*time.Second)
 		defer cancel()
-		disp, err := bus.Connect(ctx, bus.Options{URL: c.natsURLs(0), Name: "e2e-stolen-dispatcher",
-			Credentials: bus.Credentials{SeedFile: c.seed(bus.IdentityDispatcher)}, Identity: bus.IdentityDispatcher})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer disp.Close()
 		stored := fmt.Sprintf("%s.%d.%s.%s", catalog.InboxPrefix, partitionOf(ref(n)), catalog.SubjectKey(ref(n)), catalog.GateFeedback)
 		consumer := bus.ConsumerName(bus.ServiceLedgerWriter, int(partitionOf(ref(n))))
 		m := answer("slack:EvPlanted")
-		if err := stolen.Sign(&m); err != nil {
+		if err := stolen.Sign(&m, nil); err != nil {
 			t.Fatal(err)
 		}
 		m.Header.Set(bus.HeaderDLQSubject, stored)
