@@ -21,7 +21,9 @@ fail=0
 
 # go.work's modules, as directories relative to the root.
 mapfile -t modules < <(go list -m -f '{{.Dir}}' | sed "s|^$root|.|")
-mapfile -t gomods < <(git ls-files --cached --others --exclude-standard '*go.mod' 'go.mod' | sed 's|/\{0,1\}go.mod$||; s|^$|.|; s|^\([^.]\)|./\1|' | sort)
+# Every go.mod of the repository but fixtures under testdata/, which Go
+# ignores.
+mapfile -t gomods < <(git ls-files --cached --others --exclude-standard -- 'go.mod' '*/go.mod' | grep -v '/testdata/' | xargs -n1 dirname | sed 's|^\([^.]\)|./\1|' | sort)
 missing=$(comm -13 <(printf '%s\n' "${modules[@]}" | sort) <(printf '%s\n' "${gomods[@]}"))
 if [ -n "$missing" ]; then
 	echo "modules go.work does not use (their tests would not run): $missing"
