@@ -1,9 +1,10 @@
-package main
+package observability
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +15,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/the-loop/bus/internal/demo"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
-	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
@@ -103,8 +104,17 @@ const readPage = `(() => {
   };
 })()`
 
+// demoLive is the running demo, as the test sees it mid-story.
+type demoLive struct {
+	adminAddr string
+	conn      *bus.Conn
+	stage     *demo.Stage
+}
+
 // TestStatusPageInABrowser opens the status page in headless Chromium
-// against the demo's running services and follows the story on it, by the
+// against the demo's story — its stand-ins and script (internal/demo) with
+// the five services of a `the-loop up` process configured from the stage's
+// settings, as the demo runs them — and follows the story on it, by the
 // page's DOM: the approval gate the work item waits at, approvedBy with the
 // record's link after the approval, a dead letter injected mid-run, and
 // the replay button that only the admin token brings. The page is loaded
@@ -331,10 +341,48 @@ func TestStatusPageInABrowser(t *testing.T) {
 		return nil
 	}
 
-	var out syncBuffer
-	err := runDemo(context.Background(), demoRun{dir: t.TempDir(), runner: demo.RunnerProcess, adminToken: adminToken, afterStep: afterStep},
-		config.Env{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME")}, &out)
+	var live demoLive
+	stage, err := demo.NewStage(demo.Options{Dir: t.TempDir(), Exe: theLoopBinary(t), Runner: demo.RunnerProcess,
+		AfterStep: func(ctx context.Context, step int) error { return afterStep(ctx, step, live) }})
 	if err != nil {
+		t.Fatal(err)
+	}
+	defer stage.Close()
+	env := stage.Env()
+	env["LOOP_ADMIN_TOKEN"] = adminToken
+	// As the demo runs them: the stand-in agent lives in the stage's
+	// directory beside the store, which up's default Landlock sandbox
+	// (Linux) would rightly refuse to give a session.
+	env["LOOP_SESSION_SANDBOX"] = "off"
+	up := startUp(t, env)
+	defer up.stop(t)
+	// The stand-ins stop delivering before the services stop, as in the
+	// demo.
+	defer stage.StopDeliveries()
+	admin := up.printed(t, "the admin address", adminRE)
+	live.adminAddr = strings.TrimPrefix(admin, "http://")
+	natsURL := up.printed(t, "the NATS address", natsRE)
+	testkit.WaitWithin(t, 60*time.Second, "/readyz to answer 200", func() bool {
+		resp, err := http.Get(admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	// The story plays the people and the stand-ins: it reads and writes as
+	// the operator, whose identity up keeps in its store.
+	ctx, stopCtx := context.WithCancel(context.Background())
+	defer stopCtx()
+	live.conn, err = bus.Connect(ctx, bus.Options{URL: natsURL, Name: "status-page-browser-test", Identity: bus.IdentityOperator,
+		Credentials: bus.Credentials{SeedFile: filepath.Join(env["LOOP_STORE_DIR"], "nats", "operator.nk")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.conn.Close()
+	live.stage = stage
+	var out testkit.SyncBuffer
+	if _, err := stage.Play(ctx, live.conn, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	if gateRef == "" || forgedID == "" {
