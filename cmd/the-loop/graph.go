@@ -198,6 +198,18 @@ func graphStatus(ctx context.Context, env config.Env, stdout io.Writer, ref stri
 			fmt.Fprintf(stdout, "  %s  %s: %s by %s\n", d.At.UTC().Format(time.RFC3339), d.Node, d.Outcome, quoteList(d.By))
 		}
 	}
+	if len(st.Overrides) > 0 {
+		// The operator's moves by hand, with who and why, as recorded on
+		// the work item (docs/decisions/111-operator-escape-hatch.md).
+		fmt.Fprintln(stdout, "overrides:")
+		for _, o := range st.Overrides {
+			by := "the operator"
+			if o.By != "" {
+				by += " (" + o.By + ")"
+			}
+			fmt.Fprintf(stdout, "  %s  %s %s → %s by %s: %s\n", o.At.UTC().Format(time.RFC3339), o.Action, o.From, o.To, by, o.Reason)
+		}
+	}
 	if len(st.ApprovedBy) > 0 {
 		fmt.Fprintln(stdout, "approvedBy:")
 		for _, a := range st.ApprovedBy {

@@ -138,6 +138,20 @@ func TestGraphOverridePublishes(t *testing.T) {
 		t.Errorf("the skip on the inbox: %+v", m)
 	}
 
+	// Once the dispatcher applied it (here by hand: this dispatcher has
+	// no tmux, so it consumes nothing), `graph status` shows who and why.
+	if _, err := store.Mutate(context.Background(), ref, func(cur *graph.State) (*graph.State, error) {
+		_, err := cur.Override(g, graph.OverrideRequest{Action: graph.ActionSkip, From: "requirements", By: "alice",
+			Reason: "the requirements are in the issue", EventID: m.ID, At: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)})
+		return cur, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runVerb(t, env, "graph", "status", ref)
+	if want := "overrides:\n  2026-03-01T09:00:00Z  skip requirements → requirements-approval by the operator (alice): the requirements are in the issue\n"; code != 0 || !strings.Contains(stdout, want) {
+		t.Errorf("graph status after the skip: exit %d, stderr %q, stdout:\n%s\nwant it to hold:\n%s", code, stderr, stdout, want)
+	}
+
 	cancel()
 	select {
 	case code := <-done:
