@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/envelope"
@@ -30,21 +31,21 @@ func (w *world) override(conn *bus.Conn, ev *loopv1.Event) error {
 }
 
 // overrideRecord waits for the ledger's record of the override id on issue
-// number and returns its body.
-func (w *world) overrideRecord(number int, id string) string {
+// number and returns it.
+func (w *world) overrideRecord(number int, id string) ghfake.Comment {
 	w.t.Helper()
-	var body string
+	var rec ghfake.Comment
 	testkit.WaitWithin(w.t, wait, "the record of "+id, func() bool {
 		for _, c := range w.gh.Comments(repo, number) {
 			l, err := envelope.ParseLedger([]byte(envelopeKey), envelope.Binding{Repo: repo, Number: number}, c.Body)
 			if err == nil && l.ID == id {
-				body = c.Body
+				rec = c
 				return true
 			}
 		}
 		return false
 	})
-	return body
+	return rec
 }
 
 // TestOperatorEscapeHatch: the operator skips the agent's requirements
@@ -67,7 +68,8 @@ func TestOperatorEscapeHatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := w.waitNode(r, "requirements-approval")
-	record := w.overrideRecord(number, skip.GetId())
+	rec := w.overrideRecord(number, skip.GetId())
+	record := rec.Body
 	for _, want := range []string{"graph **skip** by the operator, as `alice`", "`requirements`", "The requirements are the issue's own text."} {
 		if !strings.Contains(record, want) {
 			t.Errorf("the record on GitHub does not say %q:\n%s", want, record)
@@ -76,8 +78,10 @@ func TestOperatorEscapeHatch(t *testing.T) {
 	if !envelope.HasSelfMarker(record) {
 		t.Error("the override's record is not marker-stamped: an ingress would judge it")
 	}
-	if len(st.Overrides) != 1 || st.Overrides[0].By != alice || st.Overrides[0].RecordURL == "" {
-		t.Errorf("overrides = %+v", st.Overrides)
+	// The move the dispatcher applied is the recorded one: it names the
+	// record on GitHub.
+	if len(st.Overrides) != 1 || st.Overrides[0].By != alice || st.Overrides[0].RecordURL != rec.HTMLURL {
+		t.Errorf("overrides = %+v, want one by alice naming the record %s", st.Overrides, rec.HTMLURL)
 	}
 	w.waitLog("graph.advanced", map[string]any{"event_id": skip.GetId(), "source": "operator", "to": "requirements-approval"})
 
