@@ -128,8 +128,13 @@ func (s *Service) override(ctx context.Context, in *input) error {
 			// from the bus: publish them again (same ids).
 			gs.renotify(ctx, in.ref)
 		}
-		s.records.drop(ctx, in, DropAlreadyProcessed)
-		return nil
+		// The session may not have been told yet (a failure after the
+		// move); its registry knows whether it was.
+		told, err := s.tellSession(ctx, in, o)
+		if err == nil && !told {
+			s.records.drop(ctx, in, DropAlreadyProcessed)
+		}
+		return err
 	}
 	gs.events.Emit(ctx, "graph.advanced", append(eventAttrs(in), slog.String("graph", g.Name), slog.String("from", t.From),
 		slog.String("to", t.To), slog.String("outcome", string(t.Outcome)), slog.String("actor", in.actor),
@@ -148,7 +153,42 @@ func (s *Service) override(ctx context.Context, in *input) error {
 		workdir = gs.workdir
 	}
 	gs.moved(ctx, in, g, t, left, workdir)
-	return gs.notify(ctx, in.ref, st, withReason(t.Notifications, o.GetAction(), o.GetReason(), who(ev.GetActor())), workdir)
+	if err := gs.notify(ctx, in.ref, st, withReason(t.Notifications, o.GetAction(), o.GetReason(), who(ev.GetActor())), workdir); err != nil {
+		return err
+	}
+	_, err = s.tellSession(ctx, in, o)
+	return err
+}
+
+// tellSession types the recorded override into the work item's live
+// session, as any recorded event, so that the agent knows its node moved
+// under it (the prompt's graph context says where the work item is now)
+// and does not complete a node it never worked. told is false when the
+// work item has no live session here to tell: none is spawned for an
+// override. A paused session is not told, as it is told nothing.
+func (s *Service) tellSession(ctx context.Context, in *input, o *loopv1.GraphOverride) (told bool, err error) {
+	store := s.store.Load()
+	if store == nil {
+		return false, nil
+	}
+	rec, _, err := store.Get(ctx, in.ref)
+	if err != nil {
+		return false, fmt.Errorf("registry: %w", err)
+	}
+	if !rec.Session.Live() {
+		return false, nil
+	}
+	move := "from " + o.GetFrom()
+	if o.GetTo() != "" {
+		move += " to " + o.GetTo()
+	}
+	text := fmt.Sprintf("The operator moved this work item's graph by hand (%s, %s). Reason: %s\n\n"+
+		"Work on the node the graph context names now; do not complete the node you were on.", o.GetAction(), move, o.GetReason())
+	in.ghEvent, in.action = string(catalog.GraphOverride), o.GetAction()
+	in.repository = repoOf(in.ref)
+	in.excerptEvent = "issue_comment"
+	in.payload = commentPayload(in.excerptEvent, &loopv1.Comment{Body: text, Url: in.ev.GetLedger().GetUrl(), Author: who(in.ev.GetActor())})
+	return true, s.deliver(ctx, store, in)
 }
 
 // refuseOverride settles an override that cannot be applied.

@@ -84,6 +84,17 @@ func TestOperatorEscapeHatch(t *testing.T) {
 		t.Errorf("overrides = %+v, want one by alice naming the record %s", st.Overrides, rec.HTMLURL)
 	}
 	w.waitLog("graph.advanced", map[string]any{"event_id": skip.GetId(), "source": "operator", "to": "requirements-approval"})
+	// The session is told, so that it does not complete a node it no
+	// longer stands at.
+	testkit.WaitWithin(t, wait, "the skip typed into the session", func() bool {
+		for _, in := range w.inputs() {
+			if strings.Contains(in, "moved this work item's graph by hand (skip") && strings.Contains(in, "The requirements are the issue's own text.") &&
+				strings.Contains(in, "requirements-approval") {
+				return true
+			}
+		}
+		return false
+	})
 
 	// The same event again (a retried publish): one record, one move.
 	if err := w.override(w.conn, skip); err != nil {
