@@ -21,8 +21,8 @@ import (
 // to the inbox as the operator — the only identity the bus lets raise it —
 // the ledger-writer records it on the work item naming the operator and the
 // reason, and the dispatcher applies the recorded event from loop.ev here.
-// It moves the graph whether or not the work item has a live session: a
-// stuck item often has none. One event moves the graph once: the state keeps
+// It moves the graph whether or not the work item has a live session (a
+// stuck item often has none), and tells a live one. One event moves the graph once: the state keeps
 // every applied override by its event id, in the same compare-and-set as the
 // move.
 
