@@ -1,20 +1,60 @@
 # the-loop bus. `make verify test e2e compose-e2e` is the README's test command and what CI runs.
 GO        ?= go
-PKGS      := ./...
-# The pinned tools (buf, protoc-gen-go, staticcheck) are built from their own
-# module in tools/, outside the product's module graph, so `go list -m all`,
-# `go mod verify` and a complete go.sum concern the product alone.
+# The modules of the workspace (go.work), as directories: the product (.) and
+# the modules of what only the tests and the build need — the deploy
+# validation (deploy, and the Helm chart's in deploy/helm), the end-to-end and
+# in-process suites (test), the status page's browser test and the
+# dashboard's (test/observability), the pinned tools
+# (docs/decisions/104-one-workspace-lean-product-module.md). `./...` stops at
+# a nested module, so every package pattern names them all.
+# The workspace whatever GOWORK the shell has: with GOWORK=off the list
+# below would shrink to the product, and the other modules' tests would
+# silently not run.
+export GOWORK := $(CURDIR)/go.work
+MODULES   := $(shell GOWORK=$(GOWORK) $(GO) list -m -f '{{.Dir}}' | sed 's|^$(CURDIR)|.|')
+# Their packages; tools/ holds none (its tools are built by `make tools`).
+PKGS      := $(addsuffix /...,$(filter-out ./tools,$(MODULES)))
+# The pinned tools (buf, protoc-gen-go, staticcheck; goreleaser, which only
+# release-check builds) are built from their own module in tools/ with
+# GOWORK=off, from its go.mod alone.
 TOOLS     := bin/tools
 FUZZTIME  ?= 10s
+# VERSION is stamped into every binary and image this Makefile builds
+# (main.version); `the-loop version` prints it. A build without it (go build,
+# go run) names its commit from the toolchain's build info instead.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Evaluated once, not at every use.
+VERSION   := $(VERSION)
+LDFLAGS   := -X main.version=$(VERSION)
 BENCHTIME ?= 2s
 
-.PHONY: all build tools test test-app test-race test-short lint fmt generate verify-generate proto-lint proto-breaking \
+.PHONY: all build images release-check tools test test-app test-race test-short lint fmt generate verify-generate proto-lint proto-breaking \
         fuzz bench e2e compose-e2e harness tidy verify-tidy check-deps verify up clean
 
 all: build
 
 build:
-	$(GO) build -o bin/the-loop ./cmd/the-loop
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/the-loop ./cmd/the-loop
+
+## images: the two images (deploy/Dockerfile), stamped with VERSION, tagged
+## $(IMAGE):$(VERSION) and $(IMAGE)-session:$(VERSION) (docs/deploy.md says how
+## to push them to your registry).
+IMAGE ?= the-loop
+images:
+	docker build -f deploy/Dockerfile --target service --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
+	docker build -f deploy/Dockerfile --target session --build-arg VERSION=$(VERSION) -t $(IMAGE)-session:$(VERSION) .
+
+## release-check: the release configuration (.goreleaser.yaml) checked, and its
+## binaries built for linux/amd64 and arm64 as a snapshot into dist/, with
+## nothing pulled or pushed; prints its duration (CI runs it). goreleaser is
+## the pinned one of tools/, built into bin/tools.
+release-check:
+	@start=$$(date +%s); \
+	( cd tools && GOWORK=off $(GO) build -o ../$(TOOLS)/ github.com/goreleaser/goreleaser/v2 ) && \
+	$(TOOLS)/goreleaser check && \
+	THE_LOOP_VERSION=$(VERSION) $(TOOLS)/goreleaser build --snapshot --clean && \
+	THE_LOOP_VERSION=$(VERSION) ./scripts/release-check.sh dist; rc=$$?; \
+	echo "stage release-check: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
 
 ## tools: build the pinned tools from tools/go.mod into bin/tools.
 tools:
@@ -25,7 +65,6 @@ tools:
 test:
 	@start=$$(date +%s); $(GO) test -count=1 -shuffle=on -timeout=20m $(PKGS); rc=$$?; \
 	echo "stage test: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
-	cd deploy/helm && GOWORK=off $(GO) test -count=1 ./...
 	@$(MAKE) --no-print-directory test-app
 
 ## test-app: the suites that write and read GitHub, authenticated as a GitHub App against the fake.
@@ -97,15 +136,15 @@ compose-e2e:
 harness:
 	./scripts/harness.sh bin/harness/claude
 
+## tidy: each module's go.mod and go.sum, on its own (GOWORK=off), the product first.
 tidy:
-	$(GO) mod tidy
-	cd tools && GOWORK=off $(GO) mod tidy
+	@set -e; for m in $(MODULES); do echo "go mod tidy: $$m"; (cd $$m && GOWORK=off $(GO) mod tidy); done
 
-## verify-tidy: go.mod and go.sum are tidy and complete, and every module matches its checksum.
+## verify-tidy: every module of the repository is in go.work, tidy, complete and matches its checksums;
+## the product's `go list -m all` names none of the test-only modules and one go-github major; the
+## workspace builds the product with its own go.mod's versions (scripts/check-modules.sh).
 verify-tidy:
-	$(GO) mod tidy -diff
-	$(GO) mod verify
-	@before="$$(cat go.sum)"; $(GO) list -m all >/dev/null; if [ "$$(cat go.sum)" != "$$before" ]; then echo "go.sum was incomplete: 'go list -m all' added to it"; exit 1; fi
+	./scripts/check-modules.sh
 
 ## check-deps: pkg never imports services, no service imports another, only pkg/bus (and the
 ## test-support tree) imports NATS, test imports included; the product binary does not link testing.

@@ -102,6 +102,18 @@ func loadCompose(t *testing.T, more ...cli.ProjectOptionsFn) *composetypes.Proje
 	return project
 }
 
+// requiredSettings are the secret settings each service refuses to start
+// without, in the deployment's defaults (webhook intake; the Slack channel
+// on, Socket Mode): its Config's Required in services/, which the
+// services' tests pin. A service started without one exits 1 naming it,
+// so the example env files and the Kubernetes Deployments must offer each.
+var requiredSettings = map[string][]string{
+	"ledger-writer":  {"LOOP_GITHUB_TOKEN", "LOOP_ENVELOPE_KEY"},
+	"ingress-github": {"LOOP_ENVELOPE_KEY", "LOOP_GITHUB_WEBHOOK_SECRET"},
+	"ingress-slack":  {"LOOP_SLACK_BOT_TOKEN", "LOOP_SLACK_APP_TOKEN"},
+	"slack-renderer": {"LOOP_SLACK_BOT_TOKEN"},
+}
+
 func TestComposeFile(t *testing.T) {
 	project := loadCompose(t)
 	types := settingTypes(t)
@@ -180,11 +192,17 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("%s is not scaled by deploy.replicas", name)
 		}
 	}
-	// Every key of a service's example env file is a secret setting.
+	// Every key of a service's example env file is a secret setting, and
+	// every setting it cannot start without is there to fill in.
 	for _, name := range theServices {
 		env, err := os.ReadFile(filepath.Join("secrets.example", name+".env"))
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, r := range requiredSettings[name] {
+			if !strings.Contains("\n"+string(env), "\n"+r+"=") {
+				t.Errorf("secrets.example/%s.env lacks %s, without which the service exits at start", name, r)
+			}
 		}
 		for _, line := range strings.Split(string(env), "\n") {
 			if k, _, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
@@ -685,6 +703,9 @@ func checkProvisionJob(t *testing.T, j *batchv1.Job, nats *appsv1.StatefulSet, p
 		t.Errorf("the-loop-provision restartPolicy %q", spec.RestartPolicy)
 	}
 	c := spec.Containers[0]
+	if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+		t.Errorf("the-loop-provision: terminationMessagePolicy %q, want FallbackToLogsOnError (its last line says why it failed)", c.TerminationMessagePolicy)
+	}
 	env := map[string]string{}
 	for _, e := range c.Env {
 		env[e.Name] = e.Value
@@ -879,6 +900,18 @@ func checkDeployment(t *testing.T, d *appsv1.Deployment, name string, types map[
 	}
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 		t.Errorf("%s: resources %+v, want CPU and memory requests and a memory limit", name, c.Resources)
+	}
+	// A service missing a required setting exits 1 with one line naming
+	// it: the pod's status must show that line, not an empty reason.
+	if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+		t.Errorf("%s: terminationMessagePolicy %q, want FallbackToLogsOnError (the line a missing setting ends it with)", name, c.TerminationMessagePolicy)
+	}
+	for _, r := range requiredSettings[name] {
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == r && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
+		}) {
+			t.Errorf("%s: requires %s, which its env does not take from a Secret", name, r)
+		}
 	}
 	for _, e := range c.Env {
 		typ, known := types[e.Name]

@@ -28,6 +28,8 @@
 #   BENCH          -bench pattern (default: every benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The workspace (go.work), whatever GOWORK the shell has: every module.
+export GOWORK="$PWD/go.work"
 BENCHTIME="${BENCHTIME:-2s}"
 BENCHTAGS="${BENCHTAGS-e2e}"
 E2E_BENCHTIME="${E2E_BENCHTIME:-50x}"
@@ -37,7 +39,10 @@ BENCH="${BENCH:-.}"
 e2e=./test/e2e
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
-mapfile -t pkgs < <(go list -tags="$BENCHTAGS" ./... | grep -v '/test/e2e$')
+# Every module of the workspace (go.work; `./...` stops at a nested one),
+# tools/ aside: it holds no packages.
+mapfile -t modules < <(go list -m -f '{{.Dir}}/...' | grep -v '/tools/\.\.\.$')
+mapfile -t pkgs < <(go list -tags="$BENCHTAGS" "${modules[@]}" | grep -v '/test/e2e$')
 go test -run='^$' -bench="$BENCH" -skip='Replicas$' -benchmem -benchtime="$BENCHTIME" -count=1 -timeout=30m \
 	-tags="$BENCHTAGS" "${pkgs[@]}" | tee "$out"
 if [[ "BenchmarkLedgerReplicas BenchmarkRendererReplicas" =~ $BENCH ]]; then

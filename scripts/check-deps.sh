@@ -8,8 +8,13 @@
 #     product binary does not link the testing package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The workspace (go.work), whatever GOWORK the shell has: every module.
+export GOWORK="$PWD/go.work"
 mod=github.com/the-loop/bus
 fail=0
+# Every module of the workspace (go.work; `./...` stops at a nested one),
+# tools/ aside: it holds no packages.
+mapfile -t modules < <(go list -m -f '{{.Dir}}/...' | grep -v '/tools/\.\.\.$')
 service_of() { # the service directory an import path lies in, or nothing
 	case "$1" in "$mod"/services/*) local rest=${1#"$mod"/services/}; echo "${rest%%/*}" ;; esac
 }
@@ -30,7 +35,7 @@ while read -r pkg imports; do
 			case "$imp" in github.com/nats-io/*) echo "$pkg imports $imp (only pkg/bus may import NATS)"; fail=1 ;; esac ;;
 		esac
 	done
-done < <(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./...)
+done < <(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' "${modules[@]}")
 # The test-support tree imports testing only in its test files
 # (docs/decisions/081-test-support-tree.md).
 while read -r pkg imports; do

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Runs every Go fuzz target in the module for FUZZTIME (default 10s) each.
+# Runs every Go fuzz target of the workspace's modules (go.work) for FUZZTIME
+# (default 10s) each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The workspace (go.work), whatever GOWORK the shell has: every module.
+export GOWORK="$PWD/go.work"
 FUZZTIME="${FUZZTIME:-10s}"
 found=0
-for pkg in $(go list ./...); do
+# `./...` stops at a nested module: every module's packages, tools/ aside
+# (it holds none).
+for pkg in $(go list $(go list -m -f '{{.Dir}}/...' | grep -v '/tools/\.\.\.$')); do
 	for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
 		found=$((found + 1))
 		echo "fuzz $pkg $target ($FUZZTIME)"

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,9 +113,11 @@ func loadIdentities(dir string, topo bus.Topology, persist func(identity string)
 // It writes one NKey seed per identity (DIR/nats/<identity>.nk, the secrets,
 // one to each service) and DIR/auth.conf, the nats-server authorization
 // block with their public keys and permissions, for nats.conf to include.
-// Seeds already there are kept, so running it again only rewrites auth.conf.
+// Seeds already there are kept unless --force, so running it again only
+// rewrites auth.conf and signers.json (docs/decisions/105-auth-init-keeps-identities-and-lets-the-services-read-them.md);
+// and each seed is made readable by the services' uid (--reader).
 func cmdAuth(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
-	const usage = "auth init DIR [--partitions N] | auth signers [FILE]"
+	const usage = "auth init DIR [--force] [--reader UID|none] | auth signers [FILE]"
 	if len(args) > 0 && args[0] == "signers" {
 		return cmdAuthSigners(ctx, args[1:], env, stdout, stderr)
 	}
@@ -121,18 +125,34 @@ func cmdAuth(ctx context.Context, args []string, env config.Env, stdout, stderr 
 		return fmt.Errorf("%w: %s", errUsage, usage)
 	}
 	fs := newFlags("auth init", stderr)
-	if err := parseFlags(fs, args[1:]); err != nil {
+	force := fs.Bool("force", false, "replace the identities already in DIR with new ones (then reload NATS and provision again)")
+	readerFlag := fs.String("reader", strconv.Itoa(servicesUID), "the uid granted read on the seeds, the services' containers' (deploy/); none grants nothing")
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if len(pos) != 1 {
 		return fmt.Errorf("%w: %s", errUsage, usage)
+	}
+	reader, grant, err := parseReader(*readerFlag)
+	if err != nil {
+		return err
 	}
 	s, err := loadSettings(env)
 	if err != nil {
 		return err
 	}
-	dir := fs.Arg(0)
-	keys, err := loadIdentities(filepath.Join(dir, identitiesDir), topologyOf(s), func(string) bool { return true })
+	dir := pos[0]
+	seedDir := filepath.Join(dir, identitiesDir)
+	existing := existingIdentities(seedDir)
+	if *force {
+		for _, id := range existing {
+			if err := os.Remove(filepath.Join(seedDir, id+".nk")); err != nil {
+				return fmt.Errorf("auth init --force: %w", err)
+			}
+		}
+	}
+	keys, err := loadIdentities(seedDir, topologyOf(s), func(string) bool { return true })
 	if err != nil {
 		return err
 	}
@@ -150,11 +170,57 @@ func cmdAuth(ctx context.Context, args []string, env config.Env, stdout, stderr 
 		return fmt.Errorf("write %s: %w", signers, err)
 	}
 	fmt.Fprintf(stdout, "wrote %s (public keys the events are signed with, nothing secret: 'the-loop auth signers' writes them to the bus as the operator)\n", signers)
+	var ungranted error
+	how := ""
 	for _, id := range bus.Identities() {
-		fmt.Fprintf(stdout, "  %-15s %s\n", id, filepath.Join(dir, identitiesDir, id+".nk"))
+		path := filepath.Join(seedDir, id+".nk")
+		state := "new"
+		switch {
+		case slices.Contains(existing, id) && *force:
+			state = "replaced"
+		case slices.Contains(existing, id):
+			state = "kept"
+		}
+		if grant && ungranted == nil {
+			h, err := grantRead(path, reader)
+			if err != nil {
+				ungranted = err
+			}
+			how = h
+		}
+		fmt.Fprintf(stdout, "  %-15s %s (%s)\n", id, path, state)
+	}
+	switch {
+	case len(existing) > 0 && !*force:
+		fmt.Fprintf(stdout, "%s already held %d identities: kept, and auth.conf and signers.json written from them. "+
+			"auth init never replaces an identity without --force, which issues new ones (then reload NATS and provision again)\n", seedDir, len(existing))
+	case len(existing) > 0:
+		fmt.Fprintf(stdout, "replaced %d identities: reload NATS (auth.conf), provision again (signers.json) and give each service its new seed\n", len(existing))
+	}
+	if grant && ungranted == nil {
+		fmt.Fprintf(stdout, "each seed is readable by uid %d, the services' containers' (%s; --reader)\n", reader, how)
 	}
 	fmt.Fprintf(stdout, "give each service its own seed as LOOP_NATS_NKEY_FILE (a secret); the operator verbs use operator.nk or observer.nk\n")
+	if ungranted != nil {
+		// Not a failure: the identities are issued, and where no
+		// container reads them (local processes; Docker Desktop's file
+		// sharing) nothing is missing. Said once, with what to run.
+		fmt.Fprintf(stderr, "the-loop: auth init: uid %d cannot read the seeds (%v); compose's containers run as that uid: "+
+			"run 'sudo the-loop auth init %s' (it keeps the seeds) or 'sudo chown %d %s/*.nk' (--reader none: no container reads them)\n",
+			reader, ungranted, dir, reader, seedDir)
+	}
 	return nil
+}
+
+// existingIdentities are the identities whose seed file is in dir.
+func existingIdentities(dir string) []string {
+	var out []string
+	for _, id := range bus.Identities() {
+		if _, err := os.Stat(filepath.Join(dir, id+".nk")); err == nil {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // signersFile is the public signers file `auth init` writes beside auth.conf.

@@ -126,6 +126,10 @@ func TestServeAsItsOwnIdentity(t *testing.T) {
 				t.Errorf("%s: the error does not say %q:\n%s", tc.name, w, last)
 			}
 		}
+		// Said once: by the exit, not also by a log line before it.
+		if before := stderr[:len(stderr)-len(last)]; strings.Contains(before, `"level":"ERROR"`) || strings.Contains(before, "level=ERROR") {
+			t.Errorf("%s: the error is logged before the exit says it:\n%s", tc.name, stderr)
+		}
 		if connected := strings.Contains(stdout, "the-loop serve ledger-writer: NATS"); connected != tc.connects {
 			t.Errorf("%s: connected %v, want %v (a credential that cannot work is refused before connecting)\n%s", tc.name, connected, tc.connects, stdout)
 		}
@@ -177,15 +181,22 @@ func TestAuthInitKeepsSeeds(t *testing.T) {
 		if strings.Contains(stdout, string(bytes.TrimSpace(s))) || bytes.Contains(written, bytes.TrimSpace(s)) {
 			t.Errorf("the seed of %s was printed or put in auth.conf", id)
 		}
-		if st, err := os.Stat(filepath.Join(dir, identitiesDir, id+".nk")); err != nil || st.Mode().Perm() != 0o600 {
-			t.Errorf("seed file of %s: %v %v, want mode 0600", id, st.Mode(), err)
+		// 0600, and the group bits show the ACL's mask: uid 65532's read.
+		if st, err := os.Stat(filepath.Join(dir, identitiesDir, id+".nk")); err != nil || st.Mode().Perm()&^0o040 != 0o600 {
+			t.Errorf("seed file of %s: %v %v, want mode 0600 (and an ACL)", id, st.Mode(), err)
 		}
 	}
 	if err := os.WriteFile(conf, []byte("# edited by hand\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, stderr := runVerb(t, config.Env{}, "auth", "init", dir); code != 0 {
+	code, stdout, stderr = runVerb(t, config.Env{}, "auth", "init", dir)
+	if code != 0 {
 		t.Fatalf("auth init again: %d %s", code, stderr)
+	}
+	for _, want := range []string{"already held 7 identities: kept", "--force", "ledger-writer", "(kept)"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("auth init again does not say %q:\n%s", want, stdout)
+		}
 	}
 	again := seeds()
 	for id := range first {
@@ -223,6 +234,38 @@ func TestAuthInitKeepsSeeds(t *testing.T) {
 	}
 	if code, _, stderr := runVerb(t, config.Env{}, "auth", "init"); code != 2 || !strings.Contains(stderr, "auth init DIR") {
 		t.Errorf("auth init without DIR: %d %s", code, stderr)
+	}
+}
+
+// TestAuthInitReplacesOnlyWithForce: a second `auth init` keeps every
+// identity and says so; --force issues new ones and says what to do next.
+func TestAuthInitReplacesOnlyWithForce(t *testing.T) {
+	dir := t.TempDir()
+	seed := func() []byte {
+		b, err := os.ReadFile(filepath.Join(dir, identitiesDir, bus.IdentityOperator+".nk"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if code, _, stderr := runVerb(t, config.Env{}, "auth", "init", "--reader", "none", dir); code != 0 {
+		t.Fatalf("auth init: %d %s", code, stderr)
+	}
+	first := seed()
+	if code, _, stderr := runVerb(t, config.Env{}, "auth", "init", dir, "--reader=none"); code != 0 || !bytes.Equal(seed(), first) {
+		t.Fatalf("auth init again: %d %s; seed kept: %v", code, stderr, bytes.Equal(seed(), first))
+	}
+	code, stdout, stderr := runVerb(t, config.Env{}, "auth", "init", "--force", "--reader", "none", dir)
+	if code != 0 || bytes.Equal(seed(), first) {
+		t.Fatalf("auth init --force: %d %s; seed replaced: %v", code, stderr, !bytes.Equal(seed(), first))
+	}
+	for _, want := range []string{"replaced 7 identities", "reload NATS", "provision again", "(replaced)"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("auth init --force does not say %q:\n%s", want, stdout)
+		}
+	}
+	if code, _, stderr := runVerb(t, config.Env{}, "auth", "init", "--reader", "nobody", dir); code != 2 || !strings.Contains(stderr, "--reader") {
+		t.Errorf("auth init --reader nobody: %d %s", code, stderr)
 	}
 }
 

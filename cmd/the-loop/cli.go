@@ -45,11 +45,13 @@ Usage:
   the-loop graph status REF [--json]   the work item's process graph state
   the-loop graph complete REF          the agent's node is done: move the work item on
   the-loop graph advance|force REF --to NODE --reason TEXT [--as LOGIN] [--wait D]
+                                       the operator's escape hatch, never a session's: advance along one
+                                       of the node's edges, or force to any node, gates notwithstanding;
+                                       recorded on GitHub with who and why, then applied by the dispatcher
   the-loop graph skip|escalate REF --reason TEXT [--as LOGIN] [--wait D]
-                                       the operator's escape hatch, never a session's: advance along an
-                                       edge, skip the node by its default edge, force to any node (gates
-                                       notwithstanding), escalate by the escalate edge; recorded on GitHub
-                                       with who and why, then applied by the dispatcher
+                                       the operator's escape hatch, never a session's: skip the node by its
+                                       default edge, or escalate by its escalate edge (conflict-escalated);
+                                       recorded on GitHub with who and why, then applied by the dispatcher
   the-loop graph show [--json]         in an agent session: its graph, node by node, and where it stands
   the-loop sessions register --harness-session-id ID
                                        in an agent session: record the conversation id its harness chose
@@ -69,7 +71,7 @@ Usage:
                                        read and execute), TCP ports and unix socket directories; the
                                        dispatcher starts agent sessions so. Fails, running nothing, on a
                                        kernel without Landlock ABI 6
-  the-loop session-host [--socket PATH] [--tmux-dir DIR] [--allow-uid UID] [--home DIR]
+  the-loop session-host [--socket PATH] [--tmux-dir DIR] [--tmux BIN] [--allow-uid UID] [--home DIR]
                                        in the sessions' own container: run the dispatcher's tmux commands,
                                        for its uid alone, on a unix socket (docs/deploy.md)
   the-loop session-host tmux [--socket PATH] -- ARGS
@@ -80,8 +82,9 @@ Usage:
   the-loop excerpt --event NAME [FILE|-]
                                        what a session is shown of a GitHub payload
   the-loop health [--ready] [--url U]  probe a service's /healthz (or /readyz); for container healthchecks
-  the-loop auth init DIR               a deployment's bus identities: NKey seeds, nats.conf authorization
-                                       and the public signers.json
+  the-loop auth init DIR [--force] [--reader UID|none]
+                                       a deployment's bus identities: NKey seeds (kept if there, readable
+                                       by the services' uid), nats.conf authorization and signers.json
   the-loop auth signers [FILE]         as the operator: the identities' public keys (signers.json, or
                                        LOOP_SIGNERS_FILE) into the signers bucket the services verify
                                        events with
@@ -93,7 +96,8 @@ Usage:
   the-loop version                     print the version
   the-loop help [VERB]                 this text, or one verb's usage
 
-Settings come from LOOP_* environment variables ('the-loop serve <service> --help' lists them).
+'the-loop VERB --help' lists a verb's flags, arguments and the settings it reads.
+Settings come from LOOP_* environment variables ('the-loop serve <service> --help' lists a service's).
 `
 
 // run executes one verb and returns the process exit code: 0 success, 1
@@ -124,92 +128,37 @@ func dispatch(ctx context.Context, args []string, env config.Env, stdout, stderr
 		return fmt.Errorf("%w: no verb given", errUsage)
 	}
 	verb, rest := args[0], args[1:]
-	if verb == "help" && len(rest) > 0 && !isHelpFlag(rest[0]) {
-		return verbUsage(stdout, strings.Join(subVerb(rest), " "))
+	switch {
+	case verb == "help" || isHelpFlag(verb):
+		if len(rest) == 0 || isHelpFlag(rest[0]) || rest[0] == "help" {
+			fmt.Fprint(stdout, usageText)
+			return nil
+		}
+		sub := ""
+		if len(rest) > 1 && !strings.HasPrefix(rest[1], "-") {
+			sub = rest[1]
+		}
+		return verbHelp(ctx, rest[0], sub, env, stdout)
+	case verb == "--version":
+		verb = "version"
+	case asksHelp(verb, rest):
+		sub := ""
+		if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") && (len(subVerbs[verb]) > 0 || verb == "serve") {
+			sub = rest[0]
+		}
+		return verbHelp(ctx, verb, sub, env, stdout)
 	}
-	if asksHelp(verb, rest) {
-		return verbUsage(stdout, strings.Join(subVerb(args), " "))
-	}
-	switch verb {
-	case "up":
-		return cmdUp(ctx, rest, env, stdout, stderr)
-	case "serve":
-		return cmdServe(ctx, rest, env, stdout, stderr)
-	case "demo":
-		return cmdDemo(ctx, rest, env, stdout, stderr)
-	case "events":
-		return cmdEvents(ctx, rest, env, stdout, stderr)
-	case "channels":
-		return cmdChannels(ctx, rest, env, stdout, stderr)
-	case "migrate-config":
-		return cmdMigrateConfig(ctx, rest, env, stdout, stderr)
-	case "dlq":
-		return cmdDLQ(ctx, rest, env, stdout, stderr)
-	case "partitions":
-		return cmdPartitions(ctx, rest, env, stdout, stderr)
-	case "sessions":
-		return cmdSessions(ctx, rest, env, stdout, stderr)
-	case "excerpt":
-		return cmdExcerpt(ctx, rest, env, stdout, stderr)
-	case "ask":
-		return cmdAsk(ctx, rest, env, stdout, stderr)
-	case "graph":
-		return cmdGraph(ctx, rest, env, stdout, stderr)
-	case "instructions":
-		return cmdInstructions(ctx, rest, env, stdout, stderr)
-	case "scenarios":
-		return cmdScenarios(ctx, rest, env, stdout, stderr)
-	case "check":
-		return cmdCheck(ctx, rest, env, stdout, stderr)
-	case "sandbox":
-		return cmdSandbox(ctx, rest, env, stdout, stderr)
-	case "session-host":
-		return cmdSessionHost(ctx, rest, env, stdout, stderr)
-	case "plugin":
-		return cmdPlugin(ctx, rest, env, stdout, stderr)
-	case "hook":
-		return cmdHook(ctx, rest, env, stdout, stderr)
-	case "health":
-		return cmdHealth(ctx, rest, env, stdout, stderr)
-	case "auth":
-		return cmdAuth(ctx, rest, env, stdout, stderr)
-	case "provision":
-		return cmdProvision(ctx, rest, env, stdout, stderr)
-	case "init":
-		return cmdInit(ctx, rest, env, stdout, stderr)
-	case "docs":
-		return cmdDocs(ctx, rest, env, stdout, stderr)
-	case "version", "--version":
-		fmt.Fprintln(stdout, "the-loop", buildVersion())
-		return nil
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usageText)
-		return nil
+	if f, ok := verbs[verb]; ok {
+		return f(ctx, rest, env, stdout, stderr)
 	}
 	fmt.Fprint(stderr, usageText)
 	return fmt.Errorf("%w: unknown verb %q", errUsage, verb)
 }
 
-// upSettingsHelp is what `up --help` adds: the settings a first run
-// changes, with their defaults (the full list: docs/configuration.md).
-const upSettingsHelp = `
-Settings (environment; every one: docs/configuration.md, or 'the-loop serve <service> --help'):
-  LOOP_STORE_DIR        the store: streams, identities (default $XDG_STATE_HOME/the-loop)
-  LOOP_NATS_LISTEN      the embedded JetStream server (default 127.0.0.1:4222)
-  LOOP_ADMIN_ADDR       /healthz, /readyz, /metrics and the status page /status (default 127.0.0.1:9090)
-  LOOP_WORKSPACE_ROOT   each work item's checkout (default $XDG_DATA_HOME/the-loop/workspaces)
-  LOOP_CONFIG           the operator config ('the-loop init' writes one)
-  LOOP_GITHUB_TOKEN, LOOP_GITHUB_WEBHOOK_SECRET, LOOP_GITHUB_WEBHOOK_ADDR (default :8787)
-  LOOP_SLACK_BOT_TOKEN, LOOP_SLACK_APP_TOKEN or LOOP_SLACK_SIGNING_SECRET
-`
-
-// asksHelp reports whether args ask for the verb's usage (-h, --help). Two
-// verbs answer it themselves: `serve <service> --help` lists the settings the
-// service reads, and `demo agent` hands its argv to the stand-in harness.
+// asksHelp reports whether args ask for the verb's help (-h, --help)
+// before any "--". `demo agent` hands its argv to the stand-in harness, help
+// flags included.
 func asksHelp(verb string, args []string) bool {
-	if verb == "serve" && len(args) > 0 && !isHelpFlag(args[0]) {
-		return false
-	}
 	if verb == "demo" && len(args) > 0 && args[0] == "agent" {
 		return false
 	}
@@ -226,69 +175,20 @@ func asksHelp(verb string, args []string) bool {
 
 func isHelpFlag(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
 
-// subVerb is the verb of args and, when the next word is one of its
-// sub-verbs in the usage text (`dlq replay`, `sessions pause`), that word.
-func subVerb(args []string) []string {
-	if len(args) > 1 && !strings.HasPrefix(args[1], "-") && len(usageLines(args[0]+" "+args[1])) > 0 {
-		return args[:2]
-	}
-	return args[:1]
-}
-
-// verbUsage prints the lines of usageText that describe verb (or "verb
-// sub"), under a "Usage:" line: what `help VERB`, `VERB --help` and `VERB
-// SUB --help` answer; `up` also names the settings it reads first.
-func verbUsage(w io.Writer, verb string) error {
-	lines := usageLines(verb)
-	if len(lines) == 0 {
-		fmt.Fprint(w, usageText)
-		return fmt.Errorf("%w: unknown verb %q", errUsage, verb)
-	}
-	fmt.Fprintln(w, "Usage:")
-	for _, l := range lines {
-		fmt.Fprintln(w, l)
-	}
-	switch verb {
-	case "serve":
-		fmt.Fprintln(w, "\n'the-loop serve <service> --help' lists the settings that service reads.")
-	case "up":
-		fmt.Fprint(w, upSettingsHelp)
-	}
-	return nil
-}
-
-// usageLines returns the usage lines of verb, continuation lines included.
-func usageLines(verb string) []string {
-	var out []string
-	in := false
-	for _, l := range strings.Split(usageText, "\n") {
-		switch {
-		case strings.HasPrefix(l, "  the-loop "+verb+" ") || l == "  the-loop "+verb:
-			in = true
-			out = append(out, l)
-		case in && strings.HasPrefix(l, "      "):
-			out = append(out, l)
-		default:
-			in = false
-		}
-	}
-	return out
-}
-
 func buildVersion() string {
 	if version != "" {
 		return version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
+	return versionOf(debug.ReadBuildInfo())
 }
 
 // newFlags returns a FlagSet that reports errors instead of exiting.
+// Its Usage is the verb's help (writeHelp), printed when --help is parsed.
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { writeHelp(fs.Output(), fs) }
+	madeFlagSet(fs)
 	return fs
 }
 
@@ -301,6 +201,26 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%w: %s: %v", errUsage, fs.Name(), err)
 	}
 	return nil
+}
+
+// parseInterspersed is parseFlags for a verb whose flags may also follow
+// its arguments (`auth init DIR --force`); it returns the arguments. A "--"
+// ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		rest := fs.Args()
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
 }
 
 func quoteList(xs []string) string {

@@ -208,7 +208,7 @@ func printWhereNext(w io.Writer) {
 	fmt.Fprintf(w, "  LOOP_NATS_URL=<its NATS URL> LOOP_NATS_NKEY_FILE=<its dir>/store/nats/observer.nk the-loop events --follow --last 50\n")
 	fmt.Fprintf(w, "                                       every record that crossed the bus\n")
 	fmt.Fprintf(w, "  LOOP_CONFIG=<its dir>/the-loop.yaml the-loop channels status     the Slack channel's grants\n")
-	fmt.Fprintf(w, "and for the real thing, README.md \"Quick start\".\n")
+	fmt.Fprintf(w, "and for the real thing, README.md \"Your first hour\".\n")
 }
 
 // awaitServices waits until every service reports ready.

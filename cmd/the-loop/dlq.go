@@ -75,12 +75,16 @@ func cmdDLQ(ctx context.Context, args []string, env config.Env, stdout, stderr i
 		fmt.Fprintf(stdout, "%d dead-lettered event(s)\n", len(entries))
 		return nil
 	case "replay":
-		if len(args) != 2 {
+		fs := newFlags("dlq replay", stderr)
+		if err := parseFlags(fs, args[1:]); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
 			return fmt.Errorf("%w: dlq replay <seq>", errUsage)
 		}
-		seq, err := strconv.ParseUint(args[1], 10, 64)
+		seq, err := strconv.ParseUint(fs.Arg(0), 10, 64)
 		if err != nil {
-			return fmt.Errorf("%w: dlq replay: %q is not a sequence number", errUsage, args[1])
+			return fmt.Errorf("%w: dlq replay: %q is not a sequence number", errUsage, fs.Arg(0))
 		}
 		conn, err := cliConnect(ctx, env, "the-loop-dlq", write)
 		if err != nil {

@@ -49,55 +49,6 @@ func theLoopBinary(t *testing.T) string {
 	return binPath
 }
 
-// TestEveryVerbAnswersHelp runs every verb of the usage text, and each
-// sub-verb, with --help and as `help VERB`: exit 0 and a usage line on
-// standard output.
-func TestEveryVerbAnswersHelp(t *testing.T) {
-	var verbs []string
-	for _, l := range strings.Split(usageText, "\n") {
-		if rest, ok := strings.CutPrefix(l, "  the-loop "); ok {
-			v, _, _ := strings.Cut(rest, " ")
-			if !containsString(verbs, v) {
-				verbs = append(verbs, v)
-			}
-		}
-	}
-	if len(verbs) < 15 {
-		t.Fatalf("found only %d verbs in the usage text: %q", len(verbs), verbs)
-	}
-	calls := [][]string{
-		{"dlq", "replay", "--help"}, {"dlq", "list", "--help"}, {"sessions", "pause", "--help"},
-		{"graph", "status", "-h"}, {"auth", "init", "--help"}, {"channels", "status", "--help"},
-		{"events", "--follow", "--help"}, {"demo", "--help"}, {"serve", "--help"},
-	}
-	for _, v := range verbs {
-		calls = append(calls, []string{v, "--help"}, []string{"help", v})
-	}
-	for _, args := range calls {
-		code, out, stderr := runVerb(t, config.Env{}, args...)
-		if code != 0 {
-			t.Errorf("%q: exit %d, want 0\n%s", args, code, stderr)
-			continue
-		}
-		verb := args[0]
-		if verb == "help" && !isHelpFlag(args[1]) {
-			verb = args[1]
-		}
-		if !strings.Contains(out, "Usage:") || !strings.Contains(out, "the-loop "+verb) {
-			t.Errorf("%q: no usage line for %s:\n%s", args, verb, out)
-		}
-	}
-}
-
-func containsString(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
 // TestServeHelpListsItsOwnSettings: `serve <service> --help` lists what that
 // service reads, and not the others' settings.
 func TestServeHelpListsItsOwnSettings(t *testing.T) {

@@ -52,6 +52,11 @@ type serviceDef struct {
 	// new builds the service from what every service gets and its own
 	// settings, as h composes them.
 	new func(d service.Deps, h *host) (runner, error)
+	// required fails, naming each setting, unless what the service cannot
+	// work without is set, given the operator config op in force at start:
+	// `serve` checks it before connecting, so that a container missing a
+	// token exits at once saying which (nil: nothing is required).
+	required func(s *settings, op *config.Config) error
 }
 
 // services lists the five services in start order: consumers of the streams
@@ -62,13 +67,13 @@ var services = []serviceDef{
 		cfg := h.settings.LedgerWriter
 		cfg.EnvelopeKey = h.envelopeKey
 		return ledgerwriter.New(d, cfg)
-	}},
+	}, func(s *settings, _ *config.Config) error { return s.LedgerWriter.Required() }},
 	{slackrenderer.Name, false, func(s *settings) any { return &s.SlackRenderer }, func(d service.Deps, h *host) (runner, error) {
 		return slackrenderer.New(d, h.settings.SlackRenderer)
-	}},
+	}, func(s *settings, op *config.Config) error { return s.SlackRenderer.Required(op) }},
 	{dispatcher.Name, false, func(s *settings) any { return &s.Dispatcher }, func(d service.Deps, h *host) (runner, error) {
 		return dispatcher.New(d, h.settings.Dispatcher, dispatcher.WithSessionEnv(h.settings.sessionEnv), dispatcher.WithSandboxHidden(h.sandboxHidden...))
-	}},
+	}, nil},
 	{ingressgithub.Name, true, func(s *settings) any { return &s.IngressGitHub }, func(d service.Deps, h *host) (runner, error) {
 		cfg := h.settings.IngressGitHub
 		cfg.EnvelopeKey = h.envelopeKey
@@ -76,10 +81,10 @@ var services = []serviceDef{
 		// the others (`up`) it keeps the process running and says why in
 		// /readyz.
 		return ingressgithub.New(d, cfg, func(o *ingressgithub.Options) { o.RequireWebhookSecret = h.serve })
-	}},
+	}, func(s *settings, _ *config.Config) error { return s.IngressGitHub.Required() }},
 	{ingressslack.Name, false, func(s *settings) any { return &s.IngressSlack }, func(d service.Deps, h *host) (runner, error) {
 		return ingressslack.New(d, h.settings.IngressSlack)
-	}},
+	}, func(s *settings, op *config.Config) error { return s.IngressSlack.Required(op) }},
 }
 
 func serviceNames() []string {
@@ -235,6 +240,9 @@ type host struct {
 	observer func(ctx context.Context) (*bus.Conn, error)
 	// adminAt, if set, hears the admin server's address.
 	adminAt func(addr string)
+	// checklist, if set, is the first-run checklist this host printed at
+	// start (`up`): the status page shows it too.
+	checklist []capability
 	// sandboxHidden are paths no session's sandbox may give it: `up`'s
 	// store.
 	sandboxHidden []string
@@ -355,6 +363,10 @@ func (h *host) serveAll(ctx context.Context, ln net.Listener, conns map[string]*
 		return err
 	}
 	defer closePage()
+	page.Ready = sh.ready.Check
+	if h.checklist != nil {
+		page.Checklist = func() []statuspage.Capability { return pageChecklist(h.checklist) }
+	}
 	statuspage.Register(mux, page)
 	g.Go(func() error { return httpserver.Serve(gctx, ln, mux, h.log) })
 	fmt.Fprintf(h.stdout, "%s: running %s; Ctrl-C drains and stops\n", h.name, strings.Join(names, ", "))
@@ -565,6 +577,15 @@ func (h *host) statusPage(ctx context.Context, conn *bus.Conn, topo bus.Topology
 	o.Replay = op
 	o.Events = eventlog.New("status", h.log.With("service", "status"), storedLog{op})
 	return o, closeAll, nil
+}
+
+// pageChecklist is the checklist as the status page shows it.
+func pageChecklist(caps []capability) []statuspage.Capability {
+	out := make([]statuspage.Capability, len(caps))
+	for i, c := range caps {
+		out[i] = statuspage.Capability{Name: c.name, Missing: append([]string{}, c.missing...)}
+	}
+	return out
 }
 
 // scrubber masks this process's secrets (and tokens of any shape) in what

@@ -76,24 +76,3 @@ func TestInitRefusesToOverwriteOrWriteNonsense(t *testing.T) {
 		t.Errorf("init without --github: %v, want a usage error", err)
 	}
 }
-
-// TestHelpNamesTheSubVerbAndUpsSettings: `dlq replay --help` is about
-// replay alone, and `up --help` names the settings a first run changes.
-func TestHelpNamesTheSubVerbAndUpsSettings(t *testing.T) {
-	var out, errb bytes.Buffer
-	if err := dispatch(context.Background(), []string{"dlq", "replay", "--help"}, config.Env{}, &out, &errb); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "dlq replay <seq>") || strings.Contains(out.String(), "dlq list") {
-		t.Errorf("dlq replay --help:\n%s", out.String())
-	}
-	out.Reset()
-	if err := dispatch(context.Background(), []string{"help", "up"}, config.Env{}, &out, &errb); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"the-loop up ", "LOOP_STORE_DIR", "LOOP_NATS_LISTEN", "LOOP_ADMIN_ADDR", "LOOP_WORKSPACE_ROOT", "the-loop init"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("help up does not name %s:\n%s", want, out.String())
-		}
-	}
-}

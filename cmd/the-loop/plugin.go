@@ -20,6 +20,13 @@ func cmdPlugin(_ context.Context, args []string, _ config.Env, stdout, stderr io
 	}
 	switch args[0] {
 	case "version":
+		fs := newFlags("plugin version", stderr)
+		if err := parseFlags(fs, args[1:]); err != nil {
+			return err
+		}
+		if fs.NArg() > 0 {
+			return fmt.Errorf("%w: %s", errUsage, usage)
+		}
 		fmt.Fprintln(stdout, plugin.Name, plugin.Version())
 		return nil
 	case "install":

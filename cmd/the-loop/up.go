@@ -13,6 +13,7 @@ import (
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/services/dispatcher"
 )
 
@@ -73,15 +74,16 @@ func cmdUp(ctx context.Context, args []string, env config.Env, stdout, stderr io
 	fmt.Fprintf(stdout, "the-loop up: reading verbs (events, dlq list, sessions list, graph status) find the observer identity here; verbs that change something need LOOP_NATS_NKEY_FILE=%s\n",
 		filepath.Join(store, identitiesDir, bus.IdentityOperator+".nk"))
 
-	printChecklist(stdout, checklist(s, operatorConfig(s), exec.LookPath))
+	caps := checklist(s, operatorConfig(s), exec.LookPath)
+	printChecklist(stdout, caps)
 	if err := emb.provision(ctx, s); err != nil {
 		return err
 	}
 
 	h := &host{name: "the-loop up", settings: s, log: log, stdout: stdout, defs: services, envelopeKey: config.NewSecret(string(emb.key)), connect: emb.connect,
-		sandboxHidden: []string{store},
-		operator:      func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) },
-		observer:      func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityObserver) }}
+		sandboxHidden: []string{store}, checklist: caps,
+		operator: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) },
+		observer: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityObserver) }}
 	if err := h.run(ctx); err != nil {
 		return err
 	}
@@ -121,6 +123,15 @@ func startEmbedded(ctx context.Context, s settings, store string, log *slog.Logg
 	listenHost, port, err := splitListen(s.Up.NATSListen)
 	if err != nil {
 		return nil, err
+	}
+	if port > 0 {
+		// A port in use is said at once, naming its setting, rather
+		// than by the server's own log and a timeout.
+		ln, err := httpserver.Listen("LOOP_NATS_LISTEN", s.Up.NATSListen)
+		if err != nil {
+			return nil, err
+		}
+		ln.Close()
 	}
 	srv, err := bus.StartEmbedded(ctx, bus.EmbeddedOptions{
 		StoreDir: filepath.Join(store, "jetstream"), Host: listenHost, Port: port, Logger: log, Users: keys.users,

@@ -11,6 +11,12 @@
 // script inline (no external assets); it polls a JSON document and updates
 // in place.
 //
+// It also shows what the host knows of its own state: every check /readyz
+// fails, with its reason, and, under `the-loop up`, the first-run checklist
+// `up` prints at start, so a run that cannot do something (no harness, no
+// token) does not look healthy on the page. `/` redirects to it, so the
+// admin address alone opens it.
+//
 // Access is local-only by default: a loopback client naming a loopback host
 // reads it; beyond loopback it is served only when exposed, to a client
 // presenting the status token. Replaying a dead letter needs the admin
@@ -78,11 +84,35 @@ type Options struct {
 	// Scrub masks secrets in the dead letters' reasons.
 	Scrub redact.Scrubber
 	Log   *slog.Logger
+	// Ready returns the host's failing readiness checks by name, what
+	// /readyz answers 503 with; nil: the page shows no readiness.
+	Ready func() map[string]string
+	// Checklist is the first-run checklist (`the-loop up` prints it at
+	// start); nil on a host that has none.
+	Checklist func() []Capability
+}
+
+// Capability is one line of the first-run checklist: a thing the run can
+// do, and what it lacks (empty: it can).
+type Capability struct {
+	Name    string   `json:"name"`
+	Missing []string `json:"missing"`
+}
+
+// NotReady is one failing readiness check.
+type NotReady struct {
+	Check  string `json:"check"`
+	Reason string `json:"reason"`
 }
 
 // Register adds the page's routes to mux.
 func Register(mux *http.ServeMux, o Options) {
 	s := &server{o: o}
+	// The admin address alone opens the page; the redirect carries
+	// nothing, so it needs no guard.
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/status", http.StatusFound)
+	})
 	mux.HandleFunc("GET /status", s.guard(s.page))
 	mux.HandleFunc("GET /status/api/state", s.guard(s.state))
 	mux.HandleFunc("POST /status/api/dlq/{seq}/replay", s.guard(s.replay))
@@ -233,6 +263,12 @@ type State struct {
 	Streams     []Stream     `json:"streams"`
 	Consumers   []Consumer   `json:"consumers"`
 	Recent      []Recent     `json:"recent"`
+	// Checklist is the first-run checklist, nil where the host has none.
+	Checklist []Capability `json:"checklist,omitempty"`
+	// Readiness says whether the host reports its readiness (Ready set);
+	// NotReady lists every failing check, sorted by name.
+	Readiness bool       `json:"readiness"`
+	NotReady  []NotReady `json:"notReady"`
 	// Problems are the parts that could not be read, by part.
 	Problems map[string]string `json:"problems,omitempty"`
 }
@@ -344,7 +380,20 @@ const recentEvents = 25
 
 func (s *server) read(ctx context.Context) State {
 	st := State{GeneratedAt: time.Now().UTC(), Problems: map[string]string{}, WorkItems: []WorkItem{}, Sessions: []Session{},
-		DeadLetters: []DeadLetter{}, Streams: []Stream{}, Consumers: []Consumer{}, Recent: []Recent{}}
+		DeadLetters: []DeadLetter{}, Streams: []Stream{}, Consumers: []Consumer{}, Recent: []Recent{}, NotReady: []NotReady{}}
+	if s.o.Checklist != nil {
+		st.Checklist = s.o.Checklist()
+	}
+	if s.o.Ready != nil {
+		st.Readiness = true
+		for check, reason := range s.o.Ready() {
+			// As /readyz says it, on the same port to the same clients:
+			// scrubbing would mask the paths and addresses that say what
+			// to fix.
+			st.NotReady = append(st.NotReady, NotReady{Check: check, Reason: reason})
+		}
+		slices.SortFunc(st.NotReady, func(a, b NotReady) int { return strings.Compare(a.Check, b.Check) })
+	}
 	problem := func(part string, err error) {
 		s.o.Log.Debug("status page: read", "part", part, "err", err)
 		st.Problems[part] = "could not be read"

@@ -270,3 +270,81 @@ func TestReplayRefusesAPlantedDeadLetter(t *testing.T) {
 		t.Fatalf("the DLQ after the refusal: %d %v", len(l), err)
 	}
 }
+
+// TestRootRedirectsToThePage: the admin address alone opens the page.
+func TestRootRedirectsToThePage(t *testing.T) {
+	mux := http.NewServeMux()
+	statuspage.Register(mux, statuspage.Options{})
+	w := request(mux, "GET", "/", "127.0.0.1:5000", "127.0.0.1:9090", "")
+	if w.Code != http.StatusFound || w.Header().Get("Location") != "/status" {
+		t.Fatalf("GET /: %d, Location %q; want 302 to /status", w.Code, w.Header().Get("Location"))
+	}
+	// Only the root: another path is not the page's.
+	if w := request(mux, "GET", "/nothing-here", "127.0.0.1:5000", "127.0.0.1:9090", ""); w.Code != http.StatusNotFound {
+		t.Errorf("GET /nothing-here: %d, want 404", w.Code)
+	}
+}
+
+// TestStateShowsEveryReadinessFailureAndTheChecklist: what /readyz fails
+// on, every check with its reason in order, and the first-run checklist `up`
+// printed, so a run that cannot start sessions does not look healthy.
+func TestStateShowsEveryReadinessFailureAndTheChecklist(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	f := start(t)
+	checklist := []statuspage.Capability{
+		{Name: "GitHub intake", Missing: nil},
+		{Name: "agent sessions", Missing: []string{"tmux (tmux) is not installed: install it"}},
+	}
+	mux := f.mux(t, statuspage.Options{
+		Ready: func() map[string]string {
+			return map[string]string{"dispatcher": "agent sessions unavailable: no harness", "ledger-writer/github": "LOOP_GITHUB_TOKEN is not set"}
+		},
+		Checklist: func() []statuspage.Capability { return checklist },
+	})
+	var st statuspage.State
+	w := request(mux, "GET", "/status/api/state", "127.0.0.1:5000", "127.0.0.1:9090", "")
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatalf("%d %s: %v", w.Code, w.Body, err)
+	}
+	want := []statuspage.NotReady{{Check: "dispatcher", Reason: "agent sessions unavailable: no harness"},
+		{Check: "ledger-writer/github", Reason: "LOOP_GITHUB_TOKEN is not set"}}
+	if !st.Readiness || fmt.Sprint(st.NotReady) != fmt.Sprint(want) {
+		t.Errorf("readiness %v, not ready %+v; want %+v", st.Readiness, st.NotReady, want)
+	}
+	if fmt.Sprint(st.Checklist) != fmt.Sprint(checklist) {
+		t.Errorf("checklist %+v, want %+v", st.Checklist, checklist)
+	}
+
+	// A host with neither says nothing of them: no checklist, readiness unknown.
+	plain := f.mux(t, statuspage.Options{})
+	st = statuspage.State{}
+	_ = json.Unmarshal(request(plain, "GET", "/status/api/state", "127.0.0.1:5000", "127.0.0.1:9090", "").Body.Bytes(), &st)
+	if st.Readiness || len(st.NotReady) != 0 || st.Checklist != nil {
+		t.Errorf("without Ready and Checklist: %v %+v %+v", st.Readiness, st.NotReady, st.Checklist)
+	}
+}
+
+// TestThePageSaysEmptyInWordsAndFoldsThePartitions: every table has the
+// words it shows instead of bare headers, and the partition rows sit under a
+// summary (the browser test renders them).
+func TestThePageSaysEmptyInWordsAndFoldsThePartitions(t *testing.T) {
+	mux := http.NewServeMux()
+	statuspage.Register(mux, statuspage.Options{})
+	page := request(mux, "GET", "/status", "127.0.0.1:5000", "127.0.0.1:9090", "").Body.String()
+	for _, want := range []string{
+		`<details id="partitions"><summary>`,
+		`<section id="readiness">`, `<section id="first-run" hidden>`,
+		"No work item yet", "No agent session yet", "No dead letters", "No stream yet", "No event has crossed the bus yet",
+		"Ready: every check of /readyz passes.",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	open, table, close := strings.Index(page, `<details id="partitions">`), strings.Index(page, `<table id="consumers">`), strings.Index(page, "</details>")
+	if !(open < table && table < close) {
+		t.Errorf("the partition table is not inside its details (%d, %d, %d)", open, table, close)
+	}
+}

@@ -220,7 +220,10 @@ func connHandlers(opts Options, log *slog.Logger, closed chan<- struct{}, denied
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			if err := nc.LastError(); isAuthErr(err) {
-				log.Error("nats connection closed: the server refused the credential",
+				// Refused and WaitConnected return it as an *AuthError
+				// naming the setting, which the host says once as it
+				// exits: logged as an error here too, it would print twice.
+				log.Debug("nats connection closed: the server refused the credential",
 					"credential", opts.Credentials.Kind(), "setting", opts.Credentials.Setting, "err", err)
 			} else {
 				log.Info("nats connection closed")
@@ -237,7 +240,8 @@ func connHandlers(opts Options, log *slog.Logger, closed chan<- struct{}, denied
 			}
 			if inboxDenied(err, opts.Identity) {
 				otherOnce.Do(func() {
-					log.Error("nats: the server denies this connection its own reply subjects: the credential is another identity's",
+					// Refused returns it (ErrOtherIdentity): said once, there.
+					log.Debug("nats: the server denies this connection its own reply subjects: the credential is another identity's",
 						"identity", opts.Identity, "credential", opts.Credentials.Kind(), "setting", opts.Credentials.Setting)
 					close(otherIdentity)
 				})

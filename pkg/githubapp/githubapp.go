@@ -8,8 +8,10 @@
 // read from GET /app: installation tokens cannot call GET /user
 // (docs/decisions/078-github-app-authentication.md).
 //
-// JWTs and installation tokens are made by ghinstallation; this package
-// routes each request to its repository's installation.
+// The app's JWT is signed here (RS256, crypto/rsa) and installation tokens
+// are minted with go-github's Apps API, the one GitHub client the binary
+// links (docs/decisions/104-one-workspace-lean-product-module.md); this
+// package also routes each request to its repository's installation.
 package githubapp
 
 import (
@@ -24,7 +26,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/google/go-github/v62/github"
 )
 
@@ -47,14 +48,15 @@ type Options struct {
 // App is an http.RoundTripper that authenticates each request as the
 // app's installation on the repository it names.
 type App struct {
-	apps    *ghinstallation.AppsTransport
 	jwt     *github.Client // the app's own calls, with its JWT
 	api     string         // no trailing slash
 	fixed   int64
 	base    http.RoundTripper
+	timeout time.Duration
+	now     func() time.Time
 	mu      sync.Mutex
 	byRepo  map[string]int64
-	inst    map[int64]*ghinstallation.Transport
+	inst    map[int64]*installation
 	login   string
 	lastUse int64 // the installation of the last request, for requests naming no repository
 }
@@ -73,25 +75,27 @@ func New(o Options) (*App, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	apps, err := ghinstallation.NewAppsTransport(base, o.AppID, key)
+	rsaKey, err := parseKey(key)
 	if err != nil {
-		return nil, errors.New("githubapp: LOOP_GITHUB_APP_PRIVATE_KEY_FILE is not an RSA private key in PEM")
+		// The reason names the format, never the file's content.
+		return nil, fmt.Errorf("githubapp: LOOP_GITHUB_APP_PRIVATE_KEY_FILE is not an RSA private key in PEM: %w", err)
 	}
 	api := strings.TrimSuffix(o.APIURL, "/")
 	if api == "" {
 		api = "https://api.github.com"
 	}
-	apps.BaseURL = api
 	timeout := o.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	jwt := github.NewClient(&http.Client{Transport: apps, Timeout: timeout})
-	if jwt.BaseURL, err = url.Parse(api + "/"); err != nil {
+	a := &App{api: api, fixed: o.InstallationID, base: base, timeout: timeout, now: time.Now,
+		byRepo: map[string]int64{}, inst: map[int64]*installation{}}
+	apps := &jwtTransport{key: rsaKey, appID: o.AppID, base: base, now: func() time.Time { return a.now() }}
+	a.jwt = github.NewClient(&http.Client{Transport: apps, Timeout: timeout})
+	if a.jwt.BaseURL, err = url.Parse(api + "/"); err != nil {
 		return nil, fmt.Errorf("githubapp: LOOP_GITHUB_API_URL: %w", err)
 	}
-	return &App{apps: apps, jwt: jwt, api: api, fixed: o.InstallationID, base: base,
-		byRepo: map[string]int64{}, inst: map[int64]*ghinstallation.Transport{}}, nil
+	return a, nil
 }
 
 // Login is the app's bot login, "<slug>[bot]" (GET /app with the app's
@@ -117,8 +121,8 @@ func (a *App) Login(ctx context.Context) (string, error) {
 	return login, nil
 }
 
-// installation is the installation to use for a request to path.
-func (a *App) installation(ctx context.Context, path string) (int64, error) {
+// installationFor is the installation to use for a request to path.
+func (a *App) installationFor(ctx context.Context, path string) (int64, error) {
 	if a.fixed != 0 {
 		return a.fixed, nil
 	}
@@ -160,22 +164,24 @@ func repoOf(path string) (owner, repo string, ok bool) {
 	return "", "", false
 }
 
-func (a *App) transport(id int64, fresh bool) *ghinstallation.Transport {
+// installationOf is the token source of installation id, made on first
+// use; it is also the installation of requests naming no repository from
+// now on.
+func (a *App) installationOf(id int64) *installation {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	t := a.inst[id]
-	if t == nil || fresh {
-		t = ghinstallation.NewFromAppsTransport(a.apps, id)
-		t.BaseURL = a.api
-		a.inst[id] = t
+	in := a.inst[id]
+	if in == nil {
+		in = &installation{app: a, id: id}
+		a.inst[id] = in
 	}
 	a.lastUse = id
-	return t
+	return in
 }
 
 // RoundTrip sends req as the installation on the repository it names.
 func (a *App) RoundTrip(req *http.Request) (*http.Response, error) {
-	id, err := a.installation(req.Context(), req.URL.Path)
+	id, err := a.installationFor(req.Context(), req.URL.Path)
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()
@@ -193,7 +199,8 @@ func (a *App) RoundTrip(req *http.Request) (*http.Response, error) {
 	} else {
 		retry = nil // a body that cannot be sent twice
 	}
-	resp, err := a.transport(id, false).RoundTrip(req)
+	in := a.installationOf(id)
+	resp, used, err := in.roundTrip(req, "")
 	if err != nil || resp.StatusCode != http.StatusUnauthorized || retry == nil {
 		if retry != nil && retry != req && retry.Body != nil {
 			retry.Body.Close()
@@ -205,5 +212,64 @@ func (a *App) RoundTrip(req *http.Request) (*http.Response, error) {
 	// with a fresh token.
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
-	return a.transport(id, true).RoundTrip(retry)
+	resp, _, err = in.roundTrip(retry, used)
+	return resp, err
+}
+
+// refreshAhead is how long before its expiry an installation token is
+// replaced, so that a request never leaves with a token about to lapse
+// (docs/decisions/078-github-app-authentication.md).
+const refreshAhead = time.Minute
+
+// installation holds one installation's token, minted with the app's JWT
+// and replaced before it expires.
+type installation struct {
+	app *App
+	id  int64
+	// mu is held while a token is minted, so that concurrent requests
+	// wait for one token rather than mint one each.
+	mu      sync.Mutex
+	token   string
+	expires time.Time
+}
+
+// tokenFor returns a token good for at least refreshAhead, minting one when
+// the one held is closer to its expiry or is refused, the token GitHub
+// refused ("" for none): requests refused together mint one token between
+// them. The error never carries a token or the JWT.
+func (in *installation) tokenFor(ctx context.Context, refused string) (string, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.token != "" && in.token != refused && in.app.now().Add(refreshAhead).Before(in.expires) {
+		return in.token, nil
+	}
+	// The request's own deadline may be short or absent: the mint is
+	// bounded by the app's timeout, and ends with the request.
+	ctx, cancel := context.WithTimeout(ctx, in.app.timeout)
+	defer cancel()
+	tok, _, err := in.app.jwt.Apps.CreateInstallationToken(ctx, in.id, nil)
+	if err != nil {
+		return "", fmt.Errorf("githubapp: mint a token for installation %d: %w", in.id, err)
+	}
+	if tok.GetToken() == "" {
+		return "", fmt.Errorf("githubapp: mint a token for installation %d: no token in the answer", in.id)
+	}
+	in.token, in.expires = tok.GetToken(), tok.GetExpiresAt().Time
+	return in.token, nil
+}
+
+// roundTrip sends req with the installation's token (another than refused)
+// and says which token it used.
+func (in *installation) roundTrip(req *http.Request, refused string) (*http.Response, string, error) {
+	tok, err := in.tokenFor(req.Context(), refused)
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, "", err
+	}
+	r := req.Clone(req.Context())
+	r.Header.Set("Authorization", "token "+tok)
+	resp, err := in.app.base.RoundTrip(r)
+	return resp, tok, err
 }

@@ -75,7 +75,8 @@ func (l *leases) takeOver(ctx context.Context, store *sessions.Store, in *input,
 		return fmt.Errorf("registry: %w", err)
 	}
 	sess.Host = l.host
-	l.log.Warn("dispatcher: took over a session whose partition moved here", "work_item", in.ref, "from_host", old, "host", l.host)
+	// What a replica's stop or a scale-out does by design: INFO.
+	l.log.Info("dispatcher: took over a session whose partition moved here", "work_item", in.ref, "from_host", old, "host", l.host)
 	l.events.Emit(ctx, "session.taken_over", slog.String("work_item", in.ref), slog.String("from_host", old), slog.String("host", l.host))
 	return nil
 }

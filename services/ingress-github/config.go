@@ -62,3 +62,18 @@ func (c Config) Validate() error {
 func (c Config) PollRepoList() []string { return config.List(c.PollRepos) }
 
 func (c Config) mode() Mode { return Mode(c.Mode) }
+
+// Required fails, naming each setting, unless what the configured intake
+// cannot work without is set: the envelope key; webhooks, their secret
+// (or the explicit LOOP_GITHUB_INSECURE_NO_SIGNATURE); polling, the GitHub
+// credential. `serve` refuses to start without them.
+func (c Config) Required() error {
+	errs := []error{c.RequireEnvelopeKey()}
+	if c.mode().webhook() && !c.WebhookSecret.IsSet() && !c.InsecureNoSignature {
+		errs = append(errs, fmt.Errorf("LOOP_GITHUB_WEBHOOK_SECRET is not set: LOOP_GITHUB_MODE is %s and webhooks are verified with it (or LOOP_GITHUB_MODE=poll)", c.Mode))
+	}
+	if c.mode().poll() && !c.Token.IsSet() && !c.App.Set() {
+		errs = append(errs, fmt.Errorf("LOOP_GITHUB_TOKEN is not set: LOOP_GITHUB_MODE is %s and polling reads GitHub with it (or with a GitHub App: LOOP_GITHUB_APP_ID)", c.Mode))
+	}
+	return errors.Join(errs...)
+}

@@ -60,3 +60,32 @@ func TestConfigRefuses(t *testing.T) {
 		t.Errorf("PollRepoList = %q", got)
 	}
 }
+
+// TestRequired: webhooks need their secret (or the explicit insecure
+// setting), polling the GitHub credential, both the envelope key.
+func TestRequired(t *testing.T) {
+	key := config.NewSecret(strings.Repeat("k", 32))
+	for _, c := range []struct {
+		mut  func(*Config)
+		want []string // the settings named; none: nothing missing
+	}{
+		{func(*Config) {}, []string{"LOOP_ENVELOPE_KEY", "LOOP_GITHUB_WEBHOOK_SECRET"}},
+		{func(c *Config) { c.EnvelopeKey = key; c.InsecureNoSignature = true }, nil},
+		{func(c *Config) { c.EnvelopeKey = key; c.WebhookSecret = config.NewSecret("s") }, nil},
+		{func(c *Config) { c.EnvelopeKey = key; c.Mode = "poll" }, []string{"LOOP_GITHUB_TOKEN"}},
+		{func(c *Config) { c.EnvelopeKey = key; c.Mode = "both"; c.Token = config.NewSecret("t") }, []string{"LOOP_GITHUB_WEBHOOK_SECRET"}},
+	} {
+		cfg := DefaultConfig()
+		c.mut(&cfg)
+		err := cfg.Required()
+		if (err == nil) != (len(c.want) == 0) {
+			t.Errorf("mode %s: %v, want %v missing", cfg.Mode, err, c.want)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w+" is not set") {
+				t.Errorf("mode %s: %v does not name %s", cfg.Mode, err, w)
+			}
+		}
+	}
+}

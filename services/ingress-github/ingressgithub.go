@@ -196,7 +196,7 @@ func New(deps service.Deps, cfg Config, with ...Option) (*Service, error) {
 	s.login = newLedgerLogin(cfg.GitHub, gh, opts.Now)
 	s.login.onLearn = func(login string) {
 		if err := s.guardLogin(login); err != nil {
-			s.deps.Log.Error("ingress-github: stopping: the operator config in force lists the ledger's own login", "err", err)
+			// Run returns it and the host says it, once.
 			select {
 			case s.refused <- err:
 			default:
@@ -328,9 +328,10 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	if s.cfg.mode().webhook() {
 		if s.webhookOff != "" {
-			// A state the settings chose, said once and on /readyz: a
-			// warning, not an error of the service.
-			s.deps.Log.WarnContext(ctx, "webhook listener off", "reason", s.webhookOff)
+			// A state the settings chose (`up` without a secret; `serve`
+			// refuses to start so), said once and on /readyz: not an
+			// error of the service.
+			s.deps.Log.InfoContext(ctx, "webhook listener off", "reason", s.webhookOff)
 		} else {
 			ln, err := httpserver.Listen("LOOP_GITHUB_WEBHOOK_ADDR", s.cfg.WebhookAddr)
 			if err != nil {
@@ -352,7 +353,8 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if s.cfg.mode().poll() {
 		if s.pollOff != "" {
-			s.deps.Log.ErrorContext(ctx, "POLLER OFF: "+s.pollOff)
+			// As the webhook listener's: a state the settings chose.
+			s.deps.Log.InfoContext(ctx, "poller off", "reason", s.pollOff)
 		} else {
 			p, err := s.newPoller()
 			if err != nil {

@@ -42,3 +42,18 @@ func (c Config) Require(mode config.ReadMode) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Required fails, naming each setting, when the operator config op turns
+// the Slack channel on and the tokens its read mode needs are not set
+// (Require): `serve` refuses to start ingress-slack so. With the channel
+// off, or a read mode that reads nothing, it needs nothing.
+func (c Config) Required(op *config.Config) error {
+	sc := op.Channels.Slack
+	switch {
+	case !sc.Enabled:
+		return nil
+	case sc.Read.Mode != config.ReadPoll && sc.Read.Mode != config.ReadSocket && sc.Read.Mode != config.ReadEvents:
+		return nil
+	}
+	return c.Require(sc.Read.Mode)
+}

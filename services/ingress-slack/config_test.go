@@ -41,3 +41,17 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("a bad address: %v", err)
 	}
 }
+
+// TestRequired: the tokens are required only when the operator config turns
+// the Slack channel on, and then those of its read mode.
+func TestRequired(t *testing.T) {
+	op := config.Default()
+	if err := (Config{}).Required(op); err != nil {
+		t.Errorf("Slack off: %v", err)
+	}
+	op.Channels.Slack.Enabled, op.Channels.Slack.Read.Mode = true, config.ReadEvents
+	err := (Config{}).Required(op)
+	if err == nil || !strings.Contains(err.Error(), "LOOP_SLACK_BOT_TOKEN") || !strings.Contains(err.Error(), "LOOP_SLACK_SIGNING_SECRET") {
+		t.Errorf("Slack on, events: %v", err)
+	}
+}

@@ -33,3 +33,12 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Required fails, naming each setting, unless what the writer cannot work
+// without is set: the GitHub credential and the envelope key. `serve`
+// refuses to start without them, so a container fails visibly; `up` runs
+// on a laptop that may have no token yet, and the writer holds its records
+// instead (New).
+func (c Config) Required() error {
+	return errors.Join(c.RequireToken(), c.RequireEnvelopeKey())
+}

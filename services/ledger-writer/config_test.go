@@ -23,3 +23,18 @@ func TestConfig(t *testing.T) {
 		t.Errorf("Process = %v", err)
 	}
 }
+
+// TestRequired: the writer cannot start without its GitHub credential and
+// the envelope key; the error names each.
+func TestRequired(t *testing.T) {
+	err := DefaultConfig().Required()
+	if err == nil || !strings.Contains(err.Error(), "LOOP_GITHUB_TOKEN") || !strings.Contains(err.Error(), "LOOP_ENVELOPE_KEY") {
+		t.Errorf("empty: %v", err)
+	}
+	cfg := DefaultConfig()
+	cfg.App.AppID = 1
+	cfg.EnvelopeKey = config.NewSecret(strings.Repeat("k", 32))
+	if err := cfg.Required(); err != nil {
+		t.Errorf("with an App and a key: %v", err)
+	}
+}

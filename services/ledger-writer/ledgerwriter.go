@@ -239,7 +239,9 @@ func workerID(conn string) string {
 // Run consumes the inbox until ctx is done, then drains.
 func (s *Service) Run(ctx context.Context) error {
 	if s.gh == nil {
-		s.deps.Log.Error("ledger-writer cannot record: every event that needs a GitHub record is held, unacknowledged, until the service restarts with it configured",
+		// Only `up` gets here (`serve` refuses to start without the
+		// token): a laptop's first run, which its checklist explains.
+		s.deps.Log.Info("ledger-writer cannot record: every event that needs a GitHub record is held, unacknowledged, until the service restarts with it configured",
 			"reason", s.held)
 		// Not ready, with the reason on /readyz: the writer runs (it passes
 		// through what needs no record and dead-letters what can never be
@@ -318,7 +320,7 @@ func (s *Service) guardLedgerLogin(ctx context.Context, stop context.CancelCause
 				continue
 			}
 			if err := guard(login); err != nil {
-				s.deps.Log.Error("ledger-writer: stopping: the operator config in force lists the ledger's own login", "err", err)
+				// Run returns it and the host says it, once.
 				stop(err)
 			}
 			return

@@ -27,3 +27,14 @@ func DefaultConfig() Config { return config.DefaultsOf[Config]() }
 func (c Config) Validate() error {
 	return errors.Join(c.Slack.Validate(), config.CheckNonNegative("LOOP_SLACK_POST_INTERVAL", c.PostInterval))
 }
+
+// Required fails, naming the setting, when the operator config op turns
+// the Slack channel on and the bot token is not set: `serve` refuses to
+// start the renderer so, rather than acknowledge every event undelivered.
+// With the channel off the renderer needs nothing.
+func (c Config) Required(op *config.Config) error {
+	if op.Channels.Slack.Enabled && !c.BotToken.IsSet() {
+		return errors.New("LOOP_SLACK_BOT_TOKEN is not set: channels.slack.enabled is true in the operator config and messages are posted with it")
+	}
+	return nil
+}

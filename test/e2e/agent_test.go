@@ -55,9 +55,19 @@ type agentUp struct {
 	pid int
 	// home is the sessions' HOME.
 	home string
+	// admin is up's admin address; label the auto-execute label the
+	// issues carry.
+	admin, label string
 }
 
 func startAgentUp(t *testing.T) *agentUp {
+	t.Helper()
+	return startAgentUpWith(t, nil)
+}
+
+// startAgentUpWith is startAgentUp with env set last, over the test's own
+// settings (the README's, in TestReadmeFirstHour).
+func startAgentUpWith(t *testing.T, env []string) *agentUp {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("tmux is not installed (package tmux): sessions run in it")
@@ -67,7 +77,7 @@ func startAgentUp(t *testing.T) *agentUp {
 	}
 	loop, _ := binaries(t)
 	dir := t.TempDir()
-	a := &agentUp{t: t, root: filepath.Join(dir, "workspaces"), client: &http.Client{Timeout: 30 * time.Second},
+	a := &agentUp{t: t, root: filepath.Join(dir, "workspaces"), client: &http.Client{Timeout: 30 * time.Second}, label: "the-loop: auto-execute",
 		store: filepath.Join(dir, "store"), harness: filepath.Join(dir, "harness"), tmp: filepath.Join(dir, "tmp"),
 		natsAddr: fmt.Sprintf("127.0.0.1:%d", freePortTB(t)), tmuxDir: newTmuxDir(t)}
 	a.standIn = filepath.Join(a.tmp, "standin")
@@ -123,8 +133,9 @@ func startAgentUp(t *testing.T) *agentUp {
 	}
 	hook := freePortTB(t)
 	admin := fmt.Sprintf("127.0.0.1:%d", freePortTB(t))
+	a.admin = admin
 	a.webhook = fmt.Sprintf("http://127.0.0.1:%d/gh-webhook", hook)
-	env := append(baseEnv(),
+	own := append(baseEnv(),
 		"LOOP_STORE_DIR="+a.store,
 		"LOOP_NATS_LISTEN="+a.natsAddr,
 		"LOOP_ADMIN_ADDR="+admin,
@@ -147,7 +158,7 @@ func startAgentUp(t *testing.T) *agentUp {
 		"TMPDIR="+a.tmp,
 		"LOOP_WORKSPACE_GIT_URL=file://"+upstreams+"/{owner}/{repo}.git",
 	)
-	a.pid = launchUp(t, loop, env, filepath.Join(dir, "up.log"), "http://"+admin+"/readyz", a.client)
+	a.pid = launchUp(t, loop, append(own, env...), filepath.Join(dir, "up.log"), "http://"+admin+"/readyz", a.client)
 	return a
 }
 
@@ -191,7 +202,7 @@ func (a *agentUp) post(event string, payload map[string]any) {
 
 func (a *agentUp) issuePayload(n int) map[string]any {
 	return map[string]any{"number": n, "title": "Agent work", "state": "open", "html_url": fmt.Sprintf("https://github.com/%s/issues/%d", agentRepo, n),
-		"user": map[string]any{"login": alice}, "labels": []any{map[string]any{"name": "the-loop: auto-execute"}}}
+		"user": map[string]any{"login": alice}, "labels": []any{map[string]any{"name": a.label}}}
 }
 
 func (a *agentUp) repository() map[string]any {

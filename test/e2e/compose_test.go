@@ -186,15 +186,10 @@ func startCompose(t *testing.T) *composeRun {
 	// The operator's files: the bus identities, each service's env file,
 	// the operator config.
 	secrets := filepath.Join(dir, "secrets")
-	mustRun(t, exec.Command(loop, "auth", "init", secrets))
 	// The containers run as uid 65532 and read their seed from a
-	// read-only bind mount of the file (docs/deploy.md).
-	seeds, _ := filepath.Glob(filepath.Join(secrets, "nats", "*.nk"))
-	for _, s := range seeds {
-		if err := os.Chown(s, 65532, 65532); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// read-only bind mount of the file: auth init lets that uid read it,
+	// with no chown by hand (docs/deploy.md).
+	mustRun(t, exec.Command(loop, "auth", "init", secrets))
 	github := []string{"LOOP_GITHUB_TOKEN=" + ledgerToken, "LOOP_GITHUB_API_URL=" + ghURL, "LOOP_GITHUB_LOGIN=" + ledgerLogin}
 	slack := []string{"LOOP_SLACK_BOT_TOKEN=" + slackfake.Token, "LOOP_SLACK_API_URL=" + slackURL}
 	envFiles := map[string][]string{

@@ -1,10 +1,14 @@
 package ghfake
 
 import (
+	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"net/http"
 	"os"
@@ -12,8 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/golang-jwt/jwt/v4"
 )
 
 // EnvApp, set to 1, runs the suites that talk to this fake with GitHub App
@@ -166,18 +168,41 @@ func (s *Server) appLocked(c *call) *response {
 	return s.errorResponse(http.StatusForbidden, "an app's JWT cannot call this; use an installation token", "https://docs.github.com/rest")
 }
 
-// verifyJWTLocked checks an app JWT as GitHub does.
+// verifyJWTLocked checks an app JWT as GitHub does. It is verified here
+// with crypto/rsa, the way pkg/githubapp signs it, so that neither the
+// demo (which links this fake) nor the product carries a JWT library.
 func (s *Server) verifyJWTLocked(token string) bool {
 	a := s.app
-	var claims jwt.RegisteredClaims
-	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return a.pub, nil },
-		jwt.WithValidMethods([]string{"RS256"}))
-	if err != nil || claims.IssuedAt == nil || claims.ExpiresAt == nil {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
 		return false
 	}
+	enc := base64.RawURLEncoding
+	var header struct {
+		Alg string `json:"alg"`
+	}
+	var claims struct {
+		Iss      string `json:"iss"`
+		Iat, Exp *int64
+	}
+	for i, v := range []any{&header, &claims} {
+		raw, err := enc.DecodeString(parts[i])
+		if err != nil || json.Unmarshal(raw, v) != nil {
+			return false
+		}
+	}
+	sig, err := enc.DecodeString(parts[2])
+	if err != nil || header.Alg != "RS256" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+	if rsa.VerifyPKCS1v15(a.pub, crypto.SHA256, sum[:], sig) != nil || claims.Iat == nil || claims.Exp == nil {
+		return false
+	}
+	iat, exp := time.Unix(*claims.Iat, 0), time.Unix(*claims.Exp, 0)
 	now := time.Now()
-	return claims.Issuer == strconv.FormatInt(a.ID, 10) &&
-		!claims.IssuedAt.After(now.Add(60*time.Second)) &&
-		claims.ExpiresAt.Sub(claims.IssuedAt.Time) <= 10*time.Minute &&
-		claims.ExpiresAt.After(now)
+	return claims.Iss == strconv.FormatInt(a.ID, 10) &&
+		!iat.After(now.Add(60*time.Second)) &&
+		exp.Sub(iat) <= 10*time.Minute &&
+		exp.After(now)
 }

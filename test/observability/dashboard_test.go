@@ -1,7 +1,6 @@
-package main
+package observability
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -22,16 +21,15 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/the-loop/bus/internal/testsupport/testkit"
-	"github.com/the-loop/bus/pkg/config"
 )
 
 const observabilityDir = "../../deploy/observability"
 
-// upEnv is the environment of an in-process `up` on free ports, its store
-// and sessions' workdir in the test's temporary directories.
-func upEnv(t *testing.T) config.Env {
+// upEnv is the environment of an `up` on free ports, its store and
+// sessions' workdir in the test's temporary directories.
+func upEnv(t *testing.T) map[string]string {
 	t.Helper()
-	return config.Env{
+	return map[string]string{
 		"LOOP_NATS_LISTEN": "127.0.0.1:0", "LOOP_ADMIN_ADDR": "127.0.0.1:0", "LOOP_SESSION_ADDR": "127.0.0.1:0",
 		"LOOP_GITHUB_WEBHOOK_ADDR": "127.0.0.1:0", "LOOP_SLACK_EVENTS_ADDR": "127.0.0.1:0",
 		"LOOP_STORE_DIR": filepath.Join(t.TempDir(), "store"), "LOOP_DISPATCHER_WORKDIR": t.TempDir(),
@@ -139,23 +137,12 @@ func sdkError(err error) error {
 	return err
 }
 
-// scrapeUp runs `up` in-process and returns the metric names its /metrics
+// scrapeUp runs `the-loop up` and returns the metric names its /metrics
 // exports (histograms as their _bucket, _sum and _count series).
 func scrapeUp(t *testing.T) map[string]bool {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"up"}, upEnv(t), &out, &errb) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(40 * time.Second):
-			t.Error("up did not stop")
-		}
-	}()
-	admin := adminURL(t, &out)
+	up := startUp(t, upEnv(t))
+	admin := up.printed(t, "the admin address", adminRE)
 	testkit.WaitWithin(t, 60*time.Second, "/readyz to cover every service", func() bool {
 		resp, err := http.Get(admin + "/readyz")
 		if err != nil {
@@ -189,8 +176,8 @@ func scrapeUp(t *testing.T) map[string]bool {
 		}
 		return names["loop_consumer_pending"] && names["loop_dlq_depth"]
 	})
-	if !strings.Contains(out.String(), "what this run can do") {
-		t.Errorf("up printed no checklist:\n%s", out.String())
+	if !strings.Contains(up.out.String(), "what this run can do") {
+		t.Errorf("up printed no checklist:\n%s", up.out.String())
 	}
 	return names
 }

@@ -1,9 +1,10 @@
-package main
+package observability
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +15,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/the-loop/bus/internal/demo"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
-	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
@@ -61,9 +62,15 @@ type pageView struct {
 		Reason string `json:"reason"`
 		Replay bool   `json:"replay"`
 	} `json:"deadLetters"`
-	Consumers int      `json:"consumers"`
-	Events    []string `json:"events"`
-	Text      string   `json:"text"`
+	Consumers int `json:"consumers"`
+	// Partitions is the summary the consumer rows fold under, and
+	// whether they are unfolded.
+	Partitions     string   `json:"partitions"`
+	PartitionsOpen bool     `json:"partitionsOpen"`
+	Location       string   `json:"location"`
+	Readiness      string   `json:"readiness"`
+	Events         []string `json:"events"`
+	Text           string   `json:"text"`
 }
 
 // readPage reads the page's DOM: elements and attributes, not the HTML's
@@ -88,13 +95,26 @@ const readPage = `(() => {
     deadLetters: q(document, "tr.dead-letter").map(tr => ({seq: tr.dataset.seq, event: tr.children[1].textContent,
       reason: tr.querySelector("td.reason").textContent, replay: !!tr.querySelector("button.replay")})),
     consumers: q(document, "tr.consumer").length,
+    partitions: document.querySelector("#partitions > summary").textContent,
+    partitionsOpen: document.getElementById("partitions").open,
+    location: location.pathname,
+    readiness: document.getElementById("readiness").innerText,
     events: q(document, "li.event").map(li => li.dataset.type),
     text: document.body.innerText,
   };
 })()`
 
+// demoLive is the running demo, as the test sees it mid-story.
+type demoLive struct {
+	adminAddr string
+	conn      *bus.Conn
+	stage     *demo.Stage
+}
+
 // TestStatusPageInABrowser opens the status page in headless Chromium
-// against the demo's running services and follows the story on it, by the
+// against the demo's story — its stand-ins and script (internal/demo) with
+// the five services of a `the-loop up` process configured from the stage's
+// settings, as the demo runs them — and follows the story on it, by the
 // page's DOM: the approval gate the work item waits at, approvedBy with the
 // record's link after the approval, a dead letter injected mid-run, and
 // the replay button that only the admin token brings. The page is loaded
@@ -160,7 +180,8 @@ func TestStatusPageInABrowser(t *testing.T) {
 			var c2 context.CancelFunc
 			bctx, c2 = chromedp.NewContext(actx)
 			cancel = append(cancel, c2)
-			if err := chromedp.Do(bctx, chromedp.Navigate("http://"+live.adminAddr+"/status")); err != nil {
+			// The admin address alone: / redirects to the page.
+			if err := chromedp.Do(bctx, chromedp.Navigate("http://"+live.adminAddr+"/")); err != nil {
 				return fmt.Errorf("open the status page: %w", err)
 			}
 			v, err := await(ctx, "the work item and the bus", func(v pageView) bool { return len(v.WorkItems) == 1 && v.Consumers > 0 && len(v.Events) > 0 })
@@ -170,6 +191,16 @@ func TestStatusPageInABrowser(t *testing.T) {
 			first = v
 			if v.LoadedAt == 0 {
 				return errors.New("the page's script did not run")
+			}
+			if v.Location != "/status" {
+				return fmt.Errorf("/ led to %s, not to the status page", v.Location)
+			}
+			// The partition rows are folded under their sums.
+			if v.PartitionsOpen || !strings.HasPrefix(v.Partitions, fmt.Sprintf("Consumers per partition: 3 services × %d partitions;", v.Consumers/3)) {
+				return fmt.Errorf("the partitions' summary reads %q (open %v), want the %d rows folded under their count", v.Partitions, v.PartitionsOpen, v.Consumers)
+			}
+			if !strings.Contains(v.Readiness, "Readiness") {
+				return fmt.Errorf("the page shows no readiness: %q", v.Readiness)
 			}
 			if !strings.HasPrefix(v.WorkItems[0].Link, "https://github.com/"+demo.Repo+"/issues/") {
 				return fmt.Errorf("the work item links to %q, not to its issue on GitHub", v.WorkItems[0].Link)
@@ -310,10 +341,48 @@ func TestStatusPageInABrowser(t *testing.T) {
 		return nil
 	}
 
-	var out syncBuffer
-	err := runDemo(context.Background(), demoRun{dir: t.TempDir(), runner: demo.RunnerProcess, adminToken: adminToken, afterStep: afterStep},
-		config.Env{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME")}, &out)
+	var live demoLive
+	stage, err := demo.NewStage(demo.Options{Dir: t.TempDir(), Exe: theLoopBinary(t), Runner: demo.RunnerProcess,
+		AfterStep: func(ctx context.Context, step int) error { return afterStep(ctx, step, live) }})
 	if err != nil {
+		t.Fatal(err)
+	}
+	defer stage.Close()
+	env := stage.Env()
+	env["LOOP_ADMIN_TOKEN"] = adminToken
+	// As the demo runs them: the stand-in agent lives in the stage's
+	// directory beside the store, which up's default Landlock sandbox
+	// (Linux) would rightly refuse to give a session.
+	env["LOOP_SESSION_SANDBOX"] = "off"
+	up := startUp(t, env)
+	defer up.stop(t)
+	// The stand-ins stop delivering before the services stop, as in the
+	// demo.
+	defer stage.StopDeliveries()
+	admin := up.printed(t, "the admin address", adminRE)
+	live.adminAddr = strings.TrimPrefix(admin, "http://")
+	natsURL := up.printed(t, "the NATS address", natsRE)
+	testkit.WaitWithin(t, 60*time.Second, "/readyz to answer 200", func() bool {
+		resp, err := http.Get(admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	// The story plays the people and the stand-ins: it reads and writes as
+	// the operator, whose identity up keeps in its store.
+	ctx, stopCtx := context.WithCancel(context.Background())
+	defer stopCtx()
+	live.conn, err = bus.Connect(ctx, bus.Options{URL: natsURL, Name: "status-page-browser-test", Identity: bus.IdentityOperator,
+		Credentials: bus.Credentials{SeedFile: filepath.Join(env["LOOP_STORE_DIR"], "nats", "operator.nk")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.conn.Close()
+	live.stage = stage
+	var out testkit.SyncBuffer
+	if _, err := stage.Play(ctx, live.conn, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	if gateRef == "" || forgedID == "" {
