@@ -125,8 +125,9 @@ func (s *Service) override(ctx context.Context, in *input) error {
 	case already:
 		if in.redelivered {
 			// A failure after the move may have kept its notifications
-			// from the bus: publish them again (same ids).
-			gs.renotify(ctx, in.ref)
+			// from the bus: publish them again (same ids), with the
+			// reason, while the work item stands where this move left it.
+			s.renotifyOverride(ctx, in, o)
 		}
 		// The session may not have been told yet (a failure after the
 		// move); its registry knows whether it was.
@@ -158,6 +159,37 @@ func (s *Service) override(ctx context.Context, in *input) error {
 	}
 	_, err = s.tellSession(ctx, in, o)
 	return err
+}
+
+// renotifyOverride publishes again the notifications of the node in's
+// override entered, as gates.renotify does for any move, when the work item
+// still stands there and entered it recently. Best effort.
+func (s *Service) renotifyOverride(ctx context.Context, in *input, o *loopv1.GraphOverride) {
+	gs := s.gates
+	store, err := gs.open(ctx)
+	if err != nil {
+		return
+	}
+	st, _, err := store.Get(ctx, in.ref)
+	if err != nil || st == nil || len(st.Overrides) == 0 || len(st.History) == 0 {
+		return
+	}
+	last := st.Overrides[len(st.Overrides)-1]
+	if last.EventID != in.ev.GetId() || last.To != st.Current || time.Since(st.History[len(st.History)-1].EnteredAt) > renotifyWithin {
+		return
+	}
+	g, ok := gs.config().Graphs.Registry().Get(st.Graph)
+	if !ok {
+		return
+	}
+	workdir := flow.SessionWorkdir(ctx, gs.conn, in.ref)
+	if workdir == "" {
+		workdir = gs.workdir
+	}
+	ns := withReason(flow.Current(st, g), o.GetAction(), o.GetReason(), who(in.ev.GetActor()))
+	if err := gs.notify(ctx, in.ref, st, ns, workdir); err != nil {
+		gs.log.Warn("dispatcher: an override's notifications not published again", "work_item", in.ref, "err", err)
+	}
 }
 
 // tellSession types the recorded override into the work item's live
