@@ -44,6 +44,14 @@ Usage:
                                        ask on the work item; prints the recorded comment's URL
   the-loop graph status REF [--json]   the work item's process graph state
   the-loop graph complete REF          the agent's node is done: move the work item on
+  the-loop graph advance|force REF --to NODE --reason TEXT [--as LOGIN] [--wait D]
+                                       the operator's escape hatch, never a session's: advance along one
+                                       of the node's edges, or force to any node, gates notwithstanding;
+                                       recorded on GitHub with who and why, then applied by the dispatcher
+  the-loop graph skip|escalate REF --reason TEXT [--as LOGIN] [--wait D]
+                                       the operator's escape hatch, never a session's: skip the node by its
+                                       default edge, or escalate by its escalate edge (conflict-escalated);
+                                       recorded on GitHub with who and why, then applied by the dispatcher
   the-loop graph show [--json]         in an agent session: its graph, node by node, and where it stands
   the-loop sessions register --harness-session-id ID
                                        in an agent session: record the conversation id its harness chose

@@ -11,6 +11,7 @@ import (
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/services/dispatcher"
 )
@@ -27,16 +28,27 @@ import (
 //     person's comment decides one. In a session it goes through the
 //     session endpoint (its own work item only); an operator's needs the
 //     operator credential.
+//   - advance REF --to NODE, skip REF, force REF --to NODE, escalate REF,
+//     each with --reason TEXT [--as LOGIN]: the operator's escape hatch
+//     (graphoverride.go). Never from an agent session.
 //
 // With no dispatcher running the verb says so at once.
 func cmdGraph(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
-	const usage = "graph status|complete REF, or inside an agent session: graph show|status|complete"
+	const usage = "graph status|complete REF, graph advance|force REF --to NODE --reason TEXT, graph skip|escalate REF --reason TEXT, " +
+		"or inside an agent session: graph show|status|complete"
 	if len(args) == 0 {
 		return fmt.Errorf("%w: %s", errUsage, usage)
 	}
 	verb := args[0]
 	fs := newFlags("graph "+verb, stderr)
-	asJSON := fs.Bool("json", false, "status: print the state as JSON")
+	override := graph.Action(verb).Valid()
+	var asJSON *bool
+	var ov overrideFlags
+	if override {
+		ov = addOverrideFlags(fs, graph.Action(verb))
+	} else {
+		asJSON = fs.Bool("json", false, "status: print the state as JSON")
+	}
 	// The ref may come before or after the flags.
 	rest := args[1:]
 	var ref string
@@ -50,6 +62,20 @@ func cmdGraph(ctx context.Context, args []string, env config.Env, stdout, stderr
 		ref = fs.Arg(0)
 	} else if fs.NArg() > 0 {
 		return fmt.Errorf("%w: %s", errUsage, usage)
+	}
+	if override {
+		// Refused before anything else, whatever the arguments: a session
+		// learns at once that this is not its verb.
+		if err := refuseInSession(env, verb); err != nil {
+			return err
+		}
+		if ref == "" {
+			return fmt.Errorf("%w: %s", errUsage, overrideUsage(graph.Action(verb)))
+		}
+		if graphstate.WorkItemURL(ref) == "" {
+			return fmt.Errorf("%w: %q is not a ref like github:owner/repo#15", errUsage, ref)
+		}
+		return graphOverride(ctx, env, stdout, ref, graph.Action(verb), ov)
 	}
 	if verb == "show" {
 		// The session's own graph: its token names the work item.
@@ -170,6 +196,18 @@ func graphStatus(ctx context.Context, env config.Env, stdout io.Writer, ref stri
 		fmt.Fprintln(stdout, "decisions:")
 		for _, d := range st.Decisions {
 			fmt.Fprintf(stdout, "  %s  %s: %s by %s\n", d.At.UTC().Format(time.RFC3339), d.Node, d.Outcome, quoteList(d.By))
+		}
+	}
+	if len(st.Overrides) > 0 {
+		// The operator's moves by hand, with who and why, as recorded on
+		// the work item (docs/decisions/111-operator-escape-hatch.md).
+		fmt.Fprintln(stdout, "overrides:")
+		for _, o := range st.Overrides {
+			by := "the operator"
+			if o.By != "" {
+				by += " (" + o.By + ")"
+			}
+			fmt.Fprintf(stdout, "  %s  %s %s → %s by %s: %s\n", o.At.UTC().Format(time.RFC3339), o.Action, o.From, o.To, by, o.Reason)
 		}
 	}
 	if len(st.ApprovedBy) > 0 {

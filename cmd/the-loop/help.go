@@ -47,7 +47,7 @@ var subVerbs = map[string][]string{
 	"channels":     {"status"},
 	"dlq":          {"list", "replay"},
 	"docs":         {"configuration"},
-	"graph":        {"status", "complete", "show"},
+	"graph":        {"status", "complete", "show", "advance", "skip", "force", "escalate"},
 	"hook":         {"session-start", "stop"},
 	"plugin":       {"install", "version"},
 	"session-host": {"tmux"},
@@ -145,6 +145,16 @@ func init() {
 	// The other control requests read what pause reads.
 	for _, v := range []string{"resume", "stop", "cleanup", "adopt", "end"} {
 		verbDocs["sessions "+v] = verbDocs["sessions pause"]
+	}
+	// The operator's escape hatch (docs/decisions/111-operator-escape-hatch.md).
+	for _, v := range []string{"advance", "skip", "force", "escalate"} {
+		verbDocs["graph "+v] = verbDoc{
+			args: []string{"REF  the work item, github:owner/repo#N"},
+			settings: slices.Concat([]string{
+				"LOOP_CONFIG  the operator config: routing.authorizedUsers names --as; its graphs check the move before it is published",
+				"LOOP_SESSION_URL  set in an agent session, where the verb refuses (so is LOOP_SESSION_TOKEN)",
+			}, connectSettings),
+		}
 	}
 }
 

@@ -44,7 +44,10 @@ func Identities() []string {
 
 // InboxTypes lists, per identity, the catalog types (and notices) it may
 // publish to loop.in. Nobody else publishes to the inbox but the operator
-// (a DLQ replay, a session control).
+// (a DLQ replay, a session control), which may publish any type; the types
+// listed under it are the ones no service may raise: an operator's move of a
+// graph by hand, which an agent session must never reach through the
+// dispatcher that serves it (docs/decisions/111-operator-escape-hatch.md).
 var InboxTypes = map[string][]catalog.Type{
 	IdentityIngressGitHub: {catalog.CommentHuman, catalog.CommentAgent, catalog.WorkItemActivity, catalog.LedgerRecord},
 	IdentityIngressSlack:  {catalog.WorkItemReply, catalog.GateFeedback, catalog.ControlCommand, catalog.WorkItemCreate},
@@ -53,6 +56,7 @@ var InboxTypes = map[string][]catalog.Type{
 		catalog.SecuritySignOffPending, catalog.ConflictEscalated, catalog.WorkItemComplete, catalog.GatePaused,
 		catalog.GateMoved,
 	},
+	IdentityOperator: {catalog.GraphOverride},
 }
 
 // access is what an identity does with a KV bucket or object store.

@@ -149,6 +149,14 @@ func TestGrantsEncodeTheArchitecture(t *testing.T) {
 		{bus.IdentitySlackRenderer, "loop.ev." + key + ".comment.human", false},
 		{bus.IdentityObserver, catalog.InboxSubject("github:octo/repo#1", catalog.ControlCommand), false},
 		{bus.IdentityOperator, catalog.InboxSubject("github:octo/repo#1", catalog.ControlCommand), true},
+		// The operator's move of a graph by hand: no service raises it,
+		// least of all the dispatcher that serves the agent sessions
+		// (docs/decisions/111-operator-escape-hatch.md).
+		{bus.IdentityOperator, catalog.InboxSubject("github:octo/repo#1", catalog.GraphOverride), true},
+		{bus.IdentityDispatcher, catalog.InboxSubject("github:octo/repo#1", catalog.GraphOverride), false},
+		{bus.IdentityIngressSlack, catalog.InboxSubject("github:octo/repo#1", catalog.GraphOverride), false},
+		{bus.IdentityIngressGitHub, catalog.InboxSubject("github:octo/repo#1", catalog.GraphOverride), false},
+		{bus.IdentityObserver, catalog.InboxSubject("github:octo/repo#1", catalog.GraphOverride), false},
 		// A consuming service announces its own replicas only: it cannot
 		// take or drop another service's partitions.
 		{bus.IdentityLedgerWriter, "$KV." + bus.BucketMembers + ".ledger-writer.probe", true},
@@ -249,8 +257,16 @@ func TestGrantsEncodeTheArchitecture(t *testing.T) {
 }
 
 // TestEveryInboxTypeHasOnePublisher pins the grants to the catalog: every
-// type that enters the inbox is raised by exactly one service identity.
+// type that enters the inbox is raised by exactly one identity (a service,
+// or the operator alone for the types no service may raise), and the
+// signature policy of loop.in agrees.
 func TestEveryInboxTypeHasOnePublisher(t *testing.T) {
+	for _, id := range bus.Identities() {
+		err := bus.InboxPolicy(id, catalog.GraphOverride)
+		if (err == nil) != (id == bus.IdentityOperator) {
+			t.Errorf("%s raising %s: policy says %v", id, catalog.GraphOverride, err)
+		}
+	}
 	seen := map[catalog.Type]string{}
 	for id, types := range bus.InboxTypes {
 		for _, typ := range types {

@@ -18,7 +18,7 @@ import "slices"
 // contain dots; subjects keep them (docs/architecture.md#streams-and-state).
 type Type string
 
-// The fifteen catalog types (docs/configuration.md#catalog-event-types).
+// The sixteen catalog types (docs/configuration.md#catalog-event-types).
 const (
 	SessionAwaitingInput   Type = "session.awaiting_input"
 	DecisionPending        Type = "decision-pending"
@@ -35,6 +35,10 @@ const (
 	WorkItemCreate         Type = "work-item.create"
 	WorkItemActivity       Type = "work-item.activity"
 	LedgerRecord           Type = "ledger.record"
+	// GraphOverride is an operator's move of a work item's graph by hand
+	// (`the-loop graph advance|skip|force|escalate`). Only the operator
+	// identity raises it (docs/decisions/111-operator-escape-hatch.md).
+	GraphOverride Type = "graph.override"
 )
 
 // RecordFailed is not a catalog type but a notice: the ledger-writer
@@ -100,13 +104,17 @@ const (
 	RecordIssue
 	// RecordReadBack: the event is the ledger's read-back of its own record.
 	RecordReadBack
+	// RecordOperator: the record is a marker-stamped comment naming the
+	// operator (and the person, when known), the move and its reason; the
+	// dispatcher applies the recorded event itself, never a read-back.
+	RecordOperator
 )
 
 // Recorded reports whether the ledger-writer writes something to GitHub for an
 // event of this kind that arrives on the inbox.
 func (r Record) Recorded() bool {
 	switch r {
-	case RecordQuestion, RecordMirror, RecordAttributed, RecordIssue:
+	case RecordQuestion, RecordMirror, RecordAttributed, RecordIssue, RecordOperator:
 		return true
 	}
 	return false
@@ -129,6 +137,8 @@ func (r Record) String() string {
 		return "yes: a new issue"
 	case RecordReadBack:
 		return "is the ledger's own read-back"
+	case RecordOperator:
+		return "yes: marker-stamped operator record"
 	}
 	return "unknown"
 }
@@ -165,6 +175,7 @@ var entries = []Entry{
 	{WorkItemCreate, "A top-level channel message that starts a new work item.", true, true, RecordIssue, "a channel"},
 	{WorkItemActivity, "Lifecycle, review and CI activity on a work item (opened, labeled, closed, merged, reviews, workflow_run, check_run, check_suite, status).", true, false, RecordOriginatesOnLedger, "ingress-github"},
 	{LedgerRecord, "The ledger's read-back of a signed envelope comment by an authorized poster.", false, false, RecordReadBack, "ingress-github"},
+	{GraphOverride, "An operator moves a work item's graph by hand (advance, skip, force, escalate), with the reason.", true, false, RecordOperator, "the-loop graph (operator only)"},
 }
 
 // All returns every catalog entry in catalog order. The slice is a copy.

@@ -8,8 +8,8 @@ import (
 
 func TestCatalogShape(t *testing.T) {
 	all := All()
-	if len(all) != 15 {
-		t.Fatalf("catalog has %d types, want 15", len(all))
+	if len(all) != 16 {
+		t.Fatalf("catalog has %d types, want 16", len(all))
 	}
 	seen := map[Type]bool{}
 	for _, e := range all {
@@ -39,6 +39,7 @@ func TestCatalogShape(t *testing.T) {
 		WorkItemCreate:       {true, true, true},
 		WorkItemActivity:     {true, false, false},
 		LedgerRecord:         {false, false, false},
+		GraphOverride:        {true, false, true},
 	} {
 		e, ok := Lookup(typ)
 		if !ok {

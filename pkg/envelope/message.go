@@ -231,6 +231,8 @@ func bodyFor(t catalog.Type) (string, bool) {
 		return "github_activity", true
 	case catalog.LedgerRecord:
 		return "ledger_record", true
+	case catalog.GraphOverride:
+		return "graph_override", true
 	}
 	return "", false
 }
@@ -255,6 +257,8 @@ func bodyCase(ev *loopv1.Event) string {
 		return "github_activity"
 	case *loopv1.Event_LedgerRecord:
 		return "ledger_record"
+	case *loopv1.Event_GraphOverride:
+		return "graph_override"
 	}
 	return ""
 }

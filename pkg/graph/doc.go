@@ -14,9 +14,12 @@
 //
 // State is a work item's position in its graph. It is JSON, stored by the
 // dispatcher in the KV bucket "graph" and read by ingress-slack, which asks
-// only State.AtHumanGate. State.Enter, State.Advance and State.Apply move it
-// and return the notifications to publish; entering a terminal node whose end
-// is complete always yields work-item-complete, whatever route led there.
+// only State.AtHumanGate. State.Enter, State.Advance, State.Apply and
+// State.Override (the operator's moves by hand, kept by event id:
+// docs/decisions/111-operator-escape-hatch.md) move it and return the
+// notifications to publish; entering a terminal node whose end is complete
+// always yields work-item-complete, and one whose end is escalated
+// conflict-escalated, whatever route led there.
 // Context renders the read-only graph block of an agent prompt, and
 // AddApproval writes an approval into an artifact's YAML front matter.
 //

@@ -66,6 +66,10 @@ type State struct {
 	// Skips are the nodes the phase selection chose to skip: entering one
 	// records it and follows its default edge without publishing anything.
 	Skips []string `json:"skips,omitempty"`
+	// Overrides are the operator's moves by hand, in order, each kept by
+	// its event id so that one event moves the graph once
+	// (docs/decisions/111-operator-escape-hatch.md).
+	Overrides []Override `json:"overrides,omitempty"`
 	// Version counts changes; every transition that changes the state adds
 	// one, so a writer can tell a stale read from the current one.
 	Version int64 `json:"version"`
@@ -212,8 +216,9 @@ func (s *State) Terminal() bool {
 
 // Enter moves the work item into node (from wherever it is: a fresh state,
 // an edge, or an operator forcing it) and returns the notifications to
-// publish: the node's notify type, and work-item-complete whenever the node
-// is terminal with end complete (R6.4), whether or not it declares it. A node
+// publish: the node's notify type, work-item-complete whenever the node is
+// terminal with end complete (R6.4), and conflict-escalated whenever it is
+// terminal with end escalated, whether or not it declares them. A node
 // in Skips is recorded as skipped and left by its default edge (OutcomeDone,
 // OutcomeApproved or OutcomeExecute) at once, publishing nothing; the node
 // the chain stops at publishes as usual.
@@ -292,8 +297,13 @@ func notifications(ref string, n *Node) []Notification {
 	if n.Notify != "" {
 		add(n.Notify)
 	}
-	if n.Terminal && n.End == EndComplete {
+	switch {
+	case n.Terminal && n.End == EndComplete:
 		add(catalog.WorkItemComplete)
+	case n.Terminal && n.End == EndEscalated:
+		// Reaching an escalated end hands the work item to a person, who
+		// must hear of it whatever the graph's author declared.
+		add(catalog.ConflictEscalated)
 	}
 	return out
 }

@@ -58,6 +58,8 @@ func describe(ev *loopv1.Event, o Options) content {
 			c.label += ": " + cc.GetCommand()
 		}
 		c.setText(cc.GetText(), "")
+	case *loopv1.Event_GraphOverride:
+		c.graphOverride(b.GraphOverride)
 	case *loopv1.Event_WorkItemCreate:
 		c.workItemCreate(ev.GetLedger(), b.WorkItemCreate)
 	case *loopv1.Event_GithubActivity:
@@ -104,6 +106,27 @@ func (c *content) notification(t catalog.Type, n *loopv1.Notification, o Options
 	if catalog.IsNotice(t) || t == catalog.GateMoved {
 		c.urlText = "Open the work item"
 	}
+}
+
+// graphOverride is the content of an operator's move of the graph by hand:
+// the move, then the operator's reason (docs/decisions/111-operator-escape-hatch.md).
+func (c *content) graphOverride(o *loopv1.GraphOverride) {
+	if o.GetAction() != "" {
+		c.label += ": " + o.GetAction()
+	}
+	move := "from `" + o.GetFrom() + "`"
+	switch {
+	case o.GetTo() != "":
+		move += " to `" + o.GetTo() + "`"
+	case o.GetAction() == "skip":
+		move += " to its next node"
+	case o.GetAction() == "escalate":
+		move += " by its escalate edge"
+	}
+	c.setText("The operator moved the work item "+move+". Reason: "+o.GetReason(), "")
+	c.setDetail("graph", o.GetGraph())
+	c.setDetail("node", o.GetFrom())
+	c.urlText = "Open record"
 }
 
 // comment is the content of a GitHub comment: its author and body, up to

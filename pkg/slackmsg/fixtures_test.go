@@ -99,6 +99,13 @@ func fixtures() []fixture {
 	cc.Body = &loopv1.Event_ControlCommand{ControlCommand: &loopv1.ControlCommand{Command: "pause", Text: "the-loop pause"}}
 	add("control.command", cc)
 
+	ov := event("loop:cli-graph:1", catalog.GraphOverride, "cli")
+	ov.Actor = approver
+	ov.Ledger = &loopv1.LedgerRef{Repo: "octo/repo", IssueNumber: 15, CommentId: 2010, Url: "https://github.com/octo/repo/issues/15#issuecomment-2010"}
+	ov.Body = &loopv1.Event_GraphOverride{GraphOverride: &loopv1.GraphOverride{Action: "skip", From: "requirements", Graph: "work-item",
+		Reason: "The requirements are in the issue already; see *the thread*."}}
+	add("graph.override", ov)
+
 	// The kickoff answer: the ledger created octo/repo#42 for a top-level
 	// Slack message.
 	wc := &loopv1.Event{Id: "slack:Ev0KICKOFF", Type: string(catalog.WorkItemCreate), Source: "slack",

@@ -367,6 +367,7 @@ var labels = map[catalog.Type]string{
 	catalog.WorkItemCreate:         "Work item created",
 	catalog.WorkItemActivity:       "Activity",
 	catalog.LedgerRecord:           "Ledger record",
+	catalog.GraphOverride:          "Graph moved by the operator",
 	catalog.RecordFailed:           "Not recorded on the ledger",
 	catalog.GatePaused:             "Gate not moved: session paused",
 	catalog.GateMoved:              "Gate moved on",

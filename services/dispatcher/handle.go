@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/identity"
@@ -18,6 +19,13 @@ var errLive = errors.New("a live session exists")
 
 // handle is the per-event entry point (docs/requirements.md K6 order).
 func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
+	if catalog.Type(ev.GetType()) == catalog.GraphOverride {
+		// The operator's move by hand: it changes the graph, never reaches
+		// a session, and needs none (override.go).
+		in := &input{ev: ev, ref: ev.GetSubject(), deliveryID: ev.GetId(), actor: ev.GetActor().GetGithub()}
+		in.last, in.redelivered = d.Last(), d.NumDelivered > 1
+		return s.override(ctx, in)
+	}
 	in, ok := s.read(ev)
 	if !ok {
 		return nil

@@ -39,6 +39,12 @@ func mayClaim(ev *loopv1.Event, subject string) error {
 		allowed = chat || src == catalog.SourceCLI
 	case catalog.SessionAwaitingInput:
 		allowed = src == catalog.SourceSession
+	case catalog.GraphOverride:
+		// The operator's `the-loop graph advance|skip|force|escalate`
+		// only: the bus lets no service identity publish it, and no
+		// session or channel may claim it
+		// (docs/decisions/111-operator-escape-hatch.md).
+		allowed = src == catalog.SourceCLI
 	default:
 		// The graph's notifications and the dispatcher's signals.
 		allowed = src == catalog.SourceLoop

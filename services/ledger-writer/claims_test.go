@@ -48,6 +48,19 @@ func TestMayClaim(t *testing.T) {
 			return e
 		}(),
 			subject(catalog.CommentHuman), "does not raise it"},
+		{"an operator's graph override", overrideEv("loop:cli-graph:1", ref, "stuck"), subject(catalog.GraphOverride), ""},
+		{"a graph override from a session", func() *loopv1.Event {
+			e := overrideEv("loop:cli-graph:2", ref, "stuck")
+			e.Source, e.Actor = catalog.SourceSession, nil
+			return e
+		}(), subject(catalog.GraphOverride), "does not raise it"},
+		{"a graph override from Slack", func() *loopv1.Event { e := overrideEv("slack:E8", ref, "stuck"); e.Source = "slack"; return e }(),
+			subject(catalog.GraphOverride), "does not raise it"},
+		{"a graph override from the loop", func() *loopv1.Event {
+			e := overrideEv("loop:cli-graph:3", ref, "stuck")
+			e.Source = catalog.SourceLoop
+			return e
+		}(), subject(catalog.GraphOverride), "does not raise it"},
 		{"no type on the subject", gateEv("slack:E7", ref, "approved"), "loop.in.3", "says type"},
 	}
 	for _, c := range cases {

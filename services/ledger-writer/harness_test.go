@@ -342,6 +342,15 @@ func controlEv(id, ref, command, text string) *loopv1.Event {
 		Body: &loopv1.Event_ControlCommand{ControlCommand: &loopv1.ControlCommand{Command: command, Text: text}}}
 }
 
+// overrideEv is an operator's `the-loop graph skip REF --reason TEXT --as
+// octocat`.
+func overrideEv(id, ref, reason string) *loopv1.Event {
+	return &loopv1.Event{Id: id, Source: catalog.SourceCLI, Type: string(catalog.GraphOverride), Subject: ref, Time: envelope.NewTime(evTime),
+		Actor: &loopv1.Actor{Github: "octocat"},
+		Body: &loopv1.Event_GraphOverride{GraphOverride: &loopv1.GraphOverride{Action: "skip", From: "requirements",
+			Graph: "work-item", Reason: reason}}}
+}
+
 func questionEv(id, ref, text string) *loopv1.Event {
 	return &loopv1.Event{Id: id, Source: catalog.SourceSession, Type: string(catalog.SessionAwaitingInput), Subject: ref, Time: envelope.NewTime(evTime),
 		Actor: &loopv1.Actor{Name: "session"}, Body: &loopv1.Event_Question{Question: &loopv1.Question{Text: text, SessionId: "s1"}}}

@@ -145,6 +145,16 @@ func composer(in renderInput, ev *loopv1.Event, kind catalog.Record, rec *record
 		}
 		head := attribution("Relayed from", member, ev.GetSource()) + ":\n\n" + capText(text)
 		return func(env string) string { return head + "\n\n" + env + "\n" }, nil
+	case catalog.RecordOperator:
+		// The operator's move of the graph by hand, naming who and why
+		// (docs/decisions/111-operator-escape-hatch.md). Marker-stamped, so
+		// no ingress reads it back: the dispatcher applies the recorded
+		// event itself, and no gate classifies the reason.
+		head, err := operatorRecord(in, ev, member)
+		if err != nil {
+			return nil, err
+		}
+		return func(env string) string { return envelope.MarkSelfAuthored(head + "\n\n" + env) }, nil
 	case catalog.RecordIssue:
 		// R3.6, abuse case 7: the repository and labels come from config
 		// only, the body is scrubbed and carries the envelope and no
@@ -178,6 +188,41 @@ func relayedText(in renderInput, ev *loopv1.Event) (string, error) {
 		return "", refuse("invalid", "%s has no relayable body", ev.GetType())
 	}
 	return text, nil
+}
+
+// operatorRecord is the visible text of an operator's graph override: the
+// move, the person (when the CLI named one) and the reason, scrubbed and
+// defanged like every relayed text.
+func operatorRecord(in renderInput, ev *loopv1.Event, member string) (string, error) {
+	o := ev.GetGraphOverride()
+	if o == nil {
+		return "", refuse("invalid", "%s has no graph override body", ev.GetId())
+	}
+	action := graph.Action(o.GetAction())
+	if !action.Valid() {
+		return "", refuse("invalid", "graph override %s: action %q", ev.GetId(), o.GetAction())
+	}
+	reason := strings.TrimSpace(o.GetReason())
+	if reason == "" {
+		return "", refuse("invalid", "graph override %s gives no reason", ev.GetId())
+	}
+	who := "the operator"
+	if member != "unknown" {
+		who = "the operator, as `" + neutral(member) + "`"
+	}
+	code := func(s string) string { return "`" + neutral(strings.ReplaceAll(s, "`", "'")) + "`" }
+	move := code(o.GetFrom())
+	switch {
+	case o.GetTo() != "":
+		move += " → " + code(o.GetTo())
+	case action == graph.ActionSkip:
+		move += " → its next node"
+	case action == graph.ActionEscalate:
+		move += " → its escalate edge"
+	}
+	text := in.grammar.Defang(in.scrub(reason))
+	return "🛠️ **the-loop** — graph **" + string(action) + "** by " + who + ", on the **" + neutral(ev.GetSource()) +
+		"** channel: " + move + ". Reason:\n\n" + redact.Quote(capText(text)), nil
 }
 
 // kickoff is the new issue a kickoff opens: the repository and labels come

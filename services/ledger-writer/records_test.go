@@ -42,6 +42,8 @@ func TestRecordPerKind(t *testing.T) {
 			envelope.LedgerActor{GitHub: "octocat", Slack: "U123", Name: "Mona Lisa"}},
 		{"control", controlEv("slack:EvCtl1", ref, "stop", "the-loop stop"), false,
 			envelope.LedgerActor{GitHub: "octocat", Slack: "U123", Name: "Mona Lisa"}},
+		{"override", overrideEv("loop:cli-graph:o1", ref, "The requirements are in the issue already; the-loop stop is not meant."), true,
+			envelope.LedgerActor{GitHub: "octocat", Slack: "U123", Name: "Mona Lisa"}},
 	}
 	for _, tc := range cases {
 		e.publish(tc.ev)
@@ -50,7 +52,7 @@ func TestRecordPerKind(t *testing.T) {
 	e.publish(create)
 	e.publish(notifyEv("loop:notify:n1", ref))
 
-	testkit.WaitWithin(t, 60*time.Second, "six fan-out events", func() bool { return len(e.fan.all()) >= 6 })
+	testkit.WaitWithin(t, 60*time.Second, "seven fan-out events", func() bool { return len(e.fan.all()) >= 7 })
 
 	comments := e.gh.Comments(testRepo, 3)
 	if len(comments) != len(cases) {
@@ -142,9 +144,9 @@ func TestRecordPerKind(t *testing.T) {
 
 	t.Run("metrics", func(t *testing.T) {
 		for name, want := range map[string]float64{
-			"loop_ledger_writer_recorded_total":          5,
-			"loop_ledger_writer_record_duration_seconds": 5,
-			"loop_ledger_writer_published_total":         6,
+			"loop_ledger_writer_recorded_total":          6,
+			"loop_ledger_writer_record_duration_seconds": 6,
+			"loop_ledger_writer_published_total":         7,
 			"loop_ledger_writer_failed_total":            0,
 			"loop_ledger_writer_github_configured":       1,
 		} {
@@ -158,11 +160,11 @@ func TestRecordPerKind(t *testing.T) {
 	})
 
 	t.Run("log events", func(t *testing.T) {
-		if n := len(e.logs.WithMessage("bus.recorded")); n != 5 {
-			t.Errorf("%d bus.recorded, want 5", n)
+		if n := len(e.logs.WithMessage("bus.recorded")); n != 6 {
+			t.Errorf("%d bus.recorded, want 6", n)
 		}
-		if n := len(e.logs.WithMessage("bus.published")); n != 6 {
-			t.Errorf("%d bus.published, want 6", n)
+		if n := len(e.logs.WithMessage("bus.published")); n != 7 {
+			t.Errorf("%d bus.published, want 7", n)
 		}
 		if strings.Contains(e.logs.String(), testToken) {
 			t.Error("the token reached the log")

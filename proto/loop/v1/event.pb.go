@@ -63,6 +63,7 @@ type Event struct {
 	//	*Event_WorkItemCreate
 	//	*Event_GithubActivity
 	//	*Event_LedgerRecord
+	//	*Event_GraphOverride
 	Body          isEvent_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -249,6 +250,15 @@ func (x *Event) GetLedgerRecord() *LedgerRecord {
 	return nil
 }
 
+func (x *Event) GetGraphOverride() *GraphOverride {
+	if x != nil {
+		if x, ok := x.Body.(*Event_GraphOverride); ok {
+			return x.GraphOverride
+		}
+	}
+	return nil
+}
+
 type isEvent_Body interface {
 	isEvent_Body()
 }
@@ -289,6 +299,10 @@ type Event_LedgerRecord struct {
 	LedgerRecord *LedgerRecord `protobuf:"bytes,28,opt,name=ledger_record,json=ledgerRecord,proto3,oneof"`
 }
 
+type Event_GraphOverride struct {
+	GraphOverride *GraphOverride `protobuf:"bytes,29,opt,name=graph_override,json=graphOverride,proto3,oneof"`
+}
+
 func (*Event_Question) isEvent_Body() {}
 
 func (*Event_Notification) isEvent_Body() {}
@@ -306,6 +320,8 @@ func (*Event_WorkItemCreate) isEvent_Body() {}
 func (*Event_GithubActivity) isEvent_Body() {}
 
 func (*Event_LedgerRecord) isEvent_Body() {}
+
+func (*Event_GraphOverride) isEvent_Body() {}
 
 // Actor is one person, with every id their routing.authorizedUsers entry
 // declares (R5.4).
@@ -1190,11 +1206,98 @@ func (x *LedgerRecord) GetGateVisit() string {
 	return ""
 }
 
+// GraphOverride is the body of graph.override: an operator moving a work
+// item's graph by hand (`the-loop graph advance|skip|force|escalate`), with
+// the reason, recorded on the work item before the dispatcher applies it
+// (docs/decisions/111-operator-escape-hatch.md).
+type GraphOverride struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// advance, skip, force or escalate.
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// The node the operator saw the work item at; the dispatcher refuses the
+	// override once the work item has left it.
+	From string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	// The node to move to (advance and force); empty for skip and escalate,
+	// which follow the from node's own edge.
+	To string `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// Why, in the operator's words.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The graph the from node belongs to.
+	Graph         string `protobuf:"bytes,5,opt,name=graph,proto3" json:"graph,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GraphOverride) Reset() {
+	*x = GraphOverride{}
+	mi := &file_loop_v1_event_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GraphOverride) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GraphOverride) ProtoMessage() {}
+
+func (x *GraphOverride) ProtoReflect() protoreflect.Message {
+	mi := &file_loop_v1_event_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GraphOverride.ProtoReflect.Descriptor instead.
+func (*GraphOverride) Descriptor() ([]byte, []int) {
+	return file_loop_v1_event_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GraphOverride) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *GraphOverride) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *GraphOverride) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *GraphOverride) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *GraphOverride) GetGraph() string {
+	if x != nil {
+		return x.Graph
+	}
+	return ""
+}
+
 var File_loop_v1_event_proto protoreflect.FileDescriptor
 
 const file_loop_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x13loop/v1/event.proto\x12\aloop.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd2\x06\n" +
+	"\x13loop/v1/event.proto\x12\aloop.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x93\a\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12\x12\n" +
@@ -1213,7 +1316,8 @@ const file_loop_v1_event_proto_rawDesc = "" +
 	"\x0fcontrol_command\x18\x19 \x01(\v2\x17.loop.v1.ControlCommandH\x00R\x0econtrolCommand\x12C\n" +
 	"\x10work_item_create\x18\x1a \x01(\v2\x17.loop.v1.WorkItemCreateH\x00R\x0eworkItemCreate\x12B\n" +
 	"\x0fgithub_activity\x18\x1b \x01(\v2\x17.loop.v1.GitHubActivityH\x00R\x0egithubActivity\x12<\n" +
-	"\rledger_record\x18\x1c \x01(\v2\x15.loop.v1.LedgerRecordH\x00R\fledgerRecordB\x06\n" +
+	"\rledger_record\x18\x1c \x01(\v2\x15.loop.v1.LedgerRecordH\x00R\fledgerRecord\x12?\n" +
+	"\x0egraph_override\x18\x1d \x01(\v2\x16.loop.v1.GraphOverrideH\x00R\rgraphOverrideB\x06\n" +
 	"\x04body\"I\n" +
 	"\x05Actor\x12\x16\n" +
 	"\x06github\x18\x01 \x01(\tR\x06github\x12\x14\n" +
@@ -1288,7 +1392,13 @@ const file_loop_v1_event_proto_rawDesc = "" +
 	"event_type\x18\x02 \x01(\tR\teventType\x12*\n" +
 	"\acomment\x18\x03 \x01(\v2\x10.loop.v1.CommentR\acomment\x12\x1d\n" +
 	"\n" +
-	"gate_visit\x18\x04 \x01(\tR\tgateVisitB.Z,github.com/the-loop/bus/proto/loop/v1;loopv1b\x06proto3"
+	"gate_visit\x18\x04 \x01(\tR\tgateVisit\"y\n" +
+	"\rGraphOverride\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05graph\x18\x05 \x01(\tR\x05graphB.Z,github.com/the-loop/bus/proto/loop/v1;loopv1b\x06proto3"
 
 var (
 	file_loop_v1_event_proto_rawDescOnce sync.Once
@@ -1302,7 +1412,7 @@ func file_loop_v1_event_proto_rawDescGZIP() []byte {
 	return file_loop_v1_event_proto_rawDescData
 }
 
-var file_loop_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_loop_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_loop_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: loop.v1.Event
 	(*Actor)(nil),                 // 1: loop.v1.Actor
@@ -1317,11 +1427,12 @@ var file_loop_v1_event_proto_goTypes = []any{
 	(*WorkItemCreate)(nil),        // 10: loop.v1.WorkItemCreate
 	(*GitHubActivity)(nil),        // 11: loop.v1.GitHubActivity
 	(*LedgerRecord)(nil),          // 12: loop.v1.LedgerRecord
-	nil,                           // 13: loop.v1.Notification.DetailEntry
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*GraphOverride)(nil),         // 13: loop.v1.GraphOverride
+	nil,                           // 14: loop.v1.Notification.DetailEntry
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_loop_v1_event_proto_depIdxs = []int32{
-	14, // 0: loop.v1.Event.time:type_name -> google.protobuf.Timestamp
+	15, // 0: loop.v1.Event.time:type_name -> google.protobuf.Timestamp
 	1,  // 1: loop.v1.Event.actor:type_name -> loop.v1.Actor
 	2,  // 2: loop.v1.Event.conversation:type_name -> loop.v1.Conversation
 	3,  // 3: loop.v1.Event.ledger:type_name -> loop.v1.LedgerRef
@@ -1334,13 +1445,14 @@ var file_loop_v1_event_proto_depIdxs = []int32{
 	10, // 10: loop.v1.Event.work_item_create:type_name -> loop.v1.WorkItemCreate
 	11, // 11: loop.v1.Event.github_activity:type_name -> loop.v1.GitHubActivity
 	12, // 12: loop.v1.Event.ledger_record:type_name -> loop.v1.LedgerRecord
-	13, // 13: loop.v1.Notification.detail:type_name -> loop.v1.Notification.DetailEntry
-	6,  // 14: loop.v1.LedgerRecord.comment:type_name -> loop.v1.Comment
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	13, // 13: loop.v1.Event.graph_override:type_name -> loop.v1.GraphOverride
+	14, // 14: loop.v1.Notification.detail:type_name -> loop.v1.Notification.DetailEntry
+	6,  // 15: loop.v1.LedgerRecord.comment:type_name -> loop.v1.Comment
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_loop_v1_event_proto_init() }
@@ -1358,6 +1470,7 @@ func file_loop_v1_event_proto_init() {
 		(*Event_WorkItemCreate)(nil),
 		(*Event_GithubActivity)(nil),
 		(*Event_LedgerRecord)(nil),
+		(*Event_GraphOverride)(nil),
 	}
 	file_loop_v1_event_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
@@ -1366,7 +1479,7 @@ func file_loop_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loop_v1_event_proto_rawDesc), len(file_loop_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
