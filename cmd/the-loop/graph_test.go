@@ -59,19 +59,7 @@ func TestGraphVerbAsksTheDispatcher(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte("version: 0.7.0\ngraphs:\n  files: [release.yaml]\n  workItem: release\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := config.Env{
-		"LOOP_NATS_URL":        srv.URL(),
-		"LOOP_ADMIN_ADDR":      "127.0.0.1:0",
-		"LOOP_CONFIG":          cfgPath,
-		"LOOP_TMUX_BINARY":     filepath.Join(dir, "no-tmux-here"),
-		"LOOP_DISPATCHER_HOST": "graph-test",
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errb syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve", "dispatcher"}, env, &out, &errb) }()
-	adminURL(t, &out) // provisioned and serving
+	env, stop := serveDispatcher(t, srv.URL(), cfgPath, "graph-test") // provisioned and serving
 
 	// The work item's state, as the dispatcher writes it when a session
 	// spawns on the release graph.
@@ -133,16 +121,42 @@ func TestGraphVerbAsksTheDispatcher(t *testing.T) {
 		t.Errorf("graph status of a work item without a graph: exit %d %s", code, stderr)
 	}
 
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("serve exited %d: %s", code, errb.String())
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("serve did not stop")
-	}
+	stop()
 	if code, _, stderr := runVerb(t, env, "graph", "status", ref); code != 1 || !strings.Contains(stderr, "no dispatcher answered") {
 		t.Errorf("after the dispatcher stopped: exit %d %s", code, stderr)
+	}
+}
+
+// serveDispatcher runs `serve dispatcher` on the bus at natsURL with the
+// operator config at cfgPath and no tmux (its endpoint answers whether or
+// not sessions can run), as host, until it serves. It returns the
+// environment the verbs reach it with, and stop, which stops it and fails
+// the test unless it exits 0 within a minute.
+func serveDispatcher(t *testing.T, natsURL, cfgPath, host string) (config.Env, func()) {
+	t.Helper()
+	env := config.Env{
+		"LOOP_NATS_URL":        natsURL,
+		"LOOP_ADMIN_ADDR":      "127.0.0.1:0",
+		"LOOP_CONFIG":          cfgPath,
+		"LOOP_TMUX_BINARY":     filepath.Join(t.TempDir(), "no-tmux-here"),
+		"LOOP_DISPATCHER_HOST": host,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"serve", "dispatcher"}, env, &out, &errb) }()
+	t.Cleanup(cancel)
+	adminURL(t, &out)
+	return env, func() {
+		t.Helper()
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Fatalf("serve exited %d: %s", code, errb.String())
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("serve did not stop")
+		}
 	}
 }

@@ -72,19 +72,7 @@ func TestGraphOverridePublishes(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte("version: \"0.7.0\"\nrouting:\n  authorizedUsers:\n    - {github: alice, slack: U1, name: Alice}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := config.Env{
-		"LOOP_NATS_URL":        srv.URL(),
-		"LOOP_ADMIN_ADDR":      "127.0.0.1:0",
-		"LOOP_CONFIG":          cfgPath,
-		"LOOP_TMUX_BINARY":     filepath.Join(dir, "no-tmux-here"),
-		"LOOP_DISPATCHER_HOST": "override-test",
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errb syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve", "dispatcher"}, env, &out, &errb) }()
-	adminURL(t, &out)
+	env, stop := serveDispatcher(t, srv.URL(), cfgPath, "override-test")
 
 	const ref = "github:octo/repo#15"
 	g, _ := graph.Builtin(graph.WorkItemGraph)
@@ -152,15 +140,7 @@ func TestGraphOverridePublishes(t *testing.T) {
 		t.Errorf("graph status after the skip: exit %d, stderr %q, stdout:\n%s\nwant it to hold:\n%s", code, stderr, stdout, want)
 	}
 
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("serve exited %d: %s", code, errb.String())
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("serve did not stop")
-	}
+	stop()
 }
 
 func inboxCount(t *testing.T, conn *bus.Conn) int {
