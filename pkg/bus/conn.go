@@ -76,10 +76,15 @@ type Conn struct {
 	// signer signs what the connection publishes on loop.in and loop.ev;
 	// nil on a bus without identities (no credential).
 	signer *Signer
-	// readers is the signers set the signer authenticates its
-	// publications for, watched from the first one on (readerKeys).
-	readersOnce sync.Once
-	readers     atomic.Pointer[Signers]
+	// signers is the signers set, watched once per connection from the
+	// first signed publication or the first consumer's check on: what the
+	// signer authenticates its publications for and what its consumers
+	// check against (sharedSigners). signersLoaded is closed when it has
+	// loaded or failed (signersErr).
+	signersOnce   sync.Once
+	signersLoaded chan struct{}
+	signers       atomic.Pointer[Signers]
+	signersErr    error
 }
 
 // ErrClosed is returned by operations on a connection that was closed.
@@ -166,24 +171,50 @@ func (c *Conn) CheckDelivery(signers *Signers, d *Delivery, may Policy) (string,
 	return signers.CheckDelivery(c.signer, d, may)
 }
 
-// readerKeys is the signers set the connection's publications carry
-// authenticators for: watched in the background from the first signed
-// publication on, never waited for — until it has loaded, publications are
-// signed only, and their readers check the signature.
-func (c *Conn) readerKeys() *Signers {
-	c.readersOnce.Do(func() {
+// watchSigners starts, once, the connection's own watch of BucketSigners,
+// which lives as long as the connection.
+func (c *Conn) watchSigners() {
+	c.signersOnce.Do(func() {
+		c.signersLoaded = make(chan struct{})
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			<-c.closed
 			cancel()
 		}()
 		go func() {
-			if s, err := c.WatchSigners(ctx); err == nil {
-				c.readers.Store(s)
+			defer close(c.signersLoaded)
+			s, err := c.WatchSigners(ctx)
+			if err != nil {
+				c.signersErr = err
+				return
 			}
+			c.signers.Store(s)
 		}()
 	})
-	return c.readers.Load()
+}
+
+// readerKeys is the signers set the connection's publications carry
+// authenticators for, never waited for: until it has loaded, publications
+// are signed only, and their readers check the signature.
+func (c *Conn) readerKeys() *Signers {
+	c.watchSigners()
+	return c.signers.Load()
+}
+
+// SharedSigners waits for the signers set the connection watches (the one
+// its publications use too: one watch per connection, not one per user),
+// until ctx ends.
+func (c *Conn) SharedSigners(ctx context.Context) (*Signers, error) {
+	c.watchSigners()
+	select {
+	case <-c.signersLoaded:
+		if c.signersErr != nil {
+			return nil, c.signersErr
+		}
+		return c.signers.Load(), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("bus: signers: %w", ctx.Err())
+	}
 }
 
 // Identity is the bus identity the connection is (Options.Identity).

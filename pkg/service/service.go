@@ -154,7 +154,7 @@ func verifier(ctx context.Context, deps Deps, service, stream string) (func(cont
 		}
 		return nil
 	})
-	signers, err := deps.Conn.WatchSigners(ctx)
+	signers, err := deps.Conn.SharedSigners(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", service, err)
 	}
