@@ -347,10 +347,6 @@ func allowed(subject, signer string, may Policy) error {
 	return nil
 }
 
-// VerifyDelivery is Verify of a delivery of stream.
-func (s *Signers) VerifyDelivery(d *Delivery, may Policy) (string, error) {
-	return s.Verify(d.Subject, d.Header, d.Data, d.MsgID, may)
-}
 
 // deadLetterDigest is the digest of a dead letter's original message as its
 // DLQ copy holds it: the stored subject, its msg id, event id, type and

@@ -280,7 +280,7 @@ func TestPublishSignsAndProvisionWritesSigners(t *testing.T) {
 		_, observer := got[bus.IdentityObserver]
 		return got[bus.IdentityIngressSlack] == newPub && !observer
 	})
-	if _, err := set.VerifyDelivery(d, bus.InboxPolicy); !bus.IsForged(err) {
+	if _, err := lw.CheckDelivery(set, d, bus.InboxPolicy); !bus.IsForged(err) {
 		t.Fatalf("a signature by the replaced key: %v, want refused", err)
 	}
 }
@@ -336,7 +336,7 @@ func TestServerSidePathIsRefusedBySignature(t *testing.T) {
 		if d.Type != catalog.GateFeedback {
 			t.Fatalf("stored on %s", d.Subject)
 		}
-		_, err := set.VerifyDelivery(d, bus.InboxPolicy)
+		_, err := lw.CheckDelivery(set, d, bus.InboxPolicy)
 		var fe *bus.ForgedError
 		if !errors.As(err, &fe) || fe.Reason != want[i] {
 			t.Fatalf("message %d: %v, want %s", i, err, want[i])
