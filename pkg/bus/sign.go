@@ -347,7 +347,6 @@ func allowed(subject, signer string, may Policy) error {
 	return nil
 }
 
-
 // deadLetterDigest is the digest of a dead letter's original message as its
 // DLQ copy holds it: the stored subject, its msg id, event id, type and
 // signature headers, and its body's digest. The dead-letterer signs it with
