@@ -44,21 +44,10 @@ func cmdDemo(ctx context.Context, args []string, env config.Env, stdout, stderr 
 	return runDemo(ctx, demoRun{dir: *dir, runner: *runner, keep: *keep}, env, stdout)
 }
 
-// demoRun is one demo: its flags, and what a test watches it with.
+// demoRun is one demo: its flags.
 type demoRun struct {
 	dir, runner string
 	keep        bool
-	// adminToken is LOOP_ADMIN_TOKEN for the services' status page.
-	adminToken string
-	// afterStep, if set, is called after each step of the story.
-	afterStep func(ctx context.Context, step int, live demoLive) error
-}
-
-// demoLive is the running demo, as a test sees it mid-story.
-type demoLive struct {
-	adminAddr string
-	conn      *bus.Conn
-	stage     *demo.Stage
 }
 
 func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) error {
@@ -72,18 +61,12 @@ func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) e
 	}
 	defer removeDir()
 	start := time.Now()
-	var live demoLive
-	var afterStep func(ctx context.Context, step int) error
-	if o.afterStep != nil {
-		afterStep = func(ctx context.Context, step int) error { return o.afterStep(ctx, step, live) }
-	}
-	stage, err := demo.NewStage(demo.Options{Dir: o.dir, Exe: exe, Runner: o.runner, AfterStep: afterStep})
+	stage, err := demo.NewStage(demo.Options{Dir: o.dir, Exe: exe, Runner: o.runner})
 	if err != nil {
 		return err
 	}
 	defer stage.Close()
-	live.stage = stage
-	s, err := demoSettings(stage, o.adminToken, env)
+	s, err := demoSettings(stage, env)
 	if err != nil {
 		return err
 	}
@@ -107,11 +90,11 @@ func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) e
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	live.conn = conn
 	if err := emb.provision(ctx, s); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	run := startDemoHost(ctx, s, log, emb, &live)
+	var adminAddr string
+	run := startDemoHost(ctx, s, log, emb, &adminAddr)
 	shutdown := func() error {
 		stage.StopDeliveries()
 		err := run.stop()
@@ -135,7 +118,7 @@ func runDemo(ctx context.Context, o demoRun, env config.Env, stdout io.Writer) e
 	}
 	fmt.Fprintf(stdout, "\nAll seven steps in %.1fs; %d prompts reached the session.\n", time.Since(start).Seconds(), sum.Prompts)
 	if o.keep {
-		printKeepRunning(stdout, stage, emb.srv, o.dir, logPath, live.adminAddr)
+		printKeepRunning(stdout, stage, emb.srv, o.dir, logPath, adminAddr)
 		<-ctx.Done()
 	} else {
 		printWhereNext(stdout)
@@ -161,12 +144,8 @@ func (o *demoRun) ensureDir() (func(), error) {
 }
 
 // demoSettings are the settings of the stage's environment.
-func demoSettings(stage *demo.Stage, adminToken string, env config.Env) (settings, error) {
-	stageEnv := stage.Env()
-	if adminToken != "" {
-		stageEnv["LOOP_ADMIN_TOKEN"] = adminToken
-	}
-	s, err := loadSettings(config.Env(stageEnv))
+func demoSettings(stage *demo.Stage, env config.Env) (settings, error) {
+	s, err := loadSettings(config.Env(stage.Env()))
 	if err != nil {
 		return s, fmt.Errorf("demo settings: %w", err)
 	}
@@ -185,14 +164,15 @@ type demoHost struct {
 	stop  func() error
 }
 
-// startDemoHost runs the five services on emb in the background.
-func startDemoHost(ctx context.Context, s settings, log *slog.Logger, emb *embedded, live *demoLive) demoHost {
+// startDemoHost runs the five services on emb in the background, and sets
+// *adminAddr to the admin address once it listens.
+func startDemoHost(ctx context.Context, s settings, log *slog.Logger, emb *embedded, adminAddr *string) demoHost {
 	d := demoHost{ready: make(chan *httpserver.Readiness, 1), done: make(chan error, 1)}
 	h := &host{name: "the-loop demo", settings: s, log: log, stdout: io.Discard, defs: services,
 		envelopeKey: config.NewSecret(string(emb.key)), connect: emb.connect, started: func(r *httpserver.Readiness) { d.ready <- r },
 		operator: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityOperator) },
 		observer: func(ctx context.Context) (*bus.Conn, error) { return emb.connect(ctx, bus.IdentityObserver) },
-		adminAt:  func(addr string) { live.adminAddr = addr }}
+		adminAt:  func(addr string) { *adminAddr = addr }}
 	hctx, stopServices := context.WithCancel(ctx)
 	go func() { d.done <- h.run(hctx) }()
 	d.stop = func() error {
