@@ -104,6 +104,10 @@ func (s *shareRun) oneStopsCleanly() {
 // partitions wait for its lease, then a takes them over and unpins what c
 // held.
 func (s *shareRun) oneDies() {
+	// The handler records a message before its runner acknowledges it: wait
+	// for the server to hold every acknowledgement, or c's death would
+	// rightly have a handled but unacknowledged message delivered again.
+	s.acked()
 	mark := len(s.rc.snapshot())
 	s.conns["c"].Close()
 	died := time.Now()
@@ -186,6 +190,23 @@ func (s *shareRun) publishRounds(from, to int) error {
 		}
 	}
 	return nil
+}
+
+// acked waits until no partition's consumer has a delivery awaiting its
+// acknowledgement.
+func (s *shareRun) acked() {
+	s.t.Helper()
+	testkit.WaitWithin(s.t, 10*time.Second, "every handled message acknowledged", func() bool {
+		for p := range s.h.topo.Partitions {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			st, err := s.h.pub.ConsumerStats(ctx, s.spec.Stream, bus.ConsumerName(s.spec.Service, p))
+			cancel()
+			if err != nil || st.AckPending > 0 || st.Pending > 0 {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func (s *shareRun) handledAll(what string) {
