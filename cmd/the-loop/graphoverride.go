@@ -9,12 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/the-loop/bus/internal/hatch"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
-	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
-	"github.com/the-loop/bus/pkg/identity"
-	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher"
 )
 
@@ -88,53 +86,28 @@ func graphOverride(ctx context.Context, env config.Env, stdout io.Writer, ref st
 	if err != nil {
 		return err
 	}
-	var person *loopv1.Actor
+	m := hatch.Move{Ref: ref, Action: action, To: *f.to, Reason: reason}
 	if *f.as != "" {
-		p, ok := cfg.Routing.AuthorizedUsers.ByChannel(identity.ChannelGitHub, *f.as)
-		if !ok {
-			return fmt.Errorf("--as %s: not in routing.authorizedUsers, so the record could not name them", *f.as)
+		if m.Person, err = hatch.Person(cfg, *f.as); err != nil {
+			return fmt.Errorf("--as %w", err)
 		}
-		person = &loopv1.Actor{Github: p.GitHub, Slack: p.Slack, Name: p.Name}
 	}
 	conn, err := cliConnect(ctx, env, "the-loop-graph", write)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	var ans dispatcher.GraphStatus
-	if err := requestGraph(ctx, conn, dispatcher.SubjectGraphStatus, ref, &ans); err != nil {
-		return err
-	}
-	st := ans.State
-	if st == nil {
-		return fmt.Errorf("the dispatcher's answer on %s carries no state", dispatcher.SubjectGraphStatus)
-	}
-	req := graph.OverrideRequest{Action: action, From: st.Current, To: *f.to, Reason: reason}
-	to := *f.to
-	// The dispatcher judges the move by the graphs of its own config; when
-	// this process knows the graph too, a move it would refuse is refused
-	// here, before anything is recorded on the work item.
-	if g, ok := cfg.Graphs.Registry().Get(st.Graph); ok {
-		_, next, err := st.CheckOverride(g, req)
-		if err != nil {
-			return fmt.Errorf("%s is at %s: %w", ref, st.Current, err)
-		}
-		to = next
-	}
-	ev := dispatcher.OverrideEvent(ref, st.Graph, action, st.Current, *f.to, reason, person, time.Now())
-	msg, err := envelope.ToMessage(ev, envelope.Inbox, "")
+	pub, err := hatch.Publish(ctx, conn, cfg, m)
 	if err != nil {
 		return err
 	}
-	if _, err := conn.Publish(ctx, bus.FromEnvelope(msg)); err != nil {
-		return fmt.Errorf("publish the %s: %w", action, err)
-	}
+	ev, person, to := pub.Event, m.Person, pub.To
 	who := "the operator"
 	if person != nil {
 		who += " (" + person.GetGithub() + ")"
 	}
 	fmt.Fprintf(stdout, "requested %s of %s from %s to %s as %s (%s); it is recorded on the work item, then applied by the dispatcher\n",
-		action, ref, st.Current, orNext(to), who, ev.GetId())
+		action, ref, pub.From, orNext(to), who, ev.GetId())
 	if *f.wait <= 0 {
 		return nil
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/the-loop/bus/internal/hatch"
 	"github.com/the-loop/bus/internal/statuspage"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
@@ -575,6 +576,7 @@ func (h *host) statusPage(ctx context.Context, conn *bus.Conn, topo bus.Topology
 	}
 	opened = append(opened, op)
 	o.Replay = op
+	o.Operator = hatch.Operator{Conn: op, Config: current}
 	o.Events = eventlog.New("status", h.log.With("service", "status"), storedLog{op})
 	return o, closeAll, nil
 }

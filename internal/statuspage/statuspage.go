@@ -23,6 +23,11 @@
 // token and an operator identity, and is not offered otherwise
 // (docs/decisions/102-status-page-reads-as-the-observer.md,
 // 076-status-page-access.md).
+//
+// Beside the page it serves the control plane's HTTP API, /api/v1 (api.go,
+// docs/api.md): the same reads one resource at a time and the operator's
+// moves, held to the OpenAPI 3.1 contract in openapi.yaml
+// (docs/decisions/122-control-plane-api.md).
 package statuspage
 
 import (
@@ -79,6 +84,9 @@ type Options struct {
 	// unset the page has no actions.
 	AdminToken string
 	Replay     Replayer
+	// Operator makes the API's other operator moves (graph overrides);
+	// nil: the API refuses them. Like Replay, it needs AdminToken.
+	Operator Operator
 	// Events records replays (bus.replayed); may be nil.
 	Events *eventlog.Logger
 	// Scrub masks secrets in the dead letters' reasons.
@@ -116,6 +124,7 @@ func Register(mux *http.ServeMux, o Options) {
 	mux.HandleFunc("GET /status", s.guard(s.page))
 	mux.HandleFunc("GET /status/api/state", s.guard(s.state))
 	mux.HandleFunc("POST /status/api/dlq/{seq}/replay", s.guard(s.replay))
+	registerAPI(mux, s)
 }
 
 type server struct{ o Options }
@@ -446,13 +455,10 @@ func (s *server) readContent(ctx context.Context, st *State, problem func(string
 	} else {
 		st.Sessions = sessions
 	}
-	if dl, err := s.o.Observer.ListDLQ(ctx, 200); err != nil {
+	if dl, err := s.deadLetters(ctx); err != nil {
 		problem("deadLetters", err)
 	} else {
-		for _, e := range dl {
-			st.DeadLetters = append(st.DeadLetters, DeadLetter{Seq: e.Seq, EventID: e.CEID, Subject: e.PublishSubject, Consumer: e.Consumer,
-				Reason: s.o.Scrub.Scrub(e.Reason), Deliveries: e.Deliveries, Time: e.Time})
-		}
+		st.DeadLetters = dl
 	}
 	if recent, err := s.o.Observer.RecentMessages(ctx, bus.StreamEvents, recentEvents); err != nil {
 		problem("recent", err)

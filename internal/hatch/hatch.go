@@ -1,0 +1,143 @@
+// Package hatch is the operator's escape hatch as the CLI (`the-loop graph
+// advance|skip|force|escalate`) and the control plane's API both make it:
+// ask the dispatcher where the work item stands, check the move against the
+// graph, and publish the graph.override to the inbox as the operator, to be
+// recorded on GitHub naming the operator, then applied by the dispatcher
+// (docs/decisions/111-operator-escape-hatch.md).
+package hatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/the-loop/bus/internal/statuspage"
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/envelope"
+	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/identity"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+	"github.com/the-loop/bus/services/dispatcher"
+)
+
+// askTimeout bounds the question to the dispatcher.
+const askTimeout = 10 * time.Second
+
+// Status asks the dispatcher over conn where ref stands. A work item
+// without graph state is statuspage.ErrNoWorkItem.
+func Status(ctx context.Context, conn *bus.Conn, ref string) (*dispatcher.GraphStatus, error) {
+	req, err := json.Marshal(dispatcher.GraphRequest{Ref: ref})
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
+	data, err := conn.Request(rctx, dispatcher.SubjectGraphStatus, req)
+	var refused *bus.ServiceError
+	switch {
+	case errors.Is(err, bus.ErrNoResponders):
+		return nil, fmt.Errorf("no dispatcher answered on %s — is the dispatcher running? ('the-loop up', or 'the-loop serve dispatcher')", dispatcher.SubjectGraphStatus)
+	case errors.Is(err, bus.ErrRequestTimeout):
+		return nil, fmt.Errorf("the dispatcher did not answer on %s within %s", dispatcher.SubjectGraphStatus, askTimeout)
+	case errors.As(err, &refused) && refused.Code == bus.CodeNotFound:
+		return nil, fmt.Errorf("%s: %w", refused.Description, statuspage.ErrNoWorkItem)
+	case errors.As(err, &refused):
+		return nil, errors.New(refused.Description)
+	case err != nil:
+		return nil, err
+	}
+	var ans dispatcher.GraphStatus
+	if err := json.Unmarshal(data, &ans); err != nil {
+		return nil, fmt.Errorf("the dispatcher's answer on %s is not what this the-loop reads (%v); are both the same version?", dispatcher.SubjectGraphStatus, err)
+	}
+	if ans.State == nil {
+		return nil, fmt.Errorf("the dispatcher's answer on %s carries no state", dispatcher.SubjectGraphStatus)
+	}
+	return &ans, nil
+}
+
+// Move is one operator move.
+type Move struct {
+	Ref    string
+	Action graph.Action
+	// To is the target of advance and force.
+	To     string
+	Reason string
+	// Person is the operator's own entry in routing.authorizedUsers, when
+	// known; the record names them.
+	Person *loopv1.Actor
+}
+
+// Published is a move published: its event, the node it was decided at,
+// and the node it leads to ("" when cfg does not know the graph).
+type Published struct {
+	Event    *loopv1.Event
+	From, To string
+}
+
+// Publish checks m against where its work item stands and publishes it
+// over conn, the operator's connection. When cfg knows the work item's
+// graph, a move the dispatcher would refuse is refused here, before
+// anything is recorded on the work item.
+func Publish(ctx context.Context, conn *bus.Conn, cfg *config.Config, m Move) (Published, error) {
+	ans, err := Status(ctx, conn, m.Ref)
+	if err != nil {
+		return Published{}, err
+	}
+	st := ans.State
+	to := m.To
+	if g, ok := cfg.Graphs.Registry().Get(st.Graph); ok {
+		_, next, err := st.CheckOverride(g, graph.OverrideRequest{Action: m.Action, From: st.Current, To: m.To, Reason: m.Reason})
+		if err != nil {
+			return Published{}, fmt.Errorf("%s is at %s: %w", m.Ref, st.Current, err)
+		}
+		to = next
+	}
+	ev := dispatcher.OverrideEvent(m.Ref, st.Graph, m.Action, st.Current, m.To, m.Reason, m.Person, time.Now())
+	msg, err := envelope.ToMessage(ev, envelope.Inbox, "")
+	if err != nil {
+		return Published{}, err
+	}
+	if _, err := conn.Publish(ctx, bus.FromEnvelope(msg)); err != nil {
+		return Published{}, fmt.Errorf("publish the %s: %w", m.Action, err)
+	}
+	return Published{Event: ev, From: st.Current, To: to}, nil
+}
+
+// Person is login's entry in cfg's routing.authorizedUsers, as a record
+// names the person behind the operator.
+func Person(cfg *config.Config, login string) (*loopv1.Actor, error) {
+	p, ok := cfg.Routing.AuthorizedUsers.ByChannel(identity.ChannelGitHub, login)
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", login, statuspage.ErrUnknownPerson)
+	}
+	return &loopv1.Actor{Github: p.GitHub, Slack: p.Slack, Name: p.Name}, nil
+}
+
+// Operator makes the control plane's graph moves over the host's operator
+// connection (statuspage.Operator).
+type Operator struct {
+	Conn   *bus.Conn
+	Config func() *config.Config
+}
+
+// Override publishes o as the operator.
+func (op Operator) Override(ctx context.Context, o statuspage.Override) (statuspage.OverrideAccepted, error) {
+	cfg := op.Config()
+	m := Move{Ref: o.Ref, Action: o.Action, To: o.To, Reason: o.Reason}
+	if o.As != "" {
+		p, err := Person(cfg, o.As)
+		if err != nil {
+			return statuspage.OverrideAccepted{}, err
+		}
+		m.Person = p
+	}
+	pub, err := Publish(ctx, op.Conn, cfg, m)
+	if err != nil {
+		return statuspage.OverrideAccepted{}, err
+	}
+	return statuspage.OverrideAccepted{EventID: pub.Event.GetId(), Ref: o.Ref, Action: string(o.Action), From: pub.From, To: pub.To}, nil
+}

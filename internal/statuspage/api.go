@@ -1,0 +1,557 @@
+package statuspage
+
+// The control plane's HTTP API, /api/v1 (docs/api.md): the page's reads,
+// one resource at a time, and the operator's moves, held to the contract in
+// openapi.yaml. Its routes are the table apiRoutes, which a test compares
+// with the contract both ways, so a route cannot be added without it.
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/graph"
+)
+
+//go:embed openapi.yaml
+var contractYAML []byte
+
+// Contract returns the API's OpenAPI 3.1 document as it is served, in
+// JSON.
+func Contract() ([]byte, error) {
+	var doc any
+	if err := yaml.Unmarshal(contractYAML, &doc); err != nil {
+		return nil, fmt.Errorf("statuspage: the API contract: %w", err)
+	}
+	return json.MarshalIndent(doc, "", "  ")
+}
+
+// APIPrefix is where the API is served.
+const APIPrefix = "/api/v1"
+
+// Route is one operation of the API: its method and path as the contract
+// names them, and whether it changes something (the operate token only).
+type Route struct {
+	Method  string
+	Path    string
+	Operate bool
+	handle  func(*server, http.ResponseWriter, *http.Request)
+}
+
+// apiRoutes is every route the API serves.
+var apiRoutes = []Route{
+	{Method: http.MethodGet, Path: "/health", handle: (*server).apiHealth},
+	{Method: http.MethodGet, Path: "/work-items", handle: (*server).apiWorkItems},
+	{Method: http.MethodGet, Path: "/work-items/{ref}", handle: (*server).apiWorkItem},
+	{Method: http.MethodPost, Path: "/work-items/{ref}/graph/{action}", Operate: true, handle: (*server).apiOverride},
+	{Method: http.MethodGet, Path: "/sessions", handle: (*server).apiSessions},
+	{Method: http.MethodGet, Path: "/dead-letters", handle: (*server).apiDeadLetters},
+	{Method: http.MethodPost, Path: "/dead-letters/{seq}/replay", Operate: true, handle: (*server).apiReplay},
+	{Method: http.MethodGet, Path: "/attention", handle: (*server).apiAttention},
+	{Method: http.MethodGet, Path: "/events/types", handle: (*server).apiEventTypes},
+	{Method: http.MethodGet, Path: "/openapi.json", handle: (*server).apiContract},
+	{Method: http.MethodGet, Path: "/docs", handle: (*server).apiDocs},
+}
+
+// Routes returns the API's routes (without their handlers), for the test
+// that holds them to the contract.
+func Routes() []Route {
+	out := make([]Route, len(apiRoutes))
+	for i, r := range apiRoutes {
+		out[i] = Route{Method: r.Method, Path: r.Path, Operate: r.Operate}
+	}
+	return out
+}
+
+// Operator makes the operator's moves the API offers beyond replay: it
+// publishes them to the inbox as the operator, to be recorded on GitHub
+// naming the operator, then applied (docs/decisions/111-operator-escape-hatch.md).
+type Operator interface {
+	Override(ctx context.Context, o Override) (OverrideAccepted, error)
+}
+
+// Override is an operator's move of a work item's graph by hand.
+type Override struct {
+	Ref    string
+	Action graph.Action
+	To     string
+	Reason string
+	// As is the GitHub login of the person behind the operator, as
+	// routing.authorizedUsers names them; empty: the operator alone.
+	As string
+}
+
+// OverrideAccepted is a move requested: recorded, then applied.
+type OverrideAccepted struct {
+	EventID string `json:"eventId"`
+	Ref     string `json:"ref"`
+	Action  string `json:"action"`
+	From    string `json:"from"`
+	To      string `json:"to,omitempty"`
+}
+
+// Errors an Operator returns, besides graph's override errors (409) and
+// bus failures (502).
+var (
+	// ErrNoWorkItem: the work item has no graph state.
+	ErrNoWorkItem = errors.New("no such work item")
+	// ErrUnknownPerson: `as` names nobody in routing.authorizedUsers.
+	ErrUnknownPerson = errors.New("not in routing.authorizedUsers, so the record could not name them")
+)
+
+// registerAPI adds the API's routes to mux.
+func registerAPI(mux *http.ServeMux, s *server) {
+	for _, rt := range apiRoutes {
+		mux.HandleFunc(rt.Method+" "+APIPrefix+rt.Path, s.apiGuard(rt))
+	}
+}
+
+// maxAPIBody bounds a request body: an override's reason is a sentence.
+const maxAPIBody = 16 << 10
+
+// apiGuard serves rt to a request whose role allows it. Unlike the page,
+// the API answers 401 to every request without a role, loopback or not,
+// with a bearer challenge: a token is what lets it in.
+func (s *server) apiGuard(rt Route) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		public := rt.Path == "/openapi.json" || rt.Path == "/docs"
+		ro := s.role(r)
+		switch {
+		case ro == nobody && !public:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="the-loop api"`)
+			apiError(w, http.StatusUnauthorized, "present a token (Authorization: Bearer …): the read token reads, the operate token (LOOP_ADMIN_TOKEN) also operates; without one only loopback clients read")
+			return
+		case rt.Operate && ro != admin:
+			apiError(w, http.StatusForbidden, "this operation needs the operate token (LOOP_ADMIN_TOKEN)")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxAPIBody)
+		rt.handle(s, w, r)
+	}
+}
+
+func apiError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Health is what /health answers.
+type Health struct {
+	Ready     bool         `json:"ready"`
+	NotReady  []NotReady   `json:"notReady"`
+	Checklist []Capability `json:"checklist"`
+}
+
+func (s *server) apiHealth(w http.ResponseWriter, _ *http.Request) {
+	h := Health{Ready: true, NotReady: []NotReady{}, Checklist: []Capability{}}
+	if s.o.Ready != nil {
+		for check, reason := range s.o.Ready() {
+			h.NotReady = append(h.NotReady, NotReady{Check: check, Reason: reason})
+		}
+		slices.SortFunc(h.NotReady, func(a, b NotReady) int { return strings.Compare(a.Check, b.Check) })
+		h.Ready = len(h.NotReady) == 0
+	}
+	if s.o.Checklist != nil {
+		h.Checklist = append(h.Checklist, s.o.Checklist()...)
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+// observer answers 503 and returns false when the host cannot read the
+// loop's state.
+func (s *server) observer(w http.ResponseWriter) bool {
+	if s.o.Observer == nil {
+		apiError(w, http.StatusServiceUnavailable, NeedsObserver)
+		return false
+	}
+	return true
+}
+
+// readFailed answers a read of the bus that failed; what failed goes to
+// the log, not to the client.
+func (s *server) readFailed(w http.ResponseWriter, part string, err error) {
+	s.o.Log.Warn("api: read", "part", part, "err", err)
+	apiError(w, http.StatusServiceUnavailable, part+" could not be read; the host's log says why")
+}
+
+func (s *server) apiWorkItems(w http.ResponseWriter, r *http.Request) {
+	if !s.observer(w) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	items, err := s.workItems(ctx, s.o.Config())
+	if err != nil {
+		s.readFailed(w, "the work items", err)
+		return
+	}
+	if st := r.URL.Query().Get("status"); st != "" {
+		items = slices.DeleteFunc(items, func(wi WorkItem) bool { return wi.Status != st })
+	}
+	writeJSON(w, http.StatusOK, map[string][]WorkItem{"workItems": items})
+}
+
+func (s *server) apiWorkItem(w http.ResponseWriter, r *http.Request) {
+	if !s.observer(w) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	items, err := s.workItems(ctx, s.o.Config())
+	if err != nil {
+		s.readFailed(w, "the work items", err)
+		return
+	}
+	ref := r.PathValue("ref")
+	for _, wi := range items {
+		if wi.Ref == ref {
+			writeJSON(w, http.StatusOK, wi)
+			return
+		}
+	}
+	apiError(w, http.StatusNotFound, "no work item "+strconv.Quote(ref))
+}
+
+func (s *server) apiSessions(w http.ResponseWriter, r *http.Request) {
+	if !s.observer(w) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	list, err := s.sessions(ctx)
+	if err != nil {
+		s.readFailed(w, "the sessions", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string][]Session{"sessions": list})
+}
+
+// deadLetters reads the dead letters, reasons scrubbed.
+func (s *server) deadLetters(ctx context.Context) ([]DeadLetter, error) {
+	dl, err := s.o.Observer.ListDLQ(ctx, 200)
+	if err != nil {
+		return nil, err
+	}
+	out := []DeadLetter{}
+	for _, e := range dl {
+		out = append(out, DeadLetter{Seq: e.Seq, EventID: e.CEID, Subject: e.PublishSubject, Consumer: e.Consumer,
+			Reason: s.o.Scrub.Scrub(e.Reason), Deliveries: e.Deliveries, Time: e.Time})
+	}
+	return out, nil
+}
+
+func (s *server) apiDeadLetters(w http.ResponseWriter, r *http.Request) {
+	if !s.observer(w) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	dl, err := s.deadLetters(ctx)
+	if err != nil {
+		s.readFailed(w, "the dead letters", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string][]DeadLetter{"deadLetters": dl})
+}
+
+func (s *server) apiReplay(w http.ResponseWriter, r *http.Request) {
+	if s.o.Replay == nil {
+		apiError(w, http.StatusForbidden, "this host cannot replay: it needs the operator identity and LOOP_ADMIN_TOKEN")
+		return
+	}
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil || seq == 0 {
+		apiError(w, http.StatusBadRequest, "not a DLQ sequence number")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	res, err := s.o.Replay.ReplayDLQ(ctx, seq)
+	switch {
+	case errors.Is(err, bus.ErrNoSuchDeadLetter):
+		apiError(w, http.StatusNotFound, "no such dead letter (replayed already?)")
+		return
+	case errors.Is(err, bus.ErrReplayRefused):
+		s.o.Log.Warn("api: replay refused", "dlq_seq", seq, "err", err)
+		apiError(w, http.StatusConflict, s.o.Scrub.Scrub(err.Error()))
+		return
+	case err != nil:
+		s.o.Log.Warn("api: replay failed", "dlq_seq", seq, "err", err)
+		apiError(w, http.StatusBadGateway, "the replay failed; the event log and the service logs say why")
+		return
+	}
+	if s.o.Events != nil {
+		s.o.Events.Emit(context.WithoutCancel(ctx), "bus.replayed", slog.Uint64("dlq_seq", seq), slog.String("event_id", res.MsgID),
+			slog.String("replay_of", res.Original), slog.String("subject", res.Subject), slog.Uint64("stream_seq", res.PubAck.Seq))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"seq": seq, "eventId": res.MsgID, "subject": res.Subject})
+}
+
+// overrideBody is the body of an override request.
+type overrideBody struct {
+	Reason string `json:"reason"`
+	To     string `json:"to"`
+	As     string `json:"as"`
+}
+
+func (s *server) apiOverride(w http.ResponseWriter, r *http.Request) {
+	if s.o.Operator == nil {
+		apiError(w, http.StatusForbidden, "this host cannot move a graph: it needs the operator identity and LOOP_ADMIN_TOKEN")
+		return
+	}
+	action := graph.Action(r.PathValue("action"))
+	if !action.Valid() {
+		apiError(w, http.StatusBadRequest, "the action is advance, skip, force or escalate")
+		return
+	}
+	var body overrideBody
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		apiError(w, http.StatusBadRequest, "the body is a JSON object with reason, and to for advance and force: "+oneLine(err.Error()))
+		return
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		apiError(w, http.StatusBadRequest, "the body is one JSON object")
+		return
+	}
+	body.Reason = strings.TrimSpace(body.Reason)
+	switch {
+	case body.Reason == "":
+		apiError(w, http.StatusBadRequest, "reason is required: it is recorded on the work item with the move")
+		return
+	case action.NeedsTarget() && body.To == "":
+		apiError(w, http.StatusBadRequest, string(action)+" needs to: the node to move the work item to")
+		return
+	case !action.NeedsTarget() && body.To != "":
+		apiError(w, http.StatusBadRequest, string(action)+" takes no to: it follows the graph")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	acc, err := s.o.Operator.Override(ctx, Override{Ref: r.PathValue("ref"), Action: action, To: body.To, Reason: body.Reason, As: body.As})
+	switch {
+	case errors.Is(err, ErrNoWorkItem):
+		apiError(w, http.StatusNotFound, "no work item "+strconv.Quote(r.PathValue("ref")))
+	case errors.Is(err, ErrUnknownPerson):
+		apiError(w, http.StatusBadRequest, "as: "+err.Error())
+	case errors.Is(err, graph.ErrBadOverride), errors.Is(err, graph.ErrGateOverride), errors.Is(err, graph.ErrStaleOverride):
+		apiError(w, http.StatusConflict, s.o.Scrub.Scrub(oneLine(err.Error())))
+	case err != nil:
+		s.o.Log.Warn("api: override failed", "ref", r.PathValue("ref"), "action", action, "err", err)
+		apiError(w, http.StatusBadGateway, "the move could not be published; the host's log says why")
+	default:
+		writeJSON(w, http.StatusAccepted, acc)
+	}
+}
+
+// oneLine keeps the first line of s.
+func oneLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}
+
+// Attention is one thing that waits for a person.
+type Attention struct {
+	Kind    string    `json:"kind"`
+	Ref     string    `json:"ref,omitempty"`
+	Since   time.Time `json:"since"`
+	Summary string    `json:"summary"`
+	URL     string    `json:"url,omitempty"`
+	Seq     uint64    `json:"seq,omitempty"`
+}
+
+// The kinds of Attention.
+const (
+	AttentionGate       = "gate"
+	AttentionSession    = "session"
+	AttentionDeadLetter = "dead-letter"
+)
+
+// attention lists what waits for a person, oldest first: open gates, work
+// items at an agent's node whose session is closed or missing, and dead
+// letters.
+func attention(items []WorkItem, sess []Session, dl []DeadLetter) []Attention {
+	out := []Attention{}
+	running := map[string]WorkItem{}
+	for _, wi := range items {
+		if wi.Status == string(graph.StatusActive) {
+			running[wi.Ref] = wi
+		}
+		if g := wi.Gate; g != nil {
+			out = append(out, Attention{Kind: AttentionGate, Ref: wi.Ref, Since: g.Since, URL: wi.URL,
+				Summary: fmt.Sprintf("%s waits at %s (%s)", wi.Ref, g.Node, g.Kind)})
+		}
+	}
+	for _, x := range sess {
+		wi, ok := running[x.Ref]
+		if !ok || wi.Gate != nil || (x.Status != "closed" && x.Status != "no session") {
+			continue
+		}
+		since := x.LastInputAt
+		if since.IsZero() {
+			since = wi.UpdatedAt
+		}
+		out = append(out, Attention{Kind: AttentionSession, Ref: x.Ref, Since: since, URL: wi.URL,
+			Summary: fmt.Sprintf("%s is at %s (an agent's node) but its session is %s", x.Ref, wi.Current, x.Status)})
+	}
+	for _, d := range dl {
+		out = append(out, Attention{Kind: AttentionDeadLetter, Since: d.Time, Seq: d.Seq,
+			Summary: fmt.Sprintf("dead letter %d (%s, consumer %s): %s", d.Seq, d.EventID, d.Consumer, d.Reason)})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Since.Before(out[j].Since) })
+	return out
+}
+
+func (s *server) apiAttention(w http.ResponseWriter, r *http.Request) {
+	if !s.observer(w) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	items, err := s.workItems(ctx, s.o.Config())
+	if err != nil {
+		s.readFailed(w, "the work items", err)
+		return
+	}
+	sess, err := s.sessions(ctx)
+	if err != nil {
+		s.readFailed(w, "the sessions", err)
+		return
+	}
+	dl, err := s.deadLetters(ctx)
+	if err != nil {
+		s.readFailed(w, "the dead letters", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string][]Attention{"items": attention(items, sess, dl)})
+}
+
+// EventType is one catalog type as the API lists it.
+type EventType struct {
+	Name         string `json:"name"`
+	Summary      string `json:"summary"`
+	Subscribable bool   `json:"subscribable"`
+	Publishable  bool   `json:"publishable"`
+	Recorded     string `json:"recorded"`
+	RaisedBy     string `json:"raisedBy"`
+}
+
+func (s *server) apiEventTypes(w http.ResponseWriter, _ *http.Request) {
+	out := []EventType{}
+	for _, e := range catalog.All() {
+		out = append(out, EventType{Name: string(e.Type), Summary: e.Description, Subscribable: e.Subscribable,
+			Publishable: e.Publishable, Recorded: e.Record.String(), RaisedBy: e.RaisedBy})
+	}
+	writeJSON(w, http.StatusOK, map[string][]EventType{"types": out})
+}
+
+func (s *server) apiContract(w http.ResponseWriter, _ *http.Request) {
+	b, err := Contract()
+	if err != nil {
+		apiError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// docsPage renders the contract for people: every operation, its
+// parameters and answers. No script, no external asset.
+var docsPage = template.Must(template.New("docs").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>the-loop API v1</title>
+<style>body{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:1rem auto;padding:0 1rem;color:#111}
+code{background:#f0f0f0;padding:0 .2em}section{border-top:1px solid #ccc;padding:.5rem 0}
+.m{font-weight:700;display:inline-block;min-width:4rem}</style></head><body>
+<h1>{{.Title}} <small>{{.Version}}</small></h1><p>{{.Description}}</p>
+<p>The contract itself: <a href="openapi.json">openapi.json</a>. Every path below is under <code>/api/v1</code>.</p>
+{{range .Ops}}<section id="{{.ID}}"><h2><span class="m">{{.Method}}</span> <code>{{.Path}}</code></h2><p>{{.Summary}}</p>
+{{if .Description}}<p>{{.Description}}</p>{{end}}
+{{if .Params}}<p>Parameters: {{range $i, $p := .Params}}{{if $i}}, {{end}}<code>{{$p}}</code>{{end}}</p>{{end}}
+<p>Answers: {{range $i, $c := .Codes}}{{if $i}}, {{end}}{{$c}}{{end}}</p></section>{{end}}
+</body></html>`))
+
+type docsOp struct {
+	ID, Method, Path, Summary, Description string
+	Params, Codes                          []string
+}
+
+func (s *server) apiDocs(w http.ResponseWriter, _ *http.Request) {
+	var doc struct {
+		Info struct {
+			Title, Version, Description string
+		} `yaml:"info"`
+		Paths map[string]map[string]struct {
+			OperationID string `yaml:"operationId"`
+			Summary     string `yaml:"summary"`
+			Description string `yaml:"description"`
+			Parameters  []struct {
+				Name string `yaml:"name"`
+				In   string `yaml:"in"`
+				Ref  string `yaml:"$ref"`
+			} `yaml:"parameters"`
+			Responses map[string]any `yaml:"responses"`
+		} `yaml:"paths"`
+	}
+	if err := yaml.Unmarshal(contractYAML, &doc); err != nil {
+		apiError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	var ops []docsOp
+	for path, methods := range doc.Paths {
+		for method, op := range methods {
+			d := docsOp{ID: op.OperationID, Method: strings.ToUpper(method), Path: path, Summary: op.Summary, Description: op.Description}
+			for _, p := range op.Parameters {
+				if p.Ref != "" {
+					d.Params = append(d.Params, p.Ref[strings.LastIndex(p.Ref, "/")+1:])
+					continue
+				}
+				d.Params = append(d.Params, p.Name+" ("+p.In+")")
+			}
+			for code := range op.Responses {
+				d.Codes = append(d.Codes, code)
+			}
+			slices.Sort(d.Codes)
+			ops = append(ops, d)
+		}
+	}
+	slices.SortFunc(ops, func(a, b docsOp) int {
+		if c := strings.Compare(a.Path, b.Path); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Method, b.Method)
+	})
+	var buf bytes.Buffer
+	if err := docsPage.Execute(&buf, map[string]any{"Title": doc.Info.Title, "Version": doc.Info.Version, "Description": doc.Info.Description, "Ops": ops}); err != nil {
+		apiError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	_, _ = w.Write(buf.Bytes())
+}
