@@ -31,6 +31,8 @@ Usage:
   the-loop events --types              the catalog event types and their flags
   the-loop events --log-types          the event-log record types
   the-loop events --follow [--last N]  tail the event log (loop.log.>)
+  the-loop events [--work-item REF] [--type T] [--since D] [--delivery-id ID] [--json]
+                                       the stored event-log records they select
   the-loop channels status             the channels' configuration and grants
   the-loop migrate-config [--write] [FILE]
                                        migrate an operator config to version 0.7.0

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
@@ -15,15 +16,42 @@ import (
 )
 
 // cmdEvents prints the bus catalog (--types), the event-log catalog
-// (--log-types), or tails the event log (--follow).
+// (--log-types), tails the event log (--follow), or prints the stored
+// records the query flags select.
 func cmdEvents(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
 	fs := newFlags("events", stderr)
 	types := fs.Bool("types", false, "print the catalog event types and their flags")
 	logTypes := fs.Bool("log-types", false, "print the event-log record types")
 	follow := fs.Bool("follow", false, "tail the event log (loop.log.>) until interrupted")
 	last := fs.Int("last", 0, "with --follow: start with the last N records")
-	jsonOut := fs.Bool("json", false, "with --follow: print records as JSON lines")
+	jsonOut := fs.Bool("json", false, "print records as JSON lines")
+	workItem := fs.String("work-item", "", "only records about this work item (github:owner/repo#N)")
+	typ := fs.String("type", "", "only records of this type (graph.advanced), or about events of this catalog type (gate.feedback)")
+	since := fs.String("since", "", "only records since then: a duration back from now (90m) or a time (RFC 3339)")
+	delivery := fs.String("delivery-id", "", "only records about this delivery (GitHub's X-GitHub-Delivery)")
+	limit := fs.Int("limit", 200, "without --follow: print at most the newest N matching records")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	from, err := eventlog.ParseSince(*since, time.Now())
+	if err != nil {
+		return fmt.Errorf("%w: events --%v", errUsage, err)
+	}
+	q := eventlog.Query{WorkItem: *workItem, Type: *typ, DeliveryID: *delivery, Since: from}
+	print := func(r bus.LogRecord) error {
+		var rec eventlog.Record
+		if err := json.Unmarshal(r.Data, &rec); err != nil {
+			_, err := fmt.Fprintf(stdout, "%s (unreadable record: %v)\n", r.Subject, err)
+			return err
+		}
+		if !q.Match(rec) {
+			return nil
+		}
+		if *jsonOut {
+			_, err := fmt.Fprintf(stdout, "%s\n", r.Data)
+			return err
+		}
+		_, err := fmt.Fprintln(stdout, eventlog.Format(rec))
 		return err
 	}
 	switch {
@@ -42,23 +70,47 @@ func cmdEvents(ctx context.Context, args []string, env config.Env, stdout, stder
 			return err
 		}
 		defer conn.Close()
-		err = conn.TailLog(ctx, bus.TailOptions{Last: *last}, func(r bus.LogRecord) error {
-			if *jsonOut {
-				_, err := fmt.Fprintf(stdout, "%s\n", r.Data)
-				return err
-			}
-			var rec eventlog.Record
-			if err := json.Unmarshal(r.Data, &rec); err != nil {
-				_, err := fmt.Fprintf(stdout, "%s (unreadable record: %v)\n", r.Subject, err)
-				return err
-			}
-			_, err := fmt.Fprintln(stdout, eventlog.Format(rec))
-			return err
-		})
+		err = conn.TailLog(ctx, bus.TailOptions{Last: *last}, print)
 		if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
 			return fmt.Errorf("follow the event log: %w", err)
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: events needs --types, --log-types or --follow", errUsage)
+	if *limit <= 0 {
+		return fmt.Errorf("%w: events --limit is at least 1", errUsage)
+	}
+	conn, err := cliConnect(ctx, env, "the-loop-events", read)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	found, err := queryLog(ctx, conn, q, *limit)
+	if err != nil {
+		return fmt.Errorf("read the event log: %w", err)
+	}
+	for _, r := range found {
+		if err := print(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queryLog returns the newest limit stored records q selects, oldest
+// first. Records are read from q.Since on; a record that is not JSON is
+// kept, to be shown as unreadable.
+func queryLog(ctx context.Context, conn *bus.Conn, q eventlog.Query, limit int) ([]bus.LogRecord, error) {
+	var found []bus.LogRecord
+	err := conn.ReadLog(ctx, bus.ReadOptions{Since: q.Since}, func(r bus.LogRecord) error {
+		var rec eventlog.Record
+		if json.Unmarshal(r.Data, &rec) == nil && !q.Match(rec) {
+			return nil
+		}
+		found = append(found, r)
+		if len(found) > limit {
+			found = found[1:]
+		}
+		return nil
+	})
+	return found, err
 }

@@ -178,7 +178,7 @@ func TestMigrateConfigVerb(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{nil, {"nope"}, {"serve"}, {"serve", "nope"}, {"events"}, {"dlq", "replay", "x"}} {
+	for _, args := range [][]string{nil, {"nope"}, {"serve"}, {"serve", "nope"}, {"events", "--since", "yesterday"}, {"events", "--limit", "0"}, {"dlq", "replay", "x"}} {
 		if code, _, _ := runVerb(t, config.Env{}, args...); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
 		}
@@ -493,6 +493,48 @@ func TestEventsFollow(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("events --follow exited %d: %s", code, errb.String())
+	}
+}
+
+// TestEventsQuery: `the-loop events` with the query flags prints the stored
+// records they select, the newest --limit, as text or JSON lines.
+func TestEventsQuery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	srv := bustest.NewServer(t)
+	srv.Provision(t, bus.DefaultTopology())
+	conn := srv.Connect(t, "test-log")
+	ctx := context.Background()
+	gh := eventlog.New("ingress-github", slog.New(slog.DiscardHandler), logPublisher{conn})
+	disp := eventlog.New("dispatcher", slog.New(slog.DiscardHandler), logPublisher{conn})
+	gh.Emit(ctx, "routing.routed", slog.String("delivery_id", "d-1"), slog.String("event_type", "comment.human"),
+		slog.Any("work_items", []string{"github:octo/repo#1"}))
+	disp.Emit(ctx, "graph.advanced", slog.String("work_item", "github:octo/repo#1"), slog.String("event_id", "gh:1"), slog.String("to", "requirements"))
+	disp.Emit(ctx, "graph.advanced", slog.String("work_item", "github:octo/repo#2"), slog.String("event_id", "gh:2"), slog.String("to", "design"))
+	disp.Emit(ctx, "graph.advanced", slog.String("work_item", "github:octo/repo#1"), slog.String("event_id", "gh:3"), slog.String("to", "design"))
+	env := config.Env{"LOOP_NATS_URL": srv.URL()}
+	testkit.WaitWithin(t, 10*time.Second, "the four records stored", func() bool {
+		_, out, _ := runVerb(t, env, "events", "--json")
+		return strings.Count(out, "\n") == 4
+	})
+	code, out, stderr := runVerb(t, env, "events", "--work-item", "github:octo/repo#1", "--type", "graph.advanced", "--json")
+	if code != 0 || strings.Count(out, "\n") != 2 || !strings.Contains(out, `"event_id":"gh:1"`) || !strings.Contains(out, `"event_id":"gh:3"`) {
+		t.Fatalf("events --work-item #1 --type graph.advanced: %d\n%s%s", code, out, stderr)
+	}
+	if code, out, _ := runVerb(t, env, "events", "--work-item", "github:octo/repo#1", "--limit", "1"); code != 0 || strings.Count(out, "\n") != 1 ||
+		!strings.Contains(out, "event_id=gh:3") {
+		t.Errorf("events --limit 1 is not the newest:\n%s", out)
+	}
+	if code, out, _ := runVerb(t, env, "events", "--delivery-id", "d-1", "--type", "comment.human"); code != 0 || !strings.Contains(out, "routing.routed") ||
+		strings.Count(out, "\n") != 1 {
+		t.Errorf("events --delivery-id d-1:\n%s", out)
+	}
+	if code, out, _ := runVerb(t, env, "events", "--since", "1h", "--work-item", "github:octo/repo#2"); code != 0 || strings.Count(out, "\n") != 1 {
+		t.Errorf("events --since 1h --work-item #2:\n%s", out)
+	}
+	if code, out, _ := runVerb(t, env, "events", "--since", time.Now().Add(time.Hour).Format(time.RFC3339)); code != 0 || out != "" {
+		t.Errorf("events since an hour from now: %d\n%s", code, out)
 	}
 }
 

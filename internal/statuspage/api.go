@@ -20,13 +20,16 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
+	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/httpserver"
 )
 
 //go:embed openapi.yaml
@@ -64,7 +67,9 @@ var apiRoutes = []Route{
 	{Method: http.MethodGet, Path: "/dead-letters", handle: (*server).apiDeadLetters},
 	{Method: http.MethodPost, Path: "/dead-letters/{seq}/replay", Operate: true, handle: (*server).apiReplay},
 	{Method: http.MethodGet, Path: "/attention", handle: (*server).apiAttention},
+	{Method: http.MethodGet, Path: "/events", handle: (*server).apiEvents},
 	{Method: http.MethodGet, Path: "/events/types", handle: (*server).apiEventTypes},
+	{Method: http.MethodGet, Path: "/stream", handle: (*server).apiStream},
 	{Method: http.MethodGet, Path: "/openapi.json", handle: (*server).apiContract},
 	{Method: http.MethodGet, Path: "/docs", handle: (*server).apiDocs},
 }
@@ -554,4 +559,149 @@ func (s *server) apiDocs(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 	_, _ = w.Write(buf.Bytes())
+}
+
+// EventRecord is one record of the event log as the API answers it.
+type EventRecord struct {
+	Seq uint64 `json:"seq"`
+	eventlog.Record
+}
+
+// maxEvents bounds what one query answers.
+const maxEvents = 1000
+
+// eventQuery reads the query parameters of /events.
+func eventQuery(r *http.Request) (eventlog.Query, int, error) {
+	v := r.URL.Query()
+	since, err := eventlog.ParseSince(v.Get("since"), time.Now())
+	if err != nil {
+		return eventlog.Query{}, 0, err
+	}
+	limit := 200
+	if l := v.Get("limit"); l != "" {
+		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > maxEvents {
+			return eventlog.Query{}, 0, fmt.Errorf("limit is 1 to %d", maxEvents)
+		}
+	}
+	return eventlog.Query{WorkItem: v.Get("workItem"), Type: v.Get("type"), DeliveryID: v.Get("deliveryId"), Since: since}, limit, nil
+}
+
+func (s *server) apiEvents(w http.ResponseWriter, r *http.Request) {
+	if !s.observer(w) {
+		return
+	}
+	q, limit, err := eventQuery(r)
+	if err != nil {
+		apiError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	out := []EventRecord{}
+	err = s.o.Observer.ReadLog(ctx, bus.ReadOptions{Since: q.Since}, func(lr bus.LogRecord) error {
+		var rec eventlog.Record
+		if json.Unmarshal(lr.Data, &rec) != nil || !q.Match(rec) {
+			return nil
+		}
+		out = append(out, EventRecord{Seq: lr.Seq, Record: rec})
+		if len(out) > limit {
+			out = out[1:]
+		}
+		return nil
+	})
+	if err != nil {
+		s.readFailed(w, "the event log", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string][]EventRecord{"events": out})
+}
+
+// streamKeepAlive is how often a quiet stream says it is alive, so that
+// proxies keep it open.
+const streamKeepAlive = 15 * time.Second
+
+// apiStream is a server-sent event stream of the event log: every record
+// from now on (or after Last-Event-ID, to resume), filtered by the same
+// query as /events. Every change of the loop writes a record, so a client
+// refreshes what a record says has changed.
+func (s *server) apiStream(w http.ResponseWriter, r *http.Request) {
+	if !s.observer(w) {
+		return
+	}
+	q, _, err := eventQuery(r)
+	if err != nil {
+		apiError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	var after uint64
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		if after, err = strconv.ParseUint(id, 10, 64); err != nil {
+			apiError(w, http.StatusBadRequest, "Last-Event-ID is a record's seq")
+			return
+		}
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	if closing := httpserver.Closing(r.Context()); closing != nil {
+		go func() {
+			select {
+			case <-closing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	var mu sync.Mutex
+	write := func(b []byte) error {
+		mu.Lock()
+		defer mu.Unlock()
+		// The admin server bounds every write; a stream extends its own.
+		_ = rc.SetWriteDeadline(time.Now().Add(streamKeepAlive * 2))
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	if write([]byte(": the-loop event log\n\n")) != nil {
+		return
+	}
+	// The keep-alive writes to w: it must be done before the handler
+	// returns, which ends w.
+	var alive sync.WaitGroup
+	defer alive.Wait()
+	defer cancel()
+	alive.Add(1)
+	go func() {
+		defer alive.Done()
+		t := time.NewTicker(streamKeepAlive)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if write([]byte(": alive\n\n")) != nil {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err = s.o.Observer.TailLog(ctx, bus.TailOptions{After: after}, func(lr bus.LogRecord) error {
+		var rec eventlog.Record
+		if json.Unmarshal(lr.Data, &rec) != nil || !q.Match(rec) {
+			return nil
+		}
+		b, err := json.Marshal(EventRecord{Seq: lr.Seq, Record: rec})
+		if err != nil {
+			return err
+		}
+		return write(fmt.Appendf(nil, "id: %d\nevent: log\ndata: %s\n\n", lr.Seq, b))
+	})
+	if err != nil && ctx.Err() == nil {
+		s.o.Log.Debug("api: stream ended", "err", err)
+	}
 }

@@ -27,6 +27,9 @@ type TailOptions struct {
 	// Last starts with the last Last matching records; 0 shows only records
 	// published from now on.
 	Last int
+	// After starts with the first record after stream sequence After (a
+	// reader resuming where it left off); it wins over Last.
+	After uint64
 }
 
 // TailLog calls fn for every event-log record matching opts, in order, until
@@ -43,7 +46,9 @@ func (c *Conn) TailLog(ctx context.Context, opts TailOptions, fn func(LogRecord)
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 	}
 	skipWhilePending := uint64(0)
-	if opts.Last > 0 {
+	if opts.After > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.After+1
+	} else if opts.Last > 0 {
 		s, err := c.js.Stream(ctx, StreamLog)
 		if err != nil {
 			return fmt.Errorf("bus: tail: %w", err)
@@ -101,6 +106,75 @@ func (c *Conn) TailLog(ctx context.Context, opts TailOptions, fn func(LogRecord)
 		}
 		if err := fn(rec); err != nil {
 			return err
+		}
+	}
+}
+
+// ReadOptions selects the stored records ReadLog reads.
+type ReadOptions struct {
+	// Subject filters the log (default "loop.log.>").
+	Subject string
+	// Since starts with the first record stored at or after it; zero:
+	// the stream's first record.
+	Since time.Time
+}
+
+// ErrStopRead, returned by ReadLog's fn, ends the read early without an
+// error.
+var ErrStopRead = errors.New("bus: stop reading")
+
+// ReadLog calls fn for every stored event-log record matching opts, in
+// order, and returns once it has read the last one stored when it started
+// (or fn returns ErrStopRead; any other error of fn is returned). Like
+// TailLog it reads through an ordered ephemeral consumer, which leaves
+// nothing behind.
+func (c *Conn) ReadLog(ctx context.Context, opts ReadOptions, fn func(LogRecord) error) error {
+	if opts.Subject == "" {
+		opts.Subject = catalog.LogPrefix + ".>"
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{opts.Subject}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if !opts.Since.IsZero() {
+		since := opts.Since
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	cons, err := c.js.OrderedConsumer(ctx, StreamLog, cfg)
+	if err != nil {
+		return fmt.Errorf("bus: read the log: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("bus: read the log: %w", err)
+	}
+	if info.NumPending == 0 {
+		return nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("bus: read the log: %w", err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("bus: read the log: %w", err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("bus: read the log: %w", err)
+		}
+		err = fn(LogRecord{Seq: meta.Sequence.Stream, Subject: m.Subject(), Time: meta.Timestamp, Header: fromNatsHeader(m.Headers()), Data: m.Data()})
+		switch {
+		case errors.Is(err, ErrStopRead):
+			return nil
+		case err != nil:
+			return err
+		case meta.NumPending == 0:
+			return nil
 		}
 	}
 }

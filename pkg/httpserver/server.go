@@ -37,9 +37,21 @@ func Listen(setting, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
+type closingKey struct{}
+
+// Closing returns a channel closed when the server that serves the request
+// of ctx shuts down: a long-lived answer (a server-sent event stream) ends
+// on it, as Shutdown does not cancel requests in flight. Nil (never
+// closed) outside Serve.
+func Closing(ctx context.Context) <-chan struct{} {
+	c, _ := ctx.Value(closingKey{}).(<-chan struct{})
+	return c
+}
+
 // Serve serves h on ln until ctx is done, then shuts down gracefully within
 // ShutdownTimeout. It returns nil after a clean shutdown.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
+	closing := make(chan struct{})
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -47,8 +59,11 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logge
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		BaseContext: func(net.Listener) context.Context {
+			return context.WithValue(context.WithoutCancel(ctx), closingKey{}, (<-chan struct{})(closing))
+		},
 	}
+	srv.RegisterOnShutdown(func() { close(closing) })
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -1,6 +1,7 @@
 package inproc
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -21,6 +23,7 @@ import (
 	"github.com/the-loop/bus/internal/hatch"
 	"github.com/the-loop/bus/internal/statuspage"
 	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/redact"
@@ -42,11 +45,14 @@ type contract struct {
 
 func loadContract(t *testing.T, mux http.Handler) *contract {
 	t.Helper()
-	// The rendered docs are HTML, which the validator reads as a string.
-	openapi3filter.RegisterBodyDecoder("text/html", func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
-		b, err := io.ReadAll(body)
-		return string(b), err
-	})
+	// The rendered docs are HTML and the stream is text, which the
+	// validator reads as strings.
+	for _, ct := range []string{"text/html", "text/event-stream"} {
+		openapi3filter.RegisterBodyDecoder(ct, func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+			b, err := io.ReadAll(body)
+			return string(b), err
+		})
+	}
 	res := call(mux, http.MethodGet, "/api/v1/openapi.json", "", nil, true)
 	if res.Code != http.StatusOK {
 		t.Fatalf("GET /api/v1/openapi.json: %d %s", res.Code, res.Body)
@@ -133,6 +139,72 @@ func (c *contract) check(t *testing.T, mux http.Handler, method, path, token str
 	return res.Body.Bytes()
 }
 
+// sse is a server-sent event stream being read.
+type sse struct {
+	mu   sync.Mutex
+	recs []statuspage.EventRecord
+}
+
+// openStream opens path on a server of mux (a loopback client), checks the
+// answer's status and headers against the contract, and reads its events
+// until the test ends.
+func (c *contract) openStream(t *testing.T, mux http.Handler, path string) *sse {
+	t.Helper()
+	srv := httptest.NewServer(mux)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
+	res, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sse{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			var rec statuspage.EventRecord
+			if json.Unmarshal([]byte(data), &rec) == nil {
+				s.mu.Lock()
+				s.recs = append(s.recs, rec)
+				s.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; res.Body.Close(); srv.Close() })
+	check := httptest.NewRequest(http.MethodGet, "http://example.com"+path, nil)
+	route, params, err := c.router.FindRoute(check)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true}
+	in := &openapi3filter.RequestValidationInput{Request: check, PathParams: params, Route: route, Options: opts}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: res.StatusCode, Header: res.Header, Options: opts}
+	out.SetBodyBytes(nil)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", path, res.StatusCode)
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+		t.Fatalf("GET %s: the answer breaks the contract: %v", path, err)
+	}
+	c.seen[route.Method+" "+route.Path] = true
+	return s
+}
+
+// wait waits for a record f accepts.
+func (s *sse) wait(t *testing.T, f func(statuspage.EventRecord) bool) {
+	t.Helper()
+	testkit.WaitWithin(t, wait, "the record on the stream", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return slices.ContainsFunc(s.recs, f)
+	})
+}
+
 // TestAPIHoldsToItsContract serves the control plane's API over a running
 // loop and validates every operation's answers against the contract it
 // serves (kin-openapi): the route table and the contract name the same
@@ -210,6 +282,16 @@ func TestAPIHoldsToItsContract(t *testing.T) {
 	c.check(t, mux, "POST", "/api/v1/work-items/"+url.PathEscape("github:octo/repo#999")+"/graph/skip", operateToken, skip, false, 404)
 	c.check(t, mux, "POST", "/api/v1/dead-letters/999/replay", operateToken, nil, false, 404)
 
+	// The event log, queried: the records of this work item's moves.
+	var evs struct{ Events []statuspage.EventRecord }
+	_ = json.Unmarshal(c.check(t, mux, "GET", "/api/v1/events?type=graph.advanced&workItem="+url.QueryEscape(r)+"&since=1h", readToken, nil, false, 200), &evs)
+	if len(evs.Events) != 2 || evs.Events[1].Fields["to"] != "requirements" {
+		t.Fatalf("graph.advanced records of %s = %+v, want two, the last to requirements", r, evs.Events)
+	}
+	c.check(t, mux, "GET", "/api/v1/events?since=yesterday", "", nil, true, 400)
+	// The stream, from a client on loopback, of this work item's records.
+	stream := c.openStream(t, mux, "/api/v1/stream?workItem="+url.QueryEscape(r))
+
 	// The skip: recorded on GitHub naming the operator, as alice, with
 	// the reason; then applied.
 	var acc statuspage.OverrideAccepted
@@ -227,6 +309,9 @@ func TestAPIHoldsToItsContract(t *testing.T) {
 		t.Error("the record is not marker-stamped")
 	}
 	w.waitNode(r, "requirements-approval")
+	stream.wait(t, func(rec statuspage.EventRecord) bool {
+		return rec.Event == "graph.advanced" && rec.Fields["event_id"] == acc.EventID && rec.Fields["to"] == "requirements-approval"
+	})
 	// At the gate: a skip is refused (a person's answer decides a gate),
 	// and the gate is what attention lists.
 	c.check(t, mux, "POST", esc+"/graph/skip", operateToken, skip, false, 409)
