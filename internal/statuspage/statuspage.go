@@ -58,6 +58,9 @@ import (
 //go:embed page.html
 var page []byte
 
+//go:embed dashboard.html
+var dashboard []byte
+
 // Replayer republishes a dead letter: an operator's connection.
 type Replayer interface {
 	ReplayDLQ(ctx context.Context, seq uint64) (bus.ReplayResult, error)
@@ -122,6 +125,7 @@ func Register(mux *http.ServeMux, o Options) {
 		http.Redirect(w, r, "/status", http.StatusFound)
 	})
 	mux.HandleFunc("GET /status", s.guard(s.page))
+	mux.HandleFunc("GET /dashboard", s.guard(s.dashboard))
 	mux.HandleFunc("GET /status/api/state", s.guard(s.state))
 	mux.HandleFunc("POST /status/api/dlq/{seq}/replay", s.guard(s.replay))
 	registerAPI(mux, s)
@@ -190,7 +194,8 @@ func (s *server) guard(h func(http.ResponseWriter, *http.Request, role)) http.Ha
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		ro := s.role(r)
-		if ro == nobody && !(s.o.Expose && r.URL.Path == "/status" && r.Method == http.MethodGet) {
+		static := r.URL.Path == "/status" || r.URL.Path == "/dashboard"
+		if ro == nobody && !(s.o.Expose && static && r.Method == http.MethodGet) {
 			if !loopbackClient(r) && !s.o.Expose {
 				http.Error(w, "the status page is served to loopback clients only (LOOP_STATUS_EXPOSE)", http.StatusForbidden)
 				return
@@ -203,9 +208,22 @@ func (s *server) guard(h func(http.ResponseWriter, *http.Request, role)) http.Ha
 	}
 }
 
+// dashboard is the control plane's page over the API (docs/api.md): what
+// needs a person, the work items, sessions, dead letters and the event log,
+// kept current by the API's stream.
+func (s *server) dashboard(w http.ResponseWriter, _ *http.Request, _ role) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", pageCSP)
+	_, _ = w.Write(dashboard)
+}
+
+// pageCSP lets the pages run their own inline script and speak to their
+// own origin, nothing else.
+const pageCSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
 func (s *server) page(w http.ResponseWriter, _ *http.Request, _ role) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	w.Header().Set("Content-Security-Policy", pageCSP)
 	_, _ = w.Write(page)
 }
 
