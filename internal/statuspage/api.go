@@ -30,6 +30,8 @@ import (
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/httpserver"
+	"github.com/the-loop/bus/pkg/sessions"
+	"github.com/the-loop/bus/services/dispatcher"
 )
 
 //go:embed openapi.yaml
@@ -64,6 +66,7 @@ var apiRoutes = []Route{
 	{Method: http.MethodGet, Path: "/work-items/{ref}", handle: (*server).apiWorkItem},
 	{Method: http.MethodPost, Path: "/work-items/{ref}/graph/{action}", Operate: true, handle: (*server).apiOverride},
 	{Method: http.MethodGet, Path: "/sessions", handle: (*server).apiSessions},
+	{Method: http.MethodGet, Path: "/sessions/{ref}/transcript", handle: (*server).apiTranscript},
 	{Method: http.MethodGet, Path: "/dead-letters", handle: (*server).apiDeadLetters},
 	{Method: http.MethodPost, Path: "/dead-letters/{seq}/replay", Operate: true, handle: (*server).apiReplay},
 	{Method: http.MethodGet, Path: "/attention", handle: (*server).apiAttention},
@@ -704,4 +707,58 @@ func (s *server) apiStream(w http.ResponseWriter, r *http.Request) {
 	if err != nil && ctx.Err() == nil {
 		s.o.Log.Debug("api: stream ended", "err", err)
 	}
+}
+
+// apiTranscript answers the end of a work item's session, as its terminal
+// shows it (secrets masked), asked of the dispatcher replica that runs it.
+func (s *server) apiTranscript(w http.ResponseWriter, r *http.Request) {
+	if !s.observer(w) {
+		return
+	}
+	lines := 200
+	if l := r.URL.Query().Get("lines"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 2000 {
+			apiError(w, http.StatusBadRequest, "lines is 1 to 2000")
+			return
+		}
+		lines = n
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	ref := r.PathValue("ref")
+	store, err := sessions.Open(ctx, s.o.Observer)
+	if err != nil {
+		s.readFailed(w, "the sessions", err)
+		return
+	}
+	rec, _, err := store.Get(ctx, ref)
+	if err != nil {
+		s.readFailed(w, "the sessions", err)
+		return
+	}
+	if rec.Session == nil || rec.Session.Host == "" {
+		apiError(w, http.StatusNotFound, "no session for "+strconv.Quote(ref))
+		return
+	}
+	req, _ := json.Marshal(dispatcher.TranscriptRequest{Ref: ref, Lines: lines})
+	data, err := s.o.Observer.Request(ctx, dispatcher.SubjectTranscript(rec.Session.Host), req)
+	var refused *bus.ServiceError
+	switch {
+	case errors.Is(err, bus.ErrNoResponders):
+		apiError(w, http.StatusServiceUnavailable, "no dispatcher answers for "+rec.Session.Host+", where the session runs")
+		return
+	case errors.As(err, &refused) && refused.Code == bus.CodeNotFound:
+		apiError(w, http.StatusNotFound, s.o.Scrub.Scrub(refused.Description))
+		return
+	case err != nil:
+		s.readFailed(w, "the transcript", err)
+		return
+	}
+	var t dispatcher.Transcript
+	if err := json.Unmarshal(data, &t); err != nil {
+		s.readFailed(w, "the transcript", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
 }

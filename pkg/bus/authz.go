@@ -213,8 +213,10 @@ func storeSubjects(name string, write bool) []string {
 // ordered consumers of the other streams.
 func observerGrant(t Topology) Grant {
 	s := observerReads(t)
-	// graph status (not complete), and the services framework's discovery.
-	s = append(s, catalog.ServiceSubject(ServiceDispatcher, "graph.status"), "$SRV.PING", "$SRV.PING.>",
+	// graph status (not complete), a session's transcript (what its
+	// terminal shows, secrets masked: the control plane's reads), and the
+	// services framework's discovery.
+	s = append(s, catalog.ServiceSubject(ServiceDispatcher, "graph.status"), catalog.ServiceSubject(ServiceDispatcher, "transcript.*"), "$SRV.PING", "$SRV.PING.>",
 		"$SRV.INFO", "$SRV.INFO.>", "$SRV.STATS", "$SRV.STATS.>")
 	return Grant{Publish: s, Subscribe: []string{InboxPrefix(IdentityObserver) + ".>"}}
 }

@@ -393,6 +393,8 @@ type terminal interface {
 	// Shows reports whether text stands in what target shows (tmux: the
 	// pane and its scrollback), ending a line or followed by a space.
 	Shows(ctx context.Context, target, text string) (bool, error)
+	// Capture returns the last lines lines target shows: its transcript.
+	Capture(ctx context.Context, target string, lines int) (string, error)
 }
 
 // check reports why sessions cannot run on this host, or nil.
@@ -468,6 +470,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.installPlugin()
 	s.store.Store(store)
+	defer s.serveTranscripts(store)()
 	// Sessions reach the loop through the endpoint only; it is up before
 	// the first session is started.
 	ln, url, err := s.endpoint.listen()

@@ -312,6 +312,14 @@ func TestAPIHoldsToItsContract(t *testing.T) {
 	stream.wait(t, func(rec statuspage.EventRecord) bool {
 		return rec.Event == "graph.advanced" && rec.Fields["event_id"] == acc.EventID && rec.Fields["to"] == "requirements-approval"
 	})
+	// The session's transcript: what its terminal shows, the skip typed
+	// into it among the rest.
+	testkit.WaitWithin(t, wait, "the skip in the session's transcript", func() bool {
+		var tr struct{ Lines []string }
+		_ = json.Unmarshal(c.check(t, mux, "GET", "/api/v1/sessions/"+url.PathEscape(r)+"/transcript?lines=500", readToken, nil, false, 200), &tr)
+		return strings.Contains(strings.Join(tr.Lines, "\n"), "moved this work item's graph by hand")
+	})
+	c.check(t, mux, "GET", "/api/v1/sessions/"+url.PathEscape("github:octo/repo#999")+"/transcript", "", nil, true, 404)
 	// At the gate: a skip is refused (a person's answer decides a gate),
 	// and the gate is what attention lists.
 	c.check(t, mux, "POST", esc+"/graph/skip", operateToken, skip, false, 409)

@@ -171,6 +171,22 @@ func (s *Server) Shows(_ context.Context, target, text string) (bool, error) {
 	return false, nil
 }
 
+// Capture returns the last lines lines of the prompts written to target:
+// a process has no screen to read, so its transcript is what it was told.
+func (s *Server) Capture(_ context.Context, target string, lines int) (string, error) {
+	sess := s.get(target)
+	if sess == nil {
+		return "", fmt.Errorf("%w: %s", tmux.ErrMissing, target)
+	}
+	sess.wmu.Lock()
+	all := strings.Split(strings.Join(sess.typed, "\n"), "\n")
+	sess.wmu.Unlock()
+	if lines > 0 && len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return tmux.Pasteable(strings.Join(all, "\n")), nil
+}
+
 // Kill ends target's process group and forgets the session. Killing an
 // absent session is not an error.
 func (s *Server) Kill(_ context.Context, target string) error {

@@ -126,6 +126,11 @@ func (p *Servers) Shows(ctx context.Context, target, text string) (bool, error) 
 	return p.Server(target).Shows(ctx, target, text)
 }
 
+// Capture returns the end of target's pane (Server.Capture).
+func (p *Servers) Capture(ctx context.Context, target string, lines int) (string, error) {
+	return p.Server(target).Capture(ctx, target, lines)
+}
+
 // Sealed reports whether target's server was started through Launch.
 func (p *Servers) Sealed(ctx context.Context, target string) (bool, error) {
 	return p.Server(target).Sealed(ctx)

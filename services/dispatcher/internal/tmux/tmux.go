@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -374,6 +375,20 @@ func (s *Server) Shows(ctx context.Context, target, text string) (bool, error) {
 		return false, fmt.Errorf("tmux: read %s: %w", target, err)
 	}
 	return Contains(out, text), nil
+}
+
+// Capture returns the last lines lines of target's pane, its scrollback
+// included (lines tmux wrapped are joined), with the controls a terminal
+// would act on removed: a session's transcript as a person would read it.
+func (s *Server) Capture(ctx context.Context, target string, lines int) (string, error) {
+	if lines <= 0 {
+		lines = 200
+	}
+	out, _, err := s.run(ctx, nil, "capture-pane", "-p", "-J", "-S", "-"+strconv.Itoa(lines), "-t", window(target))
+	if err != nil {
+		return "", fmt.Errorf("tmux: read %s: %w", target, err)
+	}
+	return strings.TrimRight(Pasteable(out), "\n"), nil
 }
 
 // Contains reports whether text occurs in screen followed by the end of a
