@@ -4,12 +4,16 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
+	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/sessions"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher"
 )
 
@@ -19,7 +23,8 @@ import (
 // recorded on the ledger first, binding the thread — spoken to from that
 // thread by an authorized member, and answering into it; a member outside
 // routing.authorizedUsers does not reach it, and once stopped a reply does
-// not bring it back.
+// not bring it back. The operator's `the-loop standing say` reaches it the
+// same way, recorded first.
 func TestStandingSessionSpokenToFromSlack(t *testing.T) {
 	w := newWorld(t)
 	is := w.gh.AddIssue(repo, alice, "Standing session: triage", "The ledger of the triage standing session.")
@@ -107,6 +112,22 @@ func TestStandingSessionSpokenToFromSlack(t *testing.T) {
 			t.Errorf("an unauthorized member's reply reached the standing session: %q", in)
 		}
 	}
+
+	// The operator's `the-loop standing say` (the reply it publishes from
+	// the cli) is recorded on the ledger and typed in too.
+	say := &loopv1.Event{
+		Id: envelope.LoopID("cli-say", r, alice, "1"), Source: catalog.SourceCLI, Type: string(catalog.WorkItemReply),
+		Subject: r, Time: envelope.NewTime(time.Now()), Actor: &loopv1.Actor{Github: alice, Slack: aliceSlack, Name: "Alice"},
+		Body: &loopv1.Event_Reply{Reply: &loopv1.Reply{Text: "from the terminal, cli-say-probe"}},
+	}
+	msg, err := envelope.ToMessage(say, envelope.Inbox, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.conn.Publish(ctx, bus.FromEnvelope(msg)); err != nil {
+		t.Fatal(err)
+	}
+	w.waitInput("cli-say-probe")
 
 	// It has no node to complete: the graph verbs refuse it.
 	if err := agent.Complete(ctx, r, nil); err == nil {
