@@ -131,11 +131,12 @@ func standingConfig(env config.Env) (*config.Config, error) {
 
 // pickStanding is the sessions a verb acts on: the one named, or — for a
 // start without a name — every one that auto-starts, or — for a stop
-// without one — every declared one. Each must be startable: on, and with a
-// ledger issue.
+// without one — every declared one. Each needs a ledger issue, and a start
+// needs standing sessions on; a session started before they were switched
+// off stays stoppable, and may be spoken to while it runs.
 func pickStanding(st config.Standing, names []string, start bool) ([]config.StandingSession, error) {
-	if !st.Enabled {
-		return nil, errors.New("standingSessions.enabled is false in the operator config: there are no standing sessions to act on")
+	if !st.Enabled && start {
+		return nil, errors.New("standingSessions.enabled is false in the operator config: no standing session starts")
 	}
 	var out []config.StandingSession
 	if len(names) == 1 {

@@ -133,11 +133,18 @@ standingSessions:
 		t.Errorf("say request = %v", ev)
 	}
 
-	// Off, nothing is acted on.
+	// Off, nothing starts.
 	if err := os.WriteFile(cfgPath, []byte(strings.Replace(cfgText, "enabled: true", "enabled: false", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, stderr := runVerb(t, env, "standing", "start", "triage", "--as", "alice"); code == 0 || !strings.Contains(stderr, "standingSessions.enabled is false") {
 		t.Errorf("start while off: %d %s", code, stderr)
+	}
+	// A session started before they were switched off stays stoppable.
+	if code, out, stderr := runVerb(t, env, "standing", "stop", "triage", "--as", "alice"); code != 0 || !strings.Contains(out, "requested stop of github:octo/repo#7") {
+		t.Fatalf("stop while off: %d\n%s%s", code, out, stderr)
+	}
+	if ev := next(); ev.GetSubject() != "github:octo/repo#7" || ev.GetControlCommand().GetCommand() != "stop" {
+		t.Errorf("stop request while off = %v", ev)
 	}
 }
