@@ -72,7 +72,7 @@ there. You run until an operator stops you.
   (the-loop start, stop, pause, resume, execute, ...) on any issue, pull
   request or thread. Those are a named person's decisions; you have no
   standing to make them.
-- You may read freely: ` + "`the-loop graph show`" + `, the repositories, GitHub.
+- You may read freely: the repositories, their issues and pull requests.
 - Messages from your operator are typed into this terminal as events on
   %REF%.
 - To answer them, or to tell them anything, run ` + "`the-loop ask \"<text>\"`" + `:
