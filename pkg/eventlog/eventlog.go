@@ -56,8 +56,6 @@ var types = []Type{
 	{"control.rejected", slog.LevelWarn, "A control command was refused."},
 	{"control.ambiguous", slog.LevelWarn, "A comment named two different control commands; nothing was executed."},
 	{"session.spawned", slog.LevelInfo, "An agent session was started."},
-	{"standing.announced", slog.LevelInfo, "A standing session's start was announced: a question of the session's on its ledger issue, which a subscribed channel posts, binding the thread to it."},
-	{"standing.announce_failed", slog.LevelWarn, "A standing session started but its announcement could not be published; it runs without a thread until it is started again."},
 	{"session.awaiting_input", slog.LevelInfo, "An agent session asked a question (the-loop ask); outcome is recorded (comment_url names the question comment), pending or failed."},
 	{"session.respawned", slog.LevelInfo, "A dead agent session was started again, resumed when the harness could."},
 	{"session.spawn_failed", slog.LevelError, "Starting an agent session failed."},

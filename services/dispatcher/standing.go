@@ -119,11 +119,13 @@ func (s *Service) announce(ctx context.Context, in *input, st config.StandingSes
 		Actor:   &loopv1.Actor{Name: "agent session " + target},
 		Body:    &loopv1.Event_Question{Question: &loopv1.Question{Text: text, SessionId: sessionID}},
 	}
+	// Its publication is on the event log as any other (bus.published);
+	// a failure is the dispatcher's to log, since the session runs.
 	if _, err := flow.Publish(ctx, s.deps.Conn, ev); err != nil {
-		s.deps.Events.Emit(ctx, "standing.announce_failed", append(eventAttrs(in), slog.String("standing", st.Name),
-			slog.String("error", err.Error()))...)
+		s.deps.Log.LogAttrs(ctx, slog.LevelWarn, "dispatcher: standing session started, but its announcement was not published; it has no Slack thread until it is started again",
+			slog.String("work_item", in.ref), slog.String("standing", st.Name), slog.String("event_id", ev.GetId()), slog.Any("err", err))
 		return
 	}
-	s.deps.Events.Emit(ctx, "standing.announced", append(eventAttrs(in), slog.String("standing", st.Name),
-		slog.String("announcement_id", ev.GetId()))...)
+	s.deps.Log.LogAttrs(ctx, slog.LevelInfo, "dispatcher: standing session announced",
+		slog.String("work_item", in.ref), slog.String("standing", st.Name), slog.String("event_id", ev.GetId()))
 }
