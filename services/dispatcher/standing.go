@@ -106,8 +106,8 @@ func announces(cfg *config.Config, st config.StandingSession) bool {
 func (s *Service) announce(ctx context.Context, in *input, st config.StandingSession, sessionID, target string) {
 	now := time.Now()
 	text := "Standing session `" + st.Name + "` is up."
-	if st.Description != "" {
-		text += " " + st.Description
+	if d := strings.TrimSpace(st.Description); d != "" {
+		text = "Standing session `" + st.Name + "` (" + strings.TrimSuffix(d, ".") + ") is up."
 	}
 	text += "\nReply in this thread to talk to it; its answers land here."
 	ev := &loopv1.Event{

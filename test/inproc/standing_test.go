@@ -26,7 +26,9 @@ import (
 // not bring it back. The operator's `the-loop standing say` reaches it the
 // same way, recorded first.
 func TestStandingSessionSpokenToFromSlack(t *testing.T) {
-	w := newWorld(t)
+	// The channel hears questions only (the default), so the thread is
+	// the one the announcement starts.
+	w := newWorld(t, func(c *config.Config) { c.Channels.Slack.Subscribe = []catalog.Type{catalog.SessionAwaitingInput} })
 	is := w.gh.AddIssue(repo, alice, "Standing session: triage", "The ledger of the triage standing session.")
 	r := ref(is.Number)
 	w.update(func(c *config.Config) {
@@ -69,7 +71,9 @@ func TestStandingSessionSpokenToFromSlack(t *testing.T) {
 	// The announcement is on the ledger before it is in Slack, and its
 	// thread is the session's.
 	root := w.thread(r)
-	w.waitSlack(root, string(catalog.SessionAwaitingInput), "triage", "is up")
+	if msg := w.waitSlack("", string(catalog.SessionAwaitingInput), "triage", "watches the work in flight", "is up"); msg.TS != root {
+		t.Errorf("the announcement is message %s, the session's thread %s: want the thread it starts", msg.TS, root)
+	}
 	announced := false
 	for _, c := range w.gh.Comments(repo, is.Number) {
 		if strings.Contains(c.Body, "triage") && strings.Contains(c.Body, "is up") {
