@@ -42,6 +42,12 @@ Usage:
   the-loop sessions list               agent sessions and their state
   the-loop sessions pause|resume|stop|cleanup|adopt|end --work-item REF --as LOGIN
                                        ask the hosting dispatcher to act on a session (recorded on GitHub)
+  the-loop standing list               the standing sessions: named sessions with no work item, each on its ledger issue
+  the-loop standing start|stop [NAME] --as LOGIN
+                                       start or stop a standing session (no NAME: start every autoStart one,
+                                       stop every one): the control command on its ledger issue, recorded there
+  the-loop standing say NAME --text TEXT --as LOGIN
+                                       type a message into a running standing session, recorded on its ledger first
   the-loop ask --work-item REF --question TEXT|--question-file F|- [--timeout D]
                                        ask on the work item; prints the recorded comment's URL
   the-loop graph status REF [--json]   the work item's process graph state

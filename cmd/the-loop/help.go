@@ -36,6 +36,7 @@ func init() {
 		"session-host": cmdSessionHost, "plugin": cmdPlugin, "hook": cmdHook,
 		"health": cmdHealth, "auth": cmdAuth, "provision": cmdProvision,
 		"init": cmdInit, "docs": cmdDocs, "version": cmdVersion,
+		"standing": cmdStanding,
 	}
 }
 
@@ -52,6 +53,7 @@ var subVerbs = map[string][]string{
 	"plugin":       {"install", "version"},
 	"session-host": {"tmux"},
 	"sessions":     {"list", "pause", "resume", "stop", "cleanup", "adopt", "end", "register", "link-pr"},
+	"standing":     {"list", "start", "stop", "say"},
 }
 
 var bareToo = map[string]bool{"session-host": true, "serve": true}
@@ -112,12 +114,15 @@ var verbDocs = map[string]verbDoc{
 	"channels status": {settings: []string{"LOOP_CONFIG  the operator config, when --config is not given"}},
 	"migrate-config": {args: []string{"FILE  the operator config (default: LOOP_CONFIG)"},
 		settings: []string{"LOOP_CONFIG  the operator config, when FILE is not given"}},
-	"dlq list":           {settings: connectSettings},
-	"dlq replay":         {args: []string{"<seq>  the entry's sequence number (the SEQ column of the list)"}, settings: connectSettings},
-	"partitions":         {settings: slices.Concat(topologySettings[:1], connectSettings)},
-	"sessions list":      {settings: connectSettings},
-	"sessions pause":     {settings: slices.Concat([]string{"LOOP_CONFIG  read by the dispatcher: routing.authorizedUsers must name --as"}, connectSettings)},
-	"sessions register":  {settings: sessionSettings},
+	"dlq list":          {settings: connectSettings},
+	"dlq replay":        {args: []string{"<seq>  the entry's sequence number (the SEQ column of the list)"}, settings: connectSettings},
+	"partitions":        {settings: slices.Concat(topologySettings[:1], connectSettings)},
+	"sessions list":     {settings: connectSettings},
+	"sessions pause":    {settings: slices.Concat([]string{"LOOP_CONFIG  read by the dispatcher: routing.authorizedUsers must name --as"}, connectSettings)},
+	"sessions register": {settings: sessionSettings},
+	"standing list":     {settings: slices.Concat([]string{"LOOP_CONFIG  the operator config, whose standingSessions declares them"}, connectSettings)},
+	"standing start": {args: []string{"NAME  the standing session (standingSessions.sessions[].name)"},
+		settings: slices.Concat([]string{"LOOP_CONFIG  the operator config: standingSessions declares NAME, routing.authorizedUsers must name --as"}, connectSettings)},
 	"sessions link-pr":   {args: []string{"N|REF  the pull request, when --pull-request is not given"}, settings: sessionSettings},
 	"ask":                {args: []string{"-  read the question from standard input"}, settings: sessionSettings},
 	"graph status":       {args: []string{"REF  the work item, github:owner/repo#N (in a session: its own, when omitted)"}, settings: slices.Concat(sessionSettings, connectSettings)},
@@ -142,6 +147,8 @@ var verbDocs = map[string]verbDoc{
 }
 
 func init() {
+	verbDocs["standing stop"] = verbDocs["standing start"]
+	verbDocs["standing say"] = verbDocs["standing start"]
 	// The other control requests read what pause reads.
 	for _, v := range []string{"resume", "stop", "cleanup", "adopt", "end"} {
 		verbDocs["sessions "+v] = verbDocs["sessions pause"]

@@ -30,6 +30,8 @@ type Config struct {
 	Routing  Routing
 	Channels Channels
 	Graphs   Graphs
+	// Standing is standingSessions: the sessions that own no work item.
+	Standing Standing
 	// Settings are the process settings (LOOP_*) the file sets through the
 	// original's keys, in file order; ApplySettings applies them at start.
 	Settings []FileSetting

@@ -50,7 +50,7 @@ var types = []Type{
 	{"routing.forged_envelope", slog.LevelWarn, "A comment carried a ledger envelope that does not verify for the record it sits in (another key, a copy from another record, an edited text, version 1); it was judged as an ordinary comment by its poster."},
 	{"webhook.rejected", slog.LevelWarn, "Webhook requests were refused before routing: GitHub's (via webhook: over-capacity, invalid-signature, payload-too-large, slow-body, unreadable-body, unsupported-content-type, invalid-payload, missing-event, missing-delivery) or Slack's Events API and interactions (via events: no-signing-secret, bad-signature-headers, stale-timestamp, bad-signature, too-large, slow-body, unreadable, over-capacity, malformed); at most one record per reason per minute, count says how many since the last."},
 	{"dispatch.succeeded", slog.LevelInfo, "An event was delivered to an agent session."},
-	{"dispatch.dropped", slog.LevelInfo, "An event was not delivered to a session; reason is one of spawn-policy, awaiting-start, session-paused, already-processed, session-occupied, unauthorized-actor, delivery-uncertain, no-command, kept-open, no-session, stale-gate, override-refused."},
+	{"dispatch.dropped", slog.LevelInfo, "An event was not delivered to a session; reason is one of spawn-policy, awaiting-start, session-paused, already-processed, session-occupied, unauthorized-actor, delivery-uncertain, no-command, kept-open, no-session, stale-gate, override-refused, standing-not-started."},
 	{"dispatch.failed", slog.LevelError, "Delivering to a session failed."},
 	{"control.command", slog.LevelInfo, "A control command was recognised and applied."},
 	{"control.rejected", slog.LevelWarn, "A control command was refused."},

@@ -114,12 +114,18 @@ type Session struct {
 	// failing to finish its node.
 	AwaitingInput string `json:"awaitingInput,omitempty"`
 	// Kind is "pr" for a pull request's own session
-	// (routing.tmux.sessionPerPr), "" for a work item's.
+	// (routing.tmux.sessionPerPr), "standing" for a standing session's, ""
+	// for a work item's.
 	Kind string `json:"kind,omitempty"`
 }
 
 // KindPR is Session.Kind of a pull request's own session.
 const KindPR = "pr"
+
+// KindStanding is Session.Kind of a standing session: the session of a
+// standingSessions entry, on its ledger issue, owning no work item
+// (docs/decisions/118-standing-sessions-keep-a-ledger-issue.md).
+const KindStanding = "standing"
 
 // ArtifactDir is where the work item's artifacts are read and written.
 func (s *Session) ArtifactDir() string {

@@ -94,6 +94,9 @@ func authorizedGitHub(cfg *config.Config, login string) bool {
 // refusal is why no session may be spawned for in (docs/requirements.md K10),
 // "" if one may.
 func (s *Service) refusal(cfg *config.Config, in *input, rec sessions.Record, cmd control.Command) string {
+	if _, ok := cfg.Standing.ForLedger(in.ref); ok {
+		return standingRefusal(cmd)
+	}
 	armed := false
 	switch s.set.SpawnOnUnmatched {
 	case SpawnAlways:

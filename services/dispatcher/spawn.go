@@ -44,12 +44,20 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
-	// The graph starts with the session, before the boot prompt is
-	// rendered, so the prompt shows where the work item stands.
-	if err := s.gates.start(ctx, in, cmd); err != nil {
-		return err
+	st, standing := s.standing(in.ref)
+	var p string
+	if standing {
+		// A standing session has no graph: it boots with its directive
+		// and brief (standing.go).
+		p = standingPrompt(st, announces(s.deps.Config(), st))
+	} else {
+		// The graph starts with the session, before the boot prompt is
+		// rendered, so the prompt shows where the work item stands.
+		if err := s.gates.start(ctx, in, cmd); err != nil {
+			return err
+		}
+		p = s.render(in, true, s.gates.context(ctx, in.ref, ""))
 	}
-	p := s.render(in, true, s.gates.context(ctx, in.ref, ""))
 	s.prepareHarness(ctx, in, h, ws.Primary)
 	env := s.sessionEnv(h, token)
 	argv, err := s.confineSession(target, append([]string{h.Command()}, h.SpawnArgv(p, c.id)...), env, ws)
@@ -87,6 +95,9 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	s.m.deliveries.WithLabelValues("spawned").Inc()
 	s.deps.Events.Emit(ctx, "session.spawned", append(sessionAttrs(in, rec.Session),
 		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.templates().Mode)))...)
+	if standing && announces(s.deps.Config(), st) {
+		s.announce(ctx, in, st, c.id, target)
+	}
 	return nil
 }
 
@@ -145,6 +156,9 @@ func (s *Service) claimSpawn(ctx context.Context, store *sessions.Store, in *inp
 		}
 		if in.prFor != "" {
 			r.Session.Kind = sessions.KindPR
+		}
+		if _, ok := s.standing(in.ref); ok {
+			r.Session.Kind = sessions.KindStanding
 		}
 		return nil
 	})
@@ -246,6 +260,11 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 		}
 	}
 	if !resumed {
+		if st, ok := s.standing(in.ref); ok {
+			// A fresh conversation of a standing session is told what it
+			// is again before the event.
+			p = standingPrompt(st, announces(s.deps.Config(), st)) + "\n\n---\n\n" + p
+		}
 		id = s.set.NewSessionID()
 		if h.ChoosesSessionID() {
 			id = ""

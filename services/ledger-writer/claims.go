@@ -32,7 +32,11 @@ func mayClaim(ev *loopv1.Event, subject string) error {
 	switch typ {
 	case catalog.CommentHuman, catalog.CommentAgent, catalog.WorkItemActivity, catalog.LedgerRecord:
 		allowed = src == catalog.SourceGitHub
-	case catalog.WorkItemReply, catalog.GateFeedback, catalog.WorkItemCreate:
+	case catalog.WorkItemReply:
+		// A chat member's reply, or an operator's `the-loop standing say`
+		// (docs/decisions/118-standing-sessions-keep-a-ledger-issue.md).
+		allowed = chat || src == catalog.SourceCLI
+	case catalog.GateFeedback, catalog.WorkItemCreate:
 		allowed = chat
 	case catalog.ControlCommand:
 		// A chat member's keyword, or an operator's `the-loop sessions`.

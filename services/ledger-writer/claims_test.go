@@ -31,6 +31,18 @@ func TestMayClaim(t *testing.T) {
 			return e
 		}(),
 			subject(catalog.ControlCommand), ""},
+		{"an operator's message to a standing session", func() *loopv1.Event {
+			e := replyEv("cli:say:1", ref, "what is stuck?")
+			e.Source = catalog.SourceCLI
+			return e
+		}(), subject(catalog.WorkItemReply), ""},
+		{"a reply from a session", func() *loopv1.Event {
+			e := replyEv("s:say:2", ref, "hi")
+			e.Source, e.Actor = catalog.SourceSession, nil
+			return e
+		}(), subject(catalog.WorkItemReply), "does not raise it"},
+		{"a gate answer from the cli", func() *loopv1.Event { e := gateEv("cli:E9", ref, "approved"); e.Source = catalog.SourceCLI; return e }(),
+			subject(catalog.GateFeedback), "does not raise it"},
 		{"a gate answer inside a question's subject", gateEv("slack:E2", ref, "approved"), subject(catalog.SessionAwaitingInput), "says type"},
 		{"a gate answer from the loop", func() *loopv1.Event { e := gateEv("loop:E3", ref, "approved"); e.Source = catalog.SourceLoop; return e }(),
 			subject(catalog.GateFeedback), "does not raise it"},

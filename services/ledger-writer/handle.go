@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
@@ -96,7 +95,7 @@ func (s *Service) handle(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 		return s.failed(ctx, ev, d, claimReason, err)
 	}
 	entry, _ := catalog.Lookup(catalog.Type(ev.GetType()))
-	if !entry.Record.Recorded() || standingReply(ev, entry.Record) {
+	if !entry.Record.Recorded() {
 		return s.fanOut(ctx, stop, &b, ev, d, nil)
 	}
 	s.deps.Log.LogAttrs(ctx, slog.LevelInfo, "ledger-writer: recording", s.logAttrs(ev, d)...)
@@ -123,14 +122,6 @@ func (s *Service) handle(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 		}
 	}
 	return s.fanOut(ctx, stop, &b, ev, d, &w)
-}
-
-// standingReply: a reply to a standing session (ref standing:<name>) has no
-// ledger to be recorded on; it is delivered unrecorded, as the original's
-// channel.mirror_skipped did (docs/requirements.md R3.4). Gate, control and
-// kickoff events never are.
-func standingReply(ev *loopv1.Event, kind catalog.Record) bool {
-	return kind == catalog.RecordMirror && strings.HasPrefix(ev.GetSubject(), "standing:")
 }
 
 // record makes sure E's record is on GitHub exactly once and returns it.

@@ -369,6 +369,25 @@ func TestPermanentFailure(t *testing.T) {
 	}
 }
 
+// TestStandingRefIsNoLedgerBypass: a reply whose ref is not a GitHub issue
+// is not fanned out unrecorded, a standing session's original
+// standing:<name> included: a standing session's replies are recorded on its
+// ledger issue (docs/decisions/118-standing-sessions-keep-a-ledger-issue.md).
+func TestStandingRefIsNoLedgerBypass(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, testTopology())
+	e.start("writer-1")
+	reply := replyEv("slack:EvStanding", "standing:triage", "run this")
+	e.publish(reply)
+	testkit.WaitWithin(t, 60*time.Second, "the DLQ entry", func() bool { return len(e.dlq()) == 1 })
+	if d := e.dlq()[0]; d.CEID != reply.GetId() || !strings.Contains(d.Reason, "bad-ref") {
+		t.Errorf("DLQ entry = %s %q", d.CEID, d.Reason)
+	}
+	if len(e.fan.byID(reply.GetId())) != 0 {
+		t.Error("a reply to standing:triage was fanned out unrecorded")
+	}
+}
+
 // TestQuestionIsScrubbed: attack 6. A prompt-injected agent runs
 // `the-loop ask "$(env)"`; the question record the ledger publishes on GitHub
 // is scrubbed like every relayed text, so no token reaches GitHub.
