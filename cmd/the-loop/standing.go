@@ -9,8 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/the-loop/bus/internal/hatch"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/envelope"
@@ -221,16 +221,7 @@ func sayStanding(ctx context.Context, env config.Env, stdout io.Writer, cfg *con
 	if !rec.Session.Live() || rec.Session.Kind != sessions.KindStanding {
 		return fmt.Errorf("standing session %s is not running: start it with `the-loop standing start %s --as %s`", st.Name, st.Name, login)
 	}
-	now := time.Now()
-	ev := &loopv1.Event{
-		Id:      envelope.LoopID("cli-say", st.Ledger, login, now.UTC().Format(time.RFC3339Nano)),
-		Source:  catalog.SourceCLI,
-		Type:    string(catalog.WorkItemReply),
-		Subject: st.Ledger,
-		Time:    envelope.NewTime(now),
-		Actor:   &loopv1.Actor{Github: person.GitHub, Slack: person.Slack, Name: person.Name},
-		Body:    &loopv1.Event_Reply{Reply: &loopv1.Reply{Text: text}},
-	}
+	ev := hatch.ReplyEvent("cli-say", st.Ledger, &loopv1.Actor{Github: person.GitHub, Slack: person.Slack, Name: person.Name}, text, time.Now())
 	msg, err := envelope.ToMessage(ev, envelope.Inbox, "")
 	if err != nil {
 		return err

@@ -1,9 +1,12 @@
-// Package hatch is the operator's escape hatch as the CLI (`the-loop graph
-// advance|skip|force|escalate`) and the control plane's API both make it:
+// Package hatch is the operator's moves as the CLI and the control plane's
+// API both make them. The escape hatch (`the-loop graph
+// advance|skip|force|escalate`):
 // ask the dispatcher where the work item stands, check the move against the
 // graph, and publish the graph.override to the inbox as the operator, to be
 // recorded on GitHub naming the operator, then applied by the dispatcher
-// (docs/decisions/111-operator-escape-hatch.md).
+// (docs/decisions/111-operator-escape-hatch.md). And a person's reply to a
+// session from the operator's tools, recorded on the work item naming them
+// before it is typed in.
 package hatch
 
 import (
@@ -15,6 +18,7 @@ import (
 
 	"github.com/the-loop/bus/internal/statuspage"
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
@@ -140,4 +144,40 @@ func (op Operator) Override(ctx context.Context, o statuspage.Override) (statusp
 		return statuspage.OverrideAccepted{}, err
 	}
 	return statuspage.OverrideAccepted{EventID: pub.Event.GetId(), Ref: o.Ref, Action: string(o.Action), From: pub.From, To: pub.To}, nil
+}
+
+// ReplyEvent is a person's reply to a work item's session from the
+// operator's tools (`the-loop standing say`, the control plane): a
+// work-item.reply from the cli source, recorded on the work item naming the
+// person, then typed into the session. kind tells the tools apart in the
+// event's id, which derives from the request and its time, so a retried
+// publish is stored once.
+func ReplyEvent(kind, ref string, person *loopv1.Actor, text string, now time.Time) *loopv1.Event {
+	return &loopv1.Event{
+		Id:      envelope.LoopID(kind, ref, person.GetGithub(), now.UTC().Format(time.RFC3339Nano)),
+		Source:  catalog.SourceCLI,
+		Type:    string(catalog.WorkItemReply),
+		Subject: ref,
+		Time:    envelope.NewTime(now),
+		Actor:   person,
+		Body:    &loopv1.Event_Reply{Reply: &loopv1.Reply{Text: text}},
+	}
+}
+
+// Reply publishes r as the person's reply to its work item's session, over
+// the operator's connection.
+func (op Operator) Reply(ctx context.Context, r statuspage.Reply) (statuspage.ReplyAccepted, error) {
+	person, err := Person(op.Config(), r.As)
+	if err != nil {
+		return statuspage.ReplyAccepted{}, err
+	}
+	ev := ReplyEvent("api-reply", r.Ref, person, r.Text, time.Now())
+	msg, err := envelope.ToMessage(ev, envelope.Inbox, "")
+	if err != nil {
+		return statuspage.ReplyAccepted{}, err
+	}
+	if _, err := op.Conn.Publish(ctx, bus.FromEnvelope(msg)); err != nil {
+		return statuspage.ReplyAccepted{}, fmt.Errorf("publish the reply: %w", err)
+	}
+	return statuspage.ReplyAccepted{EventID: ev.GetId(), Ref: r.Ref, As: person.GetGithub()}, nil
 }

@@ -65,6 +65,7 @@ var apiRoutes = []Route{
 	{Method: http.MethodGet, Path: "/work-items", handle: (*server).apiWorkItems},
 	{Method: http.MethodGet, Path: "/work-items/{ref}", handle: (*server).apiWorkItem},
 	{Method: http.MethodPost, Path: "/work-items/{ref}/graph/{action}", Operate: true, handle: (*server).apiOverride},
+	{Method: http.MethodPost, Path: "/work-items/{ref}/reply", Operate: true, handle: (*server).apiReply},
 	{Method: http.MethodGet, Path: "/sessions", handle: (*server).apiSessions},
 	{Method: http.MethodGet, Path: "/sessions/{ref}/transcript", handle: (*server).apiTranscript},
 	{Method: http.MethodGet, Path: "/dead-letters", handle: (*server).apiDeadLetters},
@@ -92,6 +93,24 @@ func Routes() []Route {
 // naming the operator, then applied (docs/decisions/111-operator-escape-hatch.md).
 type Operator interface {
 	Override(ctx context.Context, o Override) (OverrideAccepted, error)
+	Reply(ctx context.Context, r Reply) (ReplyAccepted, error)
+}
+
+// Reply is a person's reply to a work item's session, sent through the
+// operator: recorded on the work item naming the person, then typed in.
+type Reply struct {
+	Ref  string
+	Text string
+	// As is the person's GitHub login, as routing.authorizedUsers names
+	// them: the dispatcher acts only on an authorized person's words.
+	As string
+}
+
+// ReplyAccepted is a reply published.
+type ReplyAccepted struct {
+	EventID string `json:"eventId"`
+	Ref     string `json:"ref"`
+	As      string `json:"as"`
 }
 
 // Override is an operator's move of a work item's graph by hand.
@@ -761,4 +780,59 @@ func (s *server) apiTranscript(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, t)
+}
+
+// maxReply bounds a reply's text, as a Slack message is bounded.
+const maxReply = 8000
+
+func (s *server) apiReply(w http.ResponseWriter, r *http.Request) {
+	if s.o.Operator == nil {
+		apiError(w, http.StatusForbidden, "this host cannot send a reply: it needs the operator identity and LOOP_ADMIN_TOKEN")
+		return
+	}
+	var body struct {
+		Text string `json:"text"`
+		As   string `json:"as"`
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		apiError(w, http.StatusBadRequest, "the body is a JSON object with text and as: "+oneLine(err.Error()))
+		return
+	}
+	body.Text = strings.TrimSpace(body.Text)
+	switch {
+	case body.Text == "":
+		apiError(w, http.StatusBadRequest, "text is required")
+		return
+	case len(body.Text) > maxReply:
+		apiError(w, http.StatusBadRequest, fmt.Sprintf("text is at most %d bytes", maxReply))
+		return
+	case body.As == "":
+		apiError(w, http.StatusBadRequest, "as is required: the GitHub login of the person replying, as routing.authorizedUsers names them")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	ref := r.PathValue("ref")
+	if s.o.Observer != nil {
+		// A reply to a work item without a session would be recorded and
+		// then dropped: refuse it before anything is written.
+		if store, err := sessions.Open(ctx, s.o.Observer); err == nil {
+			if rec, _, err := store.Get(ctx, ref); err == nil && !rec.Session.Live() {
+				apiError(w, http.StatusNotFound, "no running session for "+strconv.Quote(ref))
+				return
+			}
+		}
+	}
+	acc, err := s.o.Operator.Reply(ctx, Reply{Ref: ref, Text: body.Text, As: body.As})
+	switch {
+	case errors.Is(err, ErrUnknownPerson):
+		apiError(w, http.StatusBadRequest, "as: "+err.Error())
+	case err != nil:
+		s.o.Log.Warn("api: reply failed", "ref", ref, "err", err)
+		apiError(w, http.StatusBadGateway, "the reply could not be published; the host's log says why")
+	default:
+		writeJSON(w, http.StatusAccepted, acc)
+	}
 }

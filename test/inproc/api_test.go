@@ -320,6 +320,27 @@ func TestAPIHoldsToItsContract(t *testing.T) {
 		return strings.Contains(strings.Join(tr.Lines, "\n"), "moved this work item's graph by hand")
 	})
 	c.check(t, mux, "GET", "/api/v1/sessions/"+url.PathEscape("github:octo/repo#999")+"/transcript", "", nil, true, 404)
+	// A reply through the operator: recorded on the work item naming the
+	// person, then typed into the session.
+	esr := "/api/v1/work-items/" + url.PathEscape(r) + "/reply"
+	say := map[string]string{"text": "Please keep the API small.", "as": alice}
+	c.check(t, mux, "POST", esr, readToken, say, false, 403)
+	c.check(t, mux, "POST", esr, operateToken, map[string]string{"text": "no one"}, false, 400)
+	c.check(t, mux, "POST", esr, operateToken, map[string]string{"text": "x", "as": "nobody-known"}, false, 400)
+	c.check(t, mux, "POST", "/api/v1/work-items/"+url.PathEscape("github:octo/repo#999")+"/reply", operateToken, say, false, 404)
+	var rep statuspage.ReplyAccepted
+	_ = json.Unmarshal(c.check(t, mux, "POST", esr, operateToken, say, false, 202), &rep)
+	testkit.WaitWithin(t, wait, "the reply recorded on GitHub", func() bool {
+		for _, cm := range w.gh.Comments(repo, number) {
+			if cm.Login == ledgerLogin && strings.Contains(cm.Body, say["text"]) && strings.Contains(cm.Body, alice) {
+				return true
+			}
+		}
+		return false
+	})
+	testkit.WaitWithin(t, wait, "the reply typed into the session", func() bool {
+		return slices.ContainsFunc(w.inputs(), func(in string) bool { return strings.Contains(in, say["text"]) })
+	})
 	// At the gate: a skip is refused (a person's answer decides a gate),
 	// and the gate is what attention lists.
 	c.check(t, mux, "POST", esc+"/graph/skip", operateToken, skip, false, 409)

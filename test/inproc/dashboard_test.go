@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/the-loop/bus/internal/hatch"
 	"github.com/the-loop/bus/internal/statuspage"
 	"github.com/the-loop/bus/internal/testsupport/bustest"
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/redact"
 )
@@ -160,6 +162,25 @@ func TestDashboardInABrowser(t *testing.T) {
 	b.await("the graph at the approval gate", `(() => { const c = document.querySelector('#wi-graph li[aria-current="step"]'); return c && c.dataset.node === "requirements-approval" })()`)
 	b.shoot("3-skipped.png")
 
+	// A reply typed in the page: recorded on GitHub naming the person,
+	// typed into the session, and there in the transcript, live.
+	const said = "Keep the dashboard usable on a phone."
+	b.run(chromedp.SendKeys(chromedp.ID("reply-text"), said), chromedp.SendKeys(chromedp.ID("reply-as"), alice), chromedp.Click(chromedp.ID("reply-submit")))
+	b.await("the reply's result", `document.getElementById("reply-result").textContent.startsWith("sent as alice")`)
+	testkit.WaitWithin(t, wait, "the reply recorded on GitHub", func() bool {
+		for _, cm := range w.gh.Comments(repo, number) {
+			if cm.Login == ledgerLogin && strings.Contains(cm.Body, said) && strings.Contains(cm.Body, alice) {
+				return true
+			}
+		}
+		return false
+	})
+	testkit.WaitWithin(t, wait, "the reply typed into the session", func() bool {
+		return slices.ContainsFunc(w.inputs(), func(in string) bool { return strings.Contains(in, said) })
+	})
+	b.await("the reply in the transcript", fmt.Sprintf(`(() => { const p = document.getElementById("transcript"); return p !== null && p.textContent.includes(%q) })()`, said))
+	b.shoot("4-replied.png")
+
 	// Back to attention: the approval gate is there, drawn from the
 	// stream, the page never reloaded.
 	b.run(chromedp.Navigate(srv.URL + "/dashboard#attention"))
@@ -176,5 +197,5 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("the page was loaded %d times (%v), want once: it updates in place", n, err)
 	}
-	b.shoot("4-approval-gate.png")
+	b.shoot("5-approval-gate.png")
 }
