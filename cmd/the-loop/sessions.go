@@ -2,20 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/the-loop/bus/internal/hatch"
+	"github.com/the-loop/bus/internal/statuspage"
 	"github.com/the-loop/bus/pkg/bus"
-	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/envelope"
-	"github.com/the-loop/bus/pkg/identity"
 	"github.com/the-loop/bus/pkg/sessions"
-	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
 
 // cmdSessions lists agent sessions, or asks for one to be paused, resumed,
@@ -110,27 +110,12 @@ func requestControl(ctx context.Context, env config.Env, stdout io.Writer, cmd c
 			return err
 		}
 	}
-	person, ok := cfg.Routing.AuthorizedUsers.ByChannel(identity.ChannelGitHub, login)
-	if !ok {
+	ev, err := hatch.ControlEvent(cfg, "cli-control", ref, cmd, login, time.Now())
+	if errors.Is(err, statuspage.ErrUnknownPerson) {
 		return fmt.Errorf("%s is not in routing.authorizedUsers: the dispatcher would refuse the command", login)
 	}
-	grammar, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords)
 	if err != nil {
 		return err
-	}
-	keyword := grammar.Keyword(cmd)
-	if keyword == "" {
-		return fmt.Errorf("the %s command is disabled in routing.control.keywords", cmd)
-	}
-	now := time.Now()
-	ev := &loopv1.Event{
-		Id:      envelope.LoopID("cli-control", ref, string(cmd), login, now.UTC().Format(time.RFC3339Nano)),
-		Source:  "cli",
-		Type:    string(catalog.ControlCommand),
-		Subject: ref,
-		Time:    envelope.NewTime(now),
-		Actor:   &loopv1.Actor{Github: person.GitHub, Slack: person.Slack, Name: person.Name},
-		Body:    &loopv1.Event_ControlCommand{ControlCommand: &loopv1.ControlCommand{Command: string(cmd), Text: keyword}},
 	}
 	msg, err := envelope.ToMessage(ev, envelope.Inbox, "")
 	if err != nil {
@@ -144,6 +129,6 @@ func requestControl(ctx context.Context, env config.Env, stdout io.Writer, cmd c
 	if _, err := conn.Publish(ctx, bus.FromEnvelope(msg)); err != nil {
 		return fmt.Errorf("publish the request: %w", err)
 	}
-	fmt.Fprintf(stdout, "requested %s of %s as %s (%s); it is recorded on the work item, then executed by the dispatcher that hosts the session\n", cmd, ref, person.GitHub, ev.GetId())
+	fmt.Fprintf(stdout, "requested %s of %s as %s (%s); it is recorded on the work item, then executed by the dispatcher that hosts the session\n", cmd, ref, ev.GetActor().GetGithub(), ev.GetId())
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/identity"
@@ -180,4 +181,54 @@ func (op Operator) Reply(ctx context.Context, r statuspage.Reply) (statuspage.Re
 		return statuspage.ReplyAccepted{}, fmt.Errorf("publish the reply: %w", err)
 	}
 	return statuspage.ReplyAccepted{EventID: ev.GetId(), Ref: r.Ref, As: person.GetGithub()}, nil
+}
+
+// SessionCommands are the control commands the operator's tools send a
+// work item's session (`the-loop sessions …`, the control plane).
+var SessionCommands = []control.Command{control.Pause, control.Resume, control.Stop, control.Cleanup, control.Adopt, control.End}
+
+// ControlEvent is the person login's control command cmd for ref's session
+// from the operator's tools: a control.command from the cli source,
+// recorded on the work item naming the person, then carried out by the
+// dispatcher that hosts the session. The person comes from cfg, never from
+// the caller alone: every id of theirs goes into the record.
+func ControlEvent(cfg *config.Config, kind, ref string, cmd control.Command, login string, now time.Time) (*loopv1.Event, error) {
+	person, err := Person(cfg, login)
+	if err != nil {
+		return nil, err
+	}
+	grammar, err := control.New(cfg.Routing.Control.Enabled, cfg.Routing.Control.Keywords)
+	if err != nil {
+		return nil, err
+	}
+	keyword := grammar.Keyword(cmd)
+	if keyword == "" {
+		return nil, fmt.Errorf("the %s command: %w", cmd, statuspage.ErrCommandDisabled)
+	}
+	return &loopv1.Event{
+		Id:      envelope.LoopID(kind, ref, string(cmd), login, now.UTC().Format(time.RFC3339Nano)),
+		Source:  catalog.SourceCLI,
+		Type:    string(catalog.ControlCommand),
+		Subject: ref,
+		Time:    envelope.NewTime(now),
+		Actor:   person,
+		Body:    &loopv1.Event_ControlCommand{ControlCommand: &loopv1.ControlCommand{Command: string(cmd), Text: keyword}},
+	}, nil
+}
+
+// Control publishes c as the person's control command for its work item's
+// session, over the operator's connection.
+func (op Operator) Control(ctx context.Context, c statuspage.Control) (statuspage.ControlAccepted, error) {
+	ev, err := ControlEvent(op.Config(), "api-control", c.Ref, control.Command(c.Command), c.As, time.Now())
+	if err != nil {
+		return statuspage.ControlAccepted{}, err
+	}
+	msg, err := envelope.ToMessage(ev, envelope.Inbox, "")
+	if err != nil {
+		return statuspage.ControlAccepted{}, err
+	}
+	if _, err := op.Conn.Publish(ctx, bus.FromEnvelope(msg)); err != nil {
+		return statuspage.ControlAccepted{}, fmt.Errorf("publish the %s: %w", c.Command, err)
+	}
+	return statuspage.ControlAccepted{EventID: ev.GetId(), Ref: c.Ref, Command: c.Command, As: ev.GetActor().GetGithub()}, nil
 }

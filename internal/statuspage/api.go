@@ -66,6 +66,7 @@ var apiRoutes = []Route{
 	{Method: http.MethodGet, Path: "/work-items/{ref}", handle: (*server).apiWorkItem},
 	{Method: http.MethodPost, Path: "/work-items/{ref}/graph/{action}", Operate: true, handle: (*server).apiOverride},
 	{Method: http.MethodPost, Path: "/work-items/{ref}/reply", Operate: true, handle: (*server).apiReply},
+	{Method: http.MethodPost, Path: "/work-items/{ref}/session/{command}", Operate: true, handle: (*server).apiControl},
 	{Method: http.MethodGet, Path: "/sessions", handle: (*server).apiSessions},
 	{Method: http.MethodGet, Path: "/sessions/{ref}/transcript", handle: (*server).apiTranscript},
 	{Method: http.MethodGet, Path: "/dead-letters", handle: (*server).apiDeadLetters},
@@ -94,7 +95,31 @@ func Routes() []Route {
 type Operator interface {
 	Override(ctx context.Context, o Override) (OverrideAccepted, error)
 	Reply(ctx context.Context, r Reply) (ReplyAccepted, error)
+	Control(ctx context.Context, c Control) (ControlAccepted, error)
 }
+
+// Control is a person's control command for a work item's session (pause,
+// resume, stop, cleanup, adopt, end), sent through the operator: recorded
+// on the work item naming the person, then carried out by the dispatcher
+// that hosts the session.
+type Control struct {
+	Ref, Command, As string
+}
+
+// ControlAccepted is a control command published.
+type ControlAccepted struct {
+	EventID string `json:"eventId"`
+	Ref     string `json:"ref"`
+	Command string `json:"command"`
+	As      string `json:"as"`
+}
+
+// sessionCommands are the commands /session/{command} takes.
+var sessionCommands = []string{"pause", "resume", "stop", "cleanup", "adopt", "end"}
+
+// ErrCommandDisabled: an Operator refuses a command the config switches
+// off.
+var ErrCommandDisabled = errors.New("disabled in routing.control.keywords")
 
 // Reply is a person's reply to a work item's session, sent through the
 // operator: recorded on the work item naming the person, then typed in.
@@ -832,6 +857,41 @@ func (s *server) apiReply(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		s.o.Log.Warn("api: reply failed", "ref", ref, "err", err)
 		apiError(w, http.StatusBadGateway, "the reply could not be published; the host's log says why")
+	default:
+		writeJSON(w, http.StatusAccepted, acc)
+	}
+}
+
+func (s *server) apiControl(w http.ResponseWriter, r *http.Request) {
+	if s.o.Operator == nil {
+		apiError(w, http.StatusForbidden, "this host cannot send a command: it needs the operator identity and LOOP_ADMIN_TOKEN")
+		return
+	}
+	cmd := r.PathValue("command")
+	if !slices.Contains(sessionCommands, cmd) {
+		apiError(w, http.StatusBadRequest, "the command is one of "+strings.Join(sessionCommands, ", "))
+		return
+	}
+	var body struct {
+		As string `json:"as"`
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || body.As == "" {
+		apiError(w, http.StatusBadRequest, "the body is a JSON object with as: the GitHub login of the person, as routing.authorizedUsers names them")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	acc, err := s.o.Operator.Control(ctx, Control{Ref: r.PathValue("ref"), Command: cmd, As: body.As})
+	switch {
+	case errors.Is(err, ErrUnknownPerson):
+		apiError(w, http.StatusBadRequest, "as: "+err.Error())
+	case errors.Is(err, ErrCommandDisabled):
+		apiError(w, http.StatusConflict, err.Error())
+	case err != nil:
+		s.o.Log.Warn("api: control failed", "ref", r.PathValue("ref"), "command", cmd, "err", err)
+		apiError(w, http.StatusBadGateway, "the command could not be published; the host's log says why")
 	default:
 		writeJSON(w, http.StatusAccepted, acc)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/pkg/sessions"
 )
 
 const (
@@ -341,6 +342,16 @@ func TestAPIHoldsToItsContract(t *testing.T) {
 	testkit.WaitWithin(t, wait, "the reply typed into the session", func() bool {
 		return slices.ContainsFunc(w.inputs(), func(in string) bool { return strings.Contains(in, say["text"]) })
 	})
+	// A control command through the operator: the session pauses, then
+	// resumes, each recorded on the work item first.
+	ctl := "/api/v1/work-items/" + url.PathEscape(r) + "/session/"
+	c.check(t, mux, "POST", ctl+"reboot", operateToken, map[string]string{"as": alice}, false, 400)
+	c.check(t, mux, "POST", ctl+"pause", readToken, map[string]string{"as": alice}, false, 403)
+	c.check(t, mux, "POST", ctl+"pause", operateToken, map[string]string{"as": "nobody-known"}, false, 400)
+	c.check(t, mux, "POST", ctl+"pause", operateToken, map[string]string{"as": alice}, false, 202)
+	testkit.WaitWithin(t, wait, "the session paused", func() bool { return w.session(r).Status == sessions.Paused })
+	c.check(t, mux, "POST", ctl+"resume", operateToken, map[string]string{"as": alice}, false, 202)
+	testkit.WaitWithin(t, wait, "the session resumed", func() bool { return w.session(r).Status == sessions.Active })
 	// At the gate: a skip is refused (a person's answer decides a gate),
 	// and the gate is what attention lists.
 	c.check(t, mux, "POST", esc+"/graph/skip", operateToken, skip, false, 409)
