@@ -300,6 +300,8 @@ const (
 	WriteComment     WriteKind = "comment"
 	WriteCommentEdit WriteKind = "comment_edit"
 	WriteReaction    WriteKind = "reaction"
+	// WriteLabel: labels added to or removed from an issue (ID is 0).
+	WriteLabel WriteKind = "label"
 )
 
 // Write describes one committed write.
