@@ -61,7 +61,11 @@ func TestMayClaim(t *testing.T) {
 			e.Source = catalog.SourceSession
 			return e
 		}(), subject(catalog.Announcement), "does not raise it"},
-		{"a phase label from Slack", func() *loopv1.Event { e := markEv("slack:E10", ref, catalog.PhaseLabel, nil); e.Source = "slack"; return e }(),
+		{"a phase label from Slack", func() *loopv1.Event {
+			e := markEv("slack:E10", ref, catalog.PhaseLabel, nil)
+			e.Source = "slack"
+			return e
+		}(),
 			subject(catalog.PhaseLabel), "does not raise it"},
 		{"a graph override from Slack", func() *loopv1.Event { e := overrideEv("slack:E8", ref, "stuck"); e.Source = "slack"; return e }(),
 			subject(catalog.GraphOverride), "does not raise it"},
