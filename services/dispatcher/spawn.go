@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/services/dispatcher/internal/agent"
@@ -35,6 +36,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 		s.m.spawns.WithLabelValues("failed").Inc()
 		s.deps.Events.Emit(ctx, "session.spawn_failed", append(eventAttrs(in), slog.String("harness", h.Name()),
 			slog.String("tmux_target", target), slog.String("error", "workspace: "+err.Error()), slog.Bool("will_retry", !in.last))...)
+		s.marks.gaveUp(ctx, in, "the session's spawn")
 		return fmt.Errorf("workspace of %s: %w", in.ref, err)
 	}
 	c, err := s.claimSpawn(ctx, store, in, cmd, target, tokenHash, ws, h)
@@ -44,6 +46,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
+	s.marks.react(ctx, in, config.ReactionStarted)
 	// The graph starts with the session, before the boot prompt is
 	// rendered, so the prompt shows where the work item stands.
 	if err := s.gates.start(ctx, in, cmd); err != nil {
@@ -87,6 +90,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	s.m.deliveries.WithLabelValues("spawned").Inc()
 	s.deps.Events.Emit(ctx, "session.spawned", append(sessionAttrs(in, rec.Session),
 		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.templates().Mode)))...)
+	s.marks.spawned(ctx, in, rec.Session, c.prev == nil)
 	return nil
 }
 
@@ -179,6 +183,7 @@ func (s *Service) spawnFailed(ctx context.Context, store *sessions.Store, in *in
 	s.m.spawns.WithLabelValues("failed").Inc()
 	s.deps.Events.Emit(ctx, "session.spawn_failed", append(eventAttrs(in), slog.String("harness", s.set.Harness.Name()),
 		slog.String("tmux_target", target), slog.String("error", cause.Error()), slog.Bool("will_retry", !in.last))...)
+	s.marks.gaveUp(ctx, in, "the session's spawn")
 	return fmt.Errorf("spawn %s: %w", target, cause)
 }
 
@@ -193,6 +198,8 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	if target == "" {
 		target = tmux.Target(in.ref)
 	}
+	s.marks.alert(ctx, in, config.AlertSessionDied,
+		fmt.Sprintf("The session of %s (%s) was found dead; it is started again with the event that found it.", in.ref, target))
 	id, resumed := sess.HarnessSessionID, false
 	// The new process gets a new endpoint token: its hash is written
 	// before the process can use it, and replaces the old one once the
@@ -283,6 +290,7 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	s.deps.Events.Emit(ctx, "session.respawned", append(sessionAttrs(in, rec.Session),
 		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.templates().Mode)),
 		slog.Bool("resumed", resumed))...)
+	s.marks.react(ctx, in, config.ReactionCompleted)
 	return nil
 }
 
@@ -300,5 +308,6 @@ func (s *Service) averted(ctx context.Context, store *sessions.Store, in *input,
 	s.deps.Events.Emit(ctx, "dispatch.succeeded", append(eventAttrs(in),
 		slog.String("harness", sess.Harness), slog.String("via", s.set.Runner), slog.String("tmux_target", target),
 		slog.Bool("respawn_averted", true))...)
+	s.marks.react(ctx, in, config.ReactionCompleted)
 	return nil
 }
