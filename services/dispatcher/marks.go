@@ -53,7 +53,7 @@ func markEvent(id, ref string, typ catalog.Type, causation string, n *loopv1.Not
 // react asks for the reaction of state (config.ReactionStarted, …) on what
 // in's event is about: the comment it is, or records, or else the work item.
 func (mk *marker) react(ctx context.Context, in *input, state string) {
-	if mk == nil || mk.config().Routing.Reactions.Content(state) == "" {
+	if mk == nil || mk.config().Routing.Reactions.Content(state) == "" || !onGitHub(in.ref) {
 		return
 	}
 	detail := reactionTarget(in.ev)
@@ -80,7 +80,8 @@ func reactionTarget(ev *loopv1.Event) map[string]string {
 		// A channel's reply: the loop acted on its record.
 		c = &loopv1.Comment{CommentId: ev.GetLedger().GetCommentId(), Url: ev.GetLedger().GetUrl()}
 	}
-	if c.GetCommentId() <= 0 {
+	if c.GetCommentId() <= 0 || c.GetReviewState() != "" {
+		// A review takes no reaction of its own: the work item gets it.
 		return d
 	}
 	d["comment_id"] = strconv.FormatInt(c.GetCommentId(), 10)
@@ -92,6 +93,10 @@ func reactionTarget(ev *loopv1.Event) map[string]string {
 	}
 	return d
 }
+
+// onGitHub reports whether ref is a GitHub issue or pull request, where the
+// ledger-writer can write a mark (a standing session's ref is not).
+func onGitHub(ref string) bool { return graphstate.WorkItemURL(ref) != "" }
 
 // alert raises an alert of kind about in's work item, when the config has
 // anyone to tell.
@@ -106,7 +111,7 @@ func (mk *marker) alert(ctx context.Context, in *input, kind, text string) {
 // announce asks for the announcement of sess, the first session of in's
 // work item. Its id is the work item's: the ledger records it once.
 func (mk *marker) announce(ctx context.Context, in *input, sess *sessions.Session) {
-	if mk == nil || !mk.tmux || sess == nil || sess.TmuxTarget == "" || !mk.config().Routing.Announce.Enabled {
+	if mk == nil || !mk.tmux || sess == nil || sess.TmuxTarget == "" || !mk.config().Routing.Announce.Enabled || !onGitHub(in.ref) {
 		return
 	}
 	mk.publish(ctx, markEvent(envelope.LoopID("announce", in.ref), in.ref, catalog.Announcement, in.ev.GetId(),
@@ -138,7 +143,7 @@ func (mk *marker) gaveUp(ctx context.Context, in *input, what string) {
 // node without one leaves the label as it is, as in the original). The id
 // is the entry's, so a renotify publishes it once.
 func (gs *gates) phase(ctx context.Context, ref string, st *graph.State) {
-	if st == nil || len(st.History) == 0 {
+	if st == nil || len(st.History) == 0 || !onGitHub(ref) {
 		return
 	}
 	g, ok := gs.config().Graphs.Registry().Get(st.Graph)

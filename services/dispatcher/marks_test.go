@@ -103,3 +103,38 @@ func TestMarksAndAlertsOfASession(t *testing.T) {
 		t.Errorf("%d announcements, want the first spawn's only", n)
 	}
 }
+
+// TestReactionTarget: a reaction goes on the comment the event is, or
+// records, in the repository its URL names; a review comment is reacted to
+// as one; a review, or activity, puts it on the work item itself.
+func TestReactionTarget(t *testing.T) {
+	t.Parallel()
+	for name, tt := range map[string]struct {
+		ev   *loopv1.Event
+		want map[string]string
+	}{
+		"a comment": {comment("github:octo/repo#3", 41, alice, "hi"), map[string]string{"comment_id": "41", "repo": "octo/repo"}},
+		"a comment on a linked pull request elsewhere": {&loopv1.Event{Body: &loopv1.Event_Comment{Comment: &loopv1.Comment{
+			CommentId: 42, Url: "https://github.com/octo/other/pull/9#issuecomment-42"}}}, map[string]string{"comment_id": "42", "repo": "octo/other"}},
+		"a review comment": {&loopv1.Event{Body: &loopv1.Event_Comment{Comment: &loopv1.Comment{
+			CommentId: 43, Path: "main.go", Url: "https://github.com/octo/repo/pull/9#discussion_r43"}}},
+			map[string]string{"comment_id": "43", "review": "true", "repo": "octo/repo"}},
+		"a review": {&loopv1.Event{Body: &loopv1.Event_Comment{Comment: &loopv1.Comment{CommentId: 44, ReviewState: "approved"}}}, map[string]string{}},
+		"a relayed record": {&loopv1.Event{Body: &loopv1.Event_LedgerRecord{LedgerRecord: &loopv1.LedgerRecord{Comment: &loopv1.Comment{
+			CommentId: 45, Url: "https://ghe.example/octo/repo/issues/3"}}}}, map[string]string{"comment_id": "45", "repo": "octo/repo"}},
+		"a channel's reply": {&loopv1.Event{Ledger: &loopv1.LedgerRef{CommentId: 46}, Body: &loopv1.Event_Reply{Reply: &loopv1.Reply{Text: "x"}}},
+			map[string]string{"comment_id": "46"}},
+		"activity": {labeled("github:octo/repo#3", "d1"), map[string]string{}},
+	} {
+		got := reactionTarget(tt.ev)
+		if len(got) != len(tt.want) {
+			t.Errorf("%s: %v, want %v", name, got, tt.want)
+			continue
+		}
+		for k, v := range tt.want {
+			if got[k] != v {
+				t.Errorf("%s: %v, want %v", name, got, tt.want)
+			}
+		}
+	}
+}
