@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,5 +167,56 @@ func TestAnnouncementOnce(t *testing.T) {
 	dl := e.dlq()
 	if len(dl) != 1 || !strings.Contains(dl[0].Reason, "invalid") {
 		t.Errorf("dead letters %+v, want the hostile announcement's", dl)
+	}
+}
+
+// TestAnnouncementSurvivesACrash: the writer dies right after claiming the
+// announcement, after writing it, and after marking it recorded; a fresh
+// writer leaves exactly one announcement on the work item, fans nothing out
+// and dead-letters nothing.
+func TestAnnouncementSurvivesACrash(t *testing.T) {
+	t.Parallel()
+	for _, at := range []step{stepClaimed, stepWritten, stepRecorded} {
+		t.Run("after-"+string(at), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, testTopology())
+			e.cfg = withMarks(e.cfg)
+			ref := "github:" + testRepo + "#7"
+			ev := markEv("loop:announce:crash-"+string(at), ref, catalog.Announcement,
+				map[string]string{"tmux_target": "loop-github-octo-repo-7", "harness": "claude"})
+			killed := make(chan struct{})
+			var once sync.Once
+			var a *writer
+			a = e.start("writer-a", append(crashOpts(), withHook(func(s step, id string) error {
+				if s != at || id != ev.GetId() {
+					return nil
+				}
+				var err error
+				once.Do(func() {
+					a.conn.Close()
+					close(killed)
+					err = errKilled
+				})
+				return err
+			}))...)
+			e.publish(ev)
+			select {
+			case <-killed:
+			case <-time.After(60 * time.Second):
+				t.Fatal("the writer never reached the step")
+			}
+			e.start("writer-b", crashOpts()...)
+			e.settled(t, ref, "loop:after-crash-"+string(at))
+			testkit.WaitWithin(t, 90*time.Second, "the inbox to drain", e.inboxEmpty)
+			if n := len(e.gh.Comments(testRepo, 7)); n != 1 {
+				t.Errorf("%d announcements, want exactly 1", n)
+			}
+			if n := len(e.fan.byID(ev.GetId())); n != 0 {
+				t.Errorf("the announcement was fanned out %d times", n)
+			}
+			if d := e.dlq(); len(d) != 0 {
+				t.Errorf("dead letters: %+v", d)
+			}
+		})
 	}
 }
