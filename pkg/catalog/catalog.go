@@ -68,6 +68,32 @@ const GatePaused Type = "gate.paused"
 // (docs/decisions/032-old-gate-messages-lose-their-buttons.md).
 const GateMoved Type = "gate.moved"
 
+// Alert is a notice too, but for people rather than a conversation: the
+// dispatcher publishes it to the inbox, as loop.in.<key>.loop.alert (the
+// ledger-writer passes it through unrecorded), when the loop itself needs a
+// person — a session spawned, a dispatch that failed for good, a session
+// found dead, an event dropped because its actor is not authorized. Its
+// notification body says what happened; Detail["alert"] names the kind, one
+// of the operator config's notifications.events. The Slack renderer posts it
+// to the collaborators of the roles that kind names, whatever the channel
+// subscribes to (docs/decisions/115-alerts-reactions-and-phase-labels.md).
+const Alert Type = "loop.alert"
+
+// The marks are the loop's own writes on GitHub about its work: a reaction on
+// the comment (or issue) the loop acted on, the work item's loop:<phase>
+// label, and the one comment announcing its first session. The dispatcher
+// publishes them to the inbox (source loop, notification body); the
+// ledger-writer — the only service that writes GitHub — applies them and
+// fans nothing out (docs/decisions/115-alerts-reactions-and-phase-labels.md).
+const (
+	Reaction     Type = "ledger.reaction"
+	PhaseLabel   Type = "ledger.phase"
+	Announcement Type = "ledger.announce"
+)
+
+// IsMark reports whether t is one of the marks above.
+func IsMark(t Type) bool { return t == Reaction || t == PhaseLabel || t == Announcement }
+
 // IsNotice reports whether t is one of the notices above: not a catalog
 // type, never recorded, and delivered by a channel to the conversation it
 // names whatever the channel subscribes to.
@@ -108,13 +134,17 @@ const (
 	// operator (and the person, when known), the move and its reason; the
 	// dispatcher applies the recorded event itself, never a read-back.
 	RecordOperator
+	// RecordAnnouncement: the record is the loop's marker-stamped comment
+	// saying how to attach to a work item's first session (the Announcement
+	// mark; no catalog type has it).
+	RecordAnnouncement
 )
 
 // Recorded reports whether the ledger-writer writes something to GitHub for an
 // event of this kind that arrives on the inbox.
 func (r Record) Recorded() bool {
 	switch r {
-	case RecordQuestion, RecordMirror, RecordAttributed, RecordIssue, RecordOperator:
+	case RecordQuestion, RecordMirror, RecordAttributed, RecordIssue, RecordOperator, RecordAnnouncement:
 		return true
 	}
 	return false
@@ -139,6 +169,8 @@ func (r Record) String() string {
 		return "is the ledger's own read-back"
 	case RecordOperator:
 		return "yes: marker-stamped operator record"
+	case RecordAnnouncement:
+		return "yes: marker-stamped session announcement"
 	}
 	return "unknown"
 }

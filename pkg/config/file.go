@@ -32,6 +32,10 @@ type Config struct {
 	Graphs   Graphs
 	// Standing is standingSessions: the sessions that own no work item.
 	Standing Standing
+	// Collaborators and Notifications are who is alerted when the loop
+	// itself needs a person (alerts.go).
+	Collaborators []Collaborator
+	Notifications Notifications
 	// Settings are the process settings (LOOP_*) the file sets through the
 	// original's keys, in file order; ApplySettings applies them at start.
 	Settings []FileSetting
@@ -81,6 +85,10 @@ type Routing struct {
 	Workspace Workspace
 	// SessionPerPR is routing.tmux.sessionPerPr.
 	SessionPerPR PRSessions
+	// Reactions and Announce are what the ledger-writer writes on GitHub
+	// about the loop's own work (alerts.go).
+	Reactions Reactions
+	Announce  Announce
 }
 
 // Control is routing.control: the control-keyword grammar's settings.

@@ -294,8 +294,7 @@ var (
 )
 
 const (
-	noTmux   = "the dispatcher keeps its tmux sessions by its own rules"
-	noNotify = "there are no daemon notifications; channels subscribe to events instead"
+	noTmux = "the dispatcher keeps its tmux sessions by its own rules"
 )
 
 // originalKeys are the original's keys besides the 0.7.0 model's, in the
@@ -349,12 +348,16 @@ func originalKeyTable() []origKey {
 		{path: "routing.maxConcurrentDispatches", kind: origIgnored, doc: "dispatch handles one event per partition at a time, LOOP_PARTITIONS at once"},
 		{path: "routing.dedupCacheSize", kind: origIgnored, doc: "duplicates are dropped by event id on the bus"},
 		{path: "routing.dispatchTimeoutSeconds", kind: origIgnored, doc: "the dispatcher bounds its own steps"},
-		{path: "routing.reactions", kind: origFeature, want: enabledOn, doc: "the-loop adds no reactions on GitHub"},
-		{path: "routing.announce", kind: origFeature, want: enabledOn, doc: "the-loop posts no session announcement"},
+		{path: "routing.reactions", kind: origCustom, doc: "the ledger-writer reacts on the comment (or issue) the loop acted on: `started` when a session is given it, `completed` or `error` after; present, on unless `enabled: false`; absent, no reactions",
+			custom: func(p *parser) field { return p.reactions }},
+		{path: "routing.announce", kind: origCustom, doc: "one comment on a work item when its first session is spawned, with the tmux session to attach to; present, on unless `enabled: false`",
+			custom: func(p *parser) field { return p.announce }},
 		{path: "standingSessions", kind: origCustom, doc: "read: named sessions that own no work item, each recorded on the ledger issue its entry names (`ledger`, this the-loop's own key; docs/decisions/118-standing-sessions-keep-a-ledger-issue.md); `harness`, `harnessArgs`, `cwd` and another `slack.channel` are warned about",
 			custom: func(p *parser) field { return p.standingSessions }},
-		{path: "collaborators", kind: origIgnored, doc: noNotify + "; the people who may act are routing.authorizedUsers"},
-		{path: "notifications", kind: origFeature, want: enabledOn, doc: noNotify},
+		{path: "collaborators", kind: origCustom, doc: "who is alerted: each `{handle, roles, notifications: {channels: [{type: slack, config: {channel-list: [ids]}}]}}`; a handle that is an authorizedUsers login is mentioned by its Slack id; the people who may act are still routing.authorizedUsers",
+			custom: func(p *parser) field { return p.collaborators }},
+		{path: "notifications", kind: origCustom, doc: "which alert (`work-item-spawned`, `dispatch-failed`, `session-died`, `event-dropped-unauthorized`) the Slack renderer posts to which collaborators' roles; present, on unless `enabled: false`",
+			custom: func(p *parser) field { return p.notificationsAt }},
 		{path: "channels.slack.botTokenEnv", kind: origFromEnv, setting: "LOOP_SLACK_BOT_TOKEN"},
 		{path: "channels.slack.appTokenEnv", kind: origFromEnv, setting: "LOOP_SLACK_APP_TOKEN"},
 		{path: "eventLog.enabled", kind: origBuiltIn, want: []string{"true"}, doc: "keeps its event log (loop.log, `the-loop events`)"},
@@ -506,6 +509,9 @@ func (p *parser) pollSources(v *yaml.Node, path string) {
 // setting each.
 func (p *parser) settle() {
 	l := &p.legacy
+	if p.notified != nil {
+		p.checkAlerts(p.notified)
+	}
 	// Intake: the webhook receiver, the poller, or both.
 	wh, whOK := yamlBool(orNull(l.webhook))
 	po, poOK := yamlBool(orNull(l.poll))

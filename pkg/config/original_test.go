@@ -214,7 +214,7 @@ func TestOriginalKeyKinds(t *testing.T) {
 		{name: "switched off by default", in: "selfDiagnosis:\n  repo: a/b\nstandingSessions:\n  sessions: [{name: x}]\n"},
 		{name: "switched off explicitly", in: "service:\n  enabled: false\n  port: 1\n"},
 		{name: "a key the original had not either", in: "routingX: 1\n", errs: []string{"routingX (line 2): unknown key"}},
-		{name: "switched on by default", in: "routing:\n  reactions:\n    started: eyes\n", warns: []string{"routing.reactions.started"}},
+		{name: "switched on by default", in: "service:\n  port: 1\n", warns: []string{"service.port"}},
 		{name: "read here now", in: "routing:\n  defaultHarness: cursor\n  interaction: {mode: cli}\n  workspace: {root: /w, strategy: clone}\n  tmux: {sessionPerPr: true, remainOnExit: true}\n",
 			warns: []string{"routing.tmux.remainOnExit"}, settings: []string{"LOOP_HARNESS=cursor", "LOOP_WORKSPACE_ROOT=/w", "LOOP_WORKSPACE_STRATEGY=clone"}},
 		{name: "an ignored section's keys each", in: "integrations:\n  jira:\n    api: {baseUrl: x, tokenEnv: Y}\n    cli: {}\n",

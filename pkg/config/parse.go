@@ -164,6 +164,9 @@ type parser struct {
 	graphFiles []graphFile
 	// legacy gathers the original's keys that make one setting together.
 	legacy legacy
+	// notified is the notifications section, checked against the
+	// collaborators once the whole file is read (alerts.go).
+	notified *yaml.Node
 }
 
 func (p *parser) fail(n *yaml.Node, path string, kind error, format string, args ...any) {

@@ -39,6 +39,8 @@ var types = []Type{
 	{"bus.record_failed", slog.LevelWarn, "The ledger could not record an event; it went to the DLQ."},
 	{"bus.dead_lettered", slog.LevelWarn, "A message exhausted its deliveries or failed permanently and was copied to LOOP_DLQ."},
 	{"bus.forged_event", slog.LevelWarn, "A consumer refused a message whose signature does not make it its publisher's (reason: unsigned, unknown-signer, bad-signature, not-allowed — a signer that may not raise its type); it went to the DLQ, unhandled."},
+	{"ledger.marked", slog.LevelInfo, "The ledger-writer wrote one of the loop's marks on GitHub: a reaction (state, content), the work item's phase label, loop: and its phase (label; changed false when it was already so) or the announcement of its first session."},
+	{"ledger.mark_failed", slog.LevelWarn, "The ledger-writer gave up on a mark (reason): it is best effort and never holds the work item's events back."},
 	{"bus.replayed", slog.LevelInfo, "A DLQ entry was republished under a new id (the-loop dlq replay)."},
 	{"channel.posted", slog.LevelInfo, "A channel rendered an event."},
 	{"channel.post_failed", slog.LevelWarn, "A channel failed to render an event."},

@@ -371,6 +371,7 @@ var labels = map[catalog.Type]string{
 	catalog.RecordFailed:           "Not recorded on the ledger",
 	catalog.GatePaused:             "Gate not moved: session paused",
 	catalog.GateMoved:              "Gate moved on",
+	catalog.Alert:                  "Alert",
 }
 
 // Label is the header's name for an event type; a custom type is its name.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/services/dispatcher/internal/tmux"
 )
@@ -140,6 +141,7 @@ func (s *Service) paste(ctx context.Context, store *sessions.Store, in *input, s
 		return err
 	}
 	p := s.render(in, false, s.gates.context(ctx, in.ref, verdict))
+	s.marks.react(ctx, in, config.ReactionStarted)
 	if paused, err := s.markPending(ctx, store, in); err != nil || paused {
 		return err
 	}
@@ -191,6 +193,7 @@ func (s *Service) typeInto(ctx context.Context, store *sessions.Store, in *input
 	s.m.deliveries.WithLabelValues("delivered").Inc()
 	s.deps.Events.Emit(ctx, "dispatch.succeeded", append(eventAttrs(in),
 		slog.String("harness", sess.Harness), slog.String("via", s.set.Runner), slog.String("tmux_target", target))...)
+	s.marks.react(ctx, in, config.ReactionCompleted)
 	return nil
 }
 
@@ -237,5 +240,6 @@ func (s *Service) failed(ctx context.Context, store *sessions.Store, in *input, 
 	s.deps.Events.Emit(ctx, record, append(eventAttrs(in),
 		slog.String("harness", sess.Harness), slog.String("via", s.set.Runner), slog.String("tmux_target", sess.TmuxTarget),
 		slog.String("error", cause.Error()), slog.Bool("will_retry", !in.last))...)
+	s.marks.gaveUp(ctx, in, record)
 	return cause
 }

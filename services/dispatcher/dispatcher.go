@@ -320,6 +320,7 @@ type Service struct {
 	panes    *panes
 	control  *controller
 	records  recorder
+	marks    *marker
 
 	// unavailable is why sessions cannot run here ("" when they can).
 	mu          sync.Mutex

@@ -176,6 +176,7 @@ func (gs *gates) complete(ctx context.Context, ref, source string) ([]byte, erro
 		return nil, err
 	}
 	// Moved (the notifications may have failed: err says so, after the log).
+	gs.phase(ctx, ref, st)
 	attrs := []slog.Attr{slog.String("work_item", ref), slog.String("graph", st.Graph), slog.String("from", t.From),
 		slog.String("to", t.To), slog.String("outcome", string(t.Outcome)), slog.String("source", source)}
 	gs.events.Emit(ctx, "graph.advanced", attrs...)

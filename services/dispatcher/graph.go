@@ -458,6 +458,7 @@ func (gs *gates) recordApproval(in *input, workdir, pattern string, a graph.Appr
 // failure is returned (the event is retried and renotify publishes them
 // again under the same ids).
 func (gs *gates) notify(ctx context.Context, ref string, st *graph.State, ns []graph.Notification, workdir string) error {
+	gs.phase(ctx, ref, st) // marks.go
 	maxChars := gs.config().Channels.Slack.MaxChars
 	for _, n := range ns {
 		ev, note := flow.Event(n, st, flow.Options{Workdir: workdir, MaxChars: maxChars})

@@ -47,6 +47,13 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 	}
 	if !s.instructs(cfg, in) {
 		s.records.drop(ctx, in, DropUnauthorized, slog.String("actor", in.actor))
+		if (in.actor != "" || in.slack != "") && in.ev.GetGithubActivity() == nil {
+			// A person's words the loop refused. A collaborator's
+			// comment names nobody, and lifecycle activity (a bot's CI,
+			// the ledger's own loop:<phase> label) is no one's request.
+			s.marks.alert(ctx, in, config.AlertDroppedUnauthorized,
+				fmt.Sprintf("An event of %s (%s) was dropped: its actor is not in routing.authorizedUsers.", in.ref, in.ev.GetType()))
+		}
 		return nil
 	}
 	if err := s.wholePayload(ctx, in); err != nil {

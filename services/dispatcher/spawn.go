@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/control"
 	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/services/dispatcher/internal/agent"
@@ -35,6 +36,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 		s.m.spawns.WithLabelValues("failed").Inc()
 		s.deps.Events.Emit(ctx, "session.spawn_failed", append(eventAttrs(in), slog.String("harness", h.Name()),
 			slog.String("tmux_target", target), slog.String("error", "workspace: "+err.Error()), slog.Bool("will_retry", !in.last))...)
+		s.marks.gaveUp(ctx, in, "the session's spawn")
 		return fmt.Errorf("workspace of %s: %w", in.ref, err)
 	}
 	c, err := s.claimSpawn(ctx, store, in, cmd, target, tokenHash, ws, h)
@@ -45,6 +47,7 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 		return fmt.Errorf("registry: %w", err)
 	}
 	st, standing := s.standing(in.ref)
+	s.marks.react(ctx, in, config.ReactionStarted)
 	var p string
 	if standing {
 		// A standing session has no graph: it boots with its directive
@@ -95,8 +98,12 @@ func (s *Service) spawn(ctx context.Context, store *sessions.Store, in *input, c
 	s.m.deliveries.WithLabelValues("spawned").Inc()
 	s.deps.Events.Emit(ctx, "session.spawned", append(sessionAttrs(in, rec.Session),
 		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.templates().Mode)))...)
-	if standing && announces(s.deps.Config(), st) {
-		s.announce(ctx, in, st, c.id, target)
+	if standing {
+		if announces(s.deps.Config(), st) {
+			s.announce(ctx, in, st, c.id, target)
+		}
+	} else {
+		s.marks.spawned(ctx, in, rec.Session, c.prev == nil)
 	}
 	return nil
 }
@@ -193,6 +200,7 @@ func (s *Service) spawnFailed(ctx context.Context, store *sessions.Store, in *in
 	s.m.spawns.WithLabelValues("failed").Inc()
 	s.deps.Events.Emit(ctx, "session.spawn_failed", append(eventAttrs(in), slog.String("harness", s.set.Harness.Name()),
 		slog.String("tmux_target", target), slog.String("error", cause.Error()), slog.Bool("will_retry", !in.last))...)
+	s.marks.gaveUp(ctx, in, "the session's spawn")
 	return fmt.Errorf("spawn %s: %w", target, cause)
 }
 
@@ -207,6 +215,8 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	if target == "" {
 		target = tmux.Target(in.ref)
 	}
+	s.marks.alert(ctx, in, config.AlertSessionDied,
+		fmt.Sprintf("The session of %s (%s) was found dead; it is started again with the event that found it.", in.ref, target))
 	id, resumed := sess.HarnessSessionID, false
 	// The new process gets a new endpoint token: its hash is written
 	// before the process can use it, and replaces the old one once the
@@ -302,6 +312,7 @@ func (s *Service) respawn(ctx context.Context, store *sessions.Store, in *input,
 	s.deps.Events.Emit(ctx, "session.respawned", append(sessionAttrs(in, rec.Session),
 		slog.String("runner", s.set.Runner), slog.String("interaction", string(s.templates().Mode)),
 		slog.Bool("resumed", resumed))...)
+	s.marks.react(ctx, in, config.ReactionCompleted)
 	return nil
 }
 
@@ -319,5 +330,6 @@ func (s *Service) averted(ctx context.Context, store *sessions.Store, in *input,
 	s.deps.Events.Emit(ctx, "dispatch.succeeded", append(eventAttrs(in),
 		slog.String("harness", sess.Harness), slog.String("via", s.set.Runner), slog.String("tmux_target", target),
 		slog.Bool("respawn_averted", true))...)
+	s.marks.react(ctx, in, config.ReactionCompleted)
 	return nil
 }

@@ -5,6 +5,7 @@ package dispatcher
 func (s *Service) wire() {
 	d, set := s.deps, s.set
 	s.records = recorder{events: d.Events, m: s.m}
+	s.marks = &marker{conn: d.Conn, config: d.Config, log: d.Log, tmux: set.Runner == RunnerTmux}
 	s.gates = &gates{conn: d.Conn, config: d.Config, log: d.Log, events: d.Events, gateWait: s.m.gateWait,
 		workdir: set.Workdir, sessions: &s.store}
 	s.endpoint = &sessionEndpoint{host: set.Host, addr: set.SessionAddr, urlHost: set.SessionEndpointHost, sessions: &s.store, gates: s.gates,

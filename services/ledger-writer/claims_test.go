@@ -66,6 +66,19 @@ func TestMayClaim(t *testing.T) {
 			e.Source, e.Actor = catalog.SourceSession, nil
 			return e
 		}(), subject(catalog.GraphOverride), "does not raise it"},
+		{"the loop's reaction", markEv("loop:r:1", ref, catalog.Reaction, nil), subject(catalog.Reaction), ""},
+		{"the loop's alert", markEv("loop:a:1", ref, catalog.Alert, nil), subject(catalog.Alert), ""},
+		{"an announcement from a session", func() *loopv1.Event {
+			e := markEv("s:E9", ref, catalog.Announcement, nil)
+			e.Source = catalog.SourceSession
+			return e
+		}(), subject(catalog.Announcement), "does not raise it"},
+		{"a phase label from Slack", func() *loopv1.Event {
+			e := markEv("slack:E10", ref, catalog.PhaseLabel, nil)
+			e.Source = "slack"
+			return e
+		}(),
+			subject(catalog.PhaseLabel), "does not raise it"},
 		{"a graph override from Slack", func() *loopv1.Event { e := overrideEv("slack:E8", ref, "stuck"); e.Source = "slack"; return e }(),
 			subject(catalog.GraphOverride), "does not raise it"},
 		{"a graph override from the loop", func() *loopv1.Event {

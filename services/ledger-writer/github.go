@@ -296,3 +296,71 @@ func carries(key []byte, b envelope.Binding, body, id string) bool {
 	l, err := envelope.ParseLedger(key, b, body)
 	return err == nil && l.ID == id
 }
+
+// react adds content to a comment of repo (commentID, of a pull request's
+// review when review is set) or to issue number itself (commentID 0).
+// GitHub answers a reaction its user already left with that reaction (200),
+// so a repeat adds nothing: the call is idempotent.
+func (g *ghClient) react(ctx context.Context, r repoRef, commentID int64, review bool, content string) error {
+	var resp *github.Response
+	var err error
+	switch {
+	case commentID != 0 && review:
+		_, resp, err = g.c.Reactions.CreatePullRequestCommentReaction(ctx, r.Owner, r.Repo, commentID, content)
+	case commentID != 0:
+		_, resp, err = g.c.Reactions.CreateIssueCommentReaction(ctx, r.Owner, r.Repo, commentID, content)
+	default:
+		_, resp, err = g.c.Reactions.CreateIssueReaction(ctx, r.Owner, r.Repo, r.Number, content)
+	}
+	g.observe(resp)
+	if err != nil {
+		return g.fail(ctx, err)
+	}
+	return nil
+}
+
+// phaseLabel makes label the only label of the issue that starts with
+// prefix: the others of the prefix are removed, then label is added when it
+// is missing. Reading first makes a repeat write nothing.
+func (g *ghClient) phaseLabel(ctx context.Context, r repoRef, prefix, label string) (changed bool, err error) {
+	var have []string
+	opts := &github.ListOptions{PerPage: 100}
+	for {
+		ls, resp, err := g.c.Issues.ListLabelsByIssue(ctx, r.Owner, r.Repo, r.Number, opts)
+		g.observe(resp)
+		if err != nil {
+			return false, g.fail(ctx, err)
+		}
+		for _, l := range ls {
+			have = append(have, l.GetName())
+		}
+		if resp.NextPage == 0 {
+			break
+		}
+		opts.Page = resp.NextPage
+	}
+	found := false
+	for _, name := range have {
+		switch {
+		case name == label:
+			found = true
+		case strings.HasPrefix(name, prefix):
+			resp, err := g.c.Issues.RemoveLabelForIssue(ctx, r.Owner, r.Repo, r.Number, name)
+			g.observe(resp)
+			if err != nil && (resp == nil || resp.StatusCode != http.StatusNotFound) {
+				// A 404 is a label someone removed meanwhile.
+				return changed, g.fail(ctx, err)
+			}
+			changed = true
+		}
+	}
+	if found {
+		return changed, nil
+	}
+	_, resp, err := g.c.Issues.AddLabelsToIssue(ctx, r.Owner, r.Repo, r.Number, []string{label})
+	g.observe(resp)
+	if err != nil {
+		return changed, g.fail(ctx, err)
+	}
+	return true, nil
+}

@@ -94,6 +94,9 @@ func (s *Service) handle(ctx context.Context, stop <-chan struct{}, ev *loopv1.E
 	if err := mayClaim(ev, d.Subject); err != nil {
 		return s.failed(ctx, ev, d, claimReason, err)
 	}
+	if catalog.IsMark(catalog.Type(ev.GetType())) {
+		return s.mark(ctx, stop, ev, d)
+	}
 	entry, _ := catalog.Lookup(catalog.Type(ev.GetType()))
 	if !entry.Record.Recorded() {
 		return s.fanOut(ctx, stop, &b, ev, d, nil)

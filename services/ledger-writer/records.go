@@ -155,6 +155,14 @@ func composer(in renderInput, ev *loopv1.Event, kind catalog.Record, rec *record
 			return nil, err
 		}
 		return func(env string) string { return envelope.MarkSelfAuthored(head + "\n\n" + env) }, nil
+	case catalog.RecordAnnouncement:
+		// The loop's own words, marker-stamped so no ingress reads them
+		// back (marks.go).
+		head, err := announcement(ev)
+		if err != nil {
+			return nil, err
+		}
+		return func(env string) string { return envelope.MarkSelfAuthored(head + "\n\n" + env) }, nil
 	case catalog.RecordIssue:
 		// R3.6, abuse case 7: the repository and labels come from config
 		// only, the body is scrubbed and carries the envelope and no

@@ -65,9 +65,13 @@ func postedKey(channel, eventID string) string { return channel + "/" + eventID 
 // handle is the consumer's handler: decide, then deliver.
 func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery) error {
 	cfg := s.deps.Config().Channels.Slack
-	if catalog.Type(ev.GetType()) == catalog.GateMoved {
+	switch catalog.Type(ev.GetType()) {
+	case catalog.GateMoved:
 		// Not a message: an edit of the gate's own message (gates.go).
 		return s.moved(ctx, cfg, ev, d)
+	case catalog.Alert:
+		// For people, wherever their alerts go (alerts.go).
+		return s.alert(ctx, cfg, ev, d)
 	}
 	p, skip := route(cfg, ev)
 	log := s.deps.Log.With(slog.String("component", Name))
@@ -117,6 +121,9 @@ func (s *Service) deliver(ctx context.Context, cfg config.SlackChannel, ev *loop
 	msg, buttons, err := s.render(ctx, cfg, ev)
 	if err != nil {
 		return err
+	}
+	if len(p.mention) > 0 {
+		msg = withMentions(msg, p.mention)
 	}
 	rec, rev, outcome, err := s.recover(ctx, ev, ch, key, rec, rev, fresh)
 	if err != nil {

@@ -34,6 +34,8 @@ type plan struct {
 	// answer marks the replies to a person's own action (kickoff, the
 	// notices), delivered whatever the subscriptions.
 	answer bool
+	// mention are the Slack members an alert names (alerts.go).
+	mention []string
 }
 
 // route decides whether the Slack channel cfg gets ev, and where. It returns

@@ -14,9 +14,11 @@ import (
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
+	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/pkg/threads"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
@@ -57,6 +59,15 @@ func TestEveryLogTypeIsReadBack(t *testing.T) {
 	expect("bus.published", map[string]any{"work_item": r, "event_type": string(catalog.CommentHuman)})
 	expect("channel.posted", map[string]any{"work_item": r})
 	expect("graph.advanced", map[string]any{"work_item": r})
+	// The loop's marks: the phase label, and one it cannot write (a phase
+	// that is no label name), given up without a dead letter.
+	expect("ledger.marked", map[string]any{"work_item": r, "mark": string(catalog.PhaseLabel), "label": "loop:selection"})
+	bad := &loopv1.Event{Id: "loop:phase-bad", Source: catalog.SourceLoop, Type: string(catalog.PhaseLabel), Subject: r, Time: envelope.NewTime(time.Now()),
+		Body: &loopv1.Event_Notification{Notification: &loopv1.Notification{Detail: map[string]string{"phase": "no such phase!"}}}}
+	if err := w.override(w.conn, bad); err != nil {
+		t.Fatal(err)
+	}
+	expect("ledger.mark_failed", map[string]any{"event_id": "loop:phase-bad", "reason": "invalid"})
 
 	// People and strangers on Slack and GitHub.
 	w.say(aliceSlack, root, "Thinking about the phases.")

@@ -1,7 +1,8 @@
 // Package ghfake is an in-process HTTP fake of the part of the GitHub REST
-// API that the-loop calls: issues, issue comments, reactions, GET /user and
-// GET /rate_limit, as GitHub documents them (its tests check the fake's
-// answers against recorded ones).
+// API that the-loop calls: issues, issue comments, reactions, an issue's
+// labels, GET /user and GET /rate_limit, as GitHub documents them (its tests
+// check the fake's answers against recorded ones; the labels, which no
+// recording covers, follow GitHub's documentation: labels.go).
 // Tests of the ledger-writer and of ingress-github point a real client
 // (go-github, through BaseURL or WithEnterpriseURLs, or LOOP_GITHUB_API_URL)
 // at Server.URL and get GitHub's status codes, bodies and headers back,
@@ -300,6 +301,8 @@ const (
 	WriteComment     WriteKind = "comment"
 	WriteCommentEdit WriteKind = "comment_edit"
 	WriteReaction    WriteKind = "reaction"
+	// WriteLabel: labels added to or removed from an issue (ID is 0).
+	WriteLabel WriteKind = "label"
 )
 
 // Write describes one committed write.

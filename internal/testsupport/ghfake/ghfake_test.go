@@ -535,3 +535,32 @@ func TestWaitForComments(t *testing.T) {
 		t.Errorf("WaitForComments on a done context = %v, want context.Canceled", err)
 	}
 }
+
+// TestIssueLabels: an issue's labels are listed, added (as a bare array or
+// {"labels": [...]}, the answer is every label the issue then has) and
+// removed one by one (a label it does not have is 404).
+func TestIssueLabels(t *testing.T) {
+	s := New(t)
+	s.AddRepo("octo/repo")
+	s.AddToken("tok", "loop-bot")
+	is := s.AddIssue("octo/repo", "alice", "t", "b", "bug")
+	c := github.NewClient(s.Client()).WithAuthToken("tok")
+	c.BaseURL, _ = url.Parse(s.URL())
+	ctx := context.Background()
+	if _, _, err := c.Issues.AddLabelsToIssue(ctx, "octo", "repo", is.Number, []string{"loop:design", "bug"}); err != nil {
+		t.Fatal(err)
+	}
+	ls, _, err := c.Issues.ListLabelsByIssue(ctx, "octo", "repo", is.Number, nil)
+	if err != nil || len(ls) != 2 || ls[0].GetName() != "bug" || ls[1].GetName() != "loop:design" {
+		t.Fatalf("labels %v, %v", ls, err)
+	}
+	if _, err := c.Issues.RemoveLabelForIssue(ctx, "octo", "repo", is.Number, "loop:design"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := c.Issues.RemoveLabelForIssue(ctx, "octo", "repo", is.Number, "loop:design"); err == nil || resp.StatusCode != 404 {
+		t.Errorf("removing a label the issue lacks: %v", err)
+	}
+	if got, _ := s.Issue("octo/repo", is.Number); len(got.Labels) != 1 || got.Labels[0] != "bug" {
+		t.Errorf("labels %v", got.Labels)
+	}
+}

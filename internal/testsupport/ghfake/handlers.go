@@ -42,6 +42,7 @@ var reactionContents = []string{"+1", "-1", "laugh", "confused", "heart", "hoora
 func (s *Server) routeLocked(c *call) *response {
 	seg := c.segs
 	get, post, patch := c.method == http.MethodGet, c.method == http.MethodPost, c.method == http.MethodPatch
+	del := c.method == http.MethodDelete
 	switch {
 	case len(seg) == 1 && seg[0] == "user" && get:
 		return s.jsonResponse(http.StatusOK, renderUser(c.api, s.userLocked(c.login)))
@@ -76,6 +77,12 @@ func (s *Server) routeLocked(c *call) *response {
 		doc, h = docCreateComment, s.createCommentHTTPLocked
 	case len(rest) == 2 && rest[0] != "comments" && rest[1] == "reactions" && post:
 		doc, h = docReactIssue, s.reactIssueLocked
+	case len(rest) == 2 && rest[0] != "comments" && rest[1] == "labels" && get: // labels.go
+		doc, h = docListLabels, s.listLabelsLocked
+	case len(rest) == 2 && rest[0] != "comments" && rest[1] == "labels" && post:
+		doc, h = docAddLabels, s.addLabelsHTTPLocked
+	case len(rest) == 3 && rest[0] != "comments" && rest[1] == "labels" && del:
+		doc, h = docRemoveLabel, s.removeLabelLocked
 	default:
 		return s.errorResponse(http.StatusNotFound, "Not Found", docRoot)
 	}
