@@ -69,6 +69,9 @@ var apiRoutes = []Route{
 	{Method: http.MethodPost, Path: "/work-items/{ref}/session/{command}", Operate: true, handle: (*server).apiControl},
 	{Method: http.MethodGet, Path: "/sessions", handle: (*server).apiSessions},
 	{Method: http.MethodGet, Path: "/sessions/{ref}/transcript", handle: (*server).apiTranscript},
+	{Method: http.MethodGet, Path: "/standing", handle: (*server).apiStanding},
+	{Method: http.MethodPost, Path: "/standing/{name}/control/{command}", Operate: true, handle: (*server).apiStandingCommand},
+	{Method: http.MethodPost, Path: "/standing/{name}/say", Operate: true, handle: (*server).apiStandingSay},
 	{Method: http.MethodGet, Path: "/dead-letters", handle: (*server).apiDeadLetters},
 	{Method: http.MethodPost, Path: "/dead-letters/{seq}/replay", Operate: true, handle: (*server).apiReplay},
 	{Method: http.MethodGet, Path: "/attention", handle: (*server).apiAttention},
@@ -815,26 +818,8 @@ func (s *server) apiReply(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusForbidden, "this host cannot send a reply: it needs the operator identity and LOOP_ADMIN_TOKEN")
 		return
 	}
-	var body struct {
-		Text string `json:"text"`
-		As   string `json:"as"`
-	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		apiError(w, http.StatusBadRequest, "the body is a JSON object with text and as: "+oneLine(err.Error()))
-		return
-	}
-	body.Text = strings.TrimSpace(body.Text)
-	switch {
-	case body.Text == "":
-		apiError(w, http.StatusBadRequest, "text is required")
-		return
-	case len(body.Text) > maxReply:
-		apiError(w, http.StatusBadRequest, fmt.Sprintf("text is at most %d bytes", maxReply))
-		return
-	case body.As == "":
-		apiError(w, http.StatusBadRequest, "as is required: the GitHub login of the person replying, as routing.authorizedUsers names them")
+	as, text, ok := personBody(w, r, true)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
@@ -850,16 +835,8 @@ func (s *server) apiReply(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	acc, err := s.o.Operator.Reply(ctx, Reply{Ref: ref, Text: body.Text, As: body.As})
-	switch {
-	case errors.Is(err, ErrUnknownPerson):
-		apiError(w, http.StatusBadRequest, "as: "+err.Error())
-	case err != nil:
-		s.o.Log.Warn("api: reply failed", "ref", ref, "err", err)
-		apiError(w, http.StatusBadGateway, "the reply could not be published; the host's log says why")
-	default:
-		writeJSON(w, http.StatusAccepted, acc)
-	}
+	acc, err := s.o.Operator.Reply(ctx, Reply{Ref: ref, Text: text, As: as})
+	s.answerOperation(w, acc, err, "the reply")
 }
 
 func (s *server) apiControl(w http.ResponseWriter, r *http.Request) {
@@ -872,26 +849,160 @@ func (s *server) apiControl(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "the command is one of "+strings.Join(sessionCommands, ", "))
 		return
 	}
-	var body struct {
-		As string `json:"as"`
-	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil || body.As == "" {
-		apiError(w, http.StatusBadRequest, "the body is a JSON object with as: the GitHub login of the person, as routing.authorizedUsers names them")
+	as, _, ok := personBody(w, r, false)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
-	acc, err := s.o.Operator.Control(ctx, Control{Ref: r.PathValue("ref"), Command: cmd, As: body.As})
+	acc, err := s.o.Operator.Control(ctx, Control{Ref: r.PathValue("ref"), Command: cmd, As: as})
+	s.answerOperation(w, acc, err, "the "+cmd)
+}
+
+// StandingSession is one standing session as the API lists it: its entry
+// in the config and how its session stands.
+type StandingSession struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Ledger      string `json:"ledger"`
+	AutoStart   bool   `json:"autoStart"`
+	Slack       bool   `json:"slack"`
+	Status      string `json:"status"`
+}
+
+func (s *server) apiStanding(w http.ResponseWriter, r *http.Request) {
+	if !s.observer(w) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	store, err := sessions.Open(ctx, s.o.Observer)
+	if err != nil {
+		s.readFailed(w, "the sessions", err)
+		return
+	}
+	st := s.o.Config().Standing
+	out := []StandingSession{}
+	for _, e := range st.Sessions {
+		x := StandingSession{Name: e.Name, Description: e.Description, Ledger: e.Ledger, AutoStart: e.AutoStart, Slack: e.Slack, Status: "not running"}
+		if !st.Enabled {
+			x.Status = "off (standingSessions.enabled)"
+		} else if e.Ledger == "" {
+			x.Status = "cannot start: no ledger issue"
+		} else if rec, _, err := store.Get(ctx, e.Ledger); err == nil && rec.Session.Live() {
+			x.Status = string(rec.Session.Status)
+		}
+		out = append(out, x)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"enabled": st.Enabled, "sessions": out})
+}
+
+// standingEntry finds the standing session the request names, answering
+// 404 when the config has none by that name, 409 when it cannot run.
+func (s *server) standingEntry(w http.ResponseWriter, r *http.Request) (string, bool) {
+	st := s.o.Config().Standing
+	for _, e := range st.Sessions {
+		if e.Name != r.PathValue("name") {
+			continue
+		}
+		if !st.Enabled || e.Ledger == "" {
+			apiError(w, http.StatusConflict, "standing session "+e.Name+" cannot run: standingSessions.enabled is off or its entry names no ledger issue")
+			return "", false
+		}
+		return e.Ledger, true
+	}
+	apiError(w, http.StatusNotFound, "no standing session "+strconv.Quote(r.PathValue("name"))+" in standingSessions")
+	return "", false
+}
+
+// personBody reads a body that names the person acting, and, with text,
+// what they say.
+func personBody(w http.ResponseWriter, r *http.Request, text bool) (as, said string, ok bool) {
+	var body struct {
+		As   string `json:"as"`
+		Text string `json:"text"`
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&body)
+	body.Text = strings.TrimSpace(body.Text)
+	switch {
+	case err != nil || body.As == "":
+		apiError(w, http.StatusBadRequest, "the body is a JSON object with as: the GitHub login of the person, as routing.authorizedUsers names them")
+		return "", "", false
+	case text && body.Text == "":
+		apiError(w, http.StatusBadRequest, "text is required")
+		return "", "", false
+	case !text && body.Text != "":
+		apiError(w, http.StatusBadRequest, "a command takes no text")
+		return "", "", false
+	case len(body.Text) > maxReply:
+		apiError(w, http.StatusBadRequest, fmt.Sprintf("text is at most %d bytes", maxReply))
+		return "", "", false
+	}
+	return body.As, body.Text, true
+}
+
+func (s *server) apiStandingCommand(w http.ResponseWriter, r *http.Request) {
+	cmd := r.PathValue("command")
+	if cmd != "start" && cmd != "stop" {
+		apiError(w, http.StatusBadRequest, "the command is start or stop (say has its own body)")
+		return
+	}
+	if s.o.Operator == nil {
+		apiError(w, http.StatusForbidden, "this host cannot send a command: it needs the operator identity and LOOP_ADMIN_TOKEN")
+		return
+	}
+	ledger, ok := s.standingEntry(w, r)
+	if !ok {
+		return
+	}
+	as, _, ok := personBody(w, r, false)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	acc, err := s.o.Operator.Control(ctx, Control{Ref: ledger, Command: cmd, As: as})
+	s.answerOperation(w, acc, err, "the "+cmd)
+}
+
+func (s *server) apiStandingSay(w http.ResponseWriter, r *http.Request) {
+	if s.o.Operator == nil {
+		apiError(w, http.StatusForbidden, "this host cannot send a message: it needs the operator identity and LOOP_ADMIN_TOKEN")
+		return
+	}
+	ledger, ok := s.standingEntry(w, r)
+	if !ok {
+		return
+	}
+	as, text, ok := personBody(w, r, true)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	if store, err := sessions.Open(ctx, s.o.Observer); err == nil {
+		if rec, _, err := store.Get(ctx, ledger); err == nil && !rec.Session.Live() {
+			apiError(w, http.StatusConflict, "standing session "+r.PathValue("name")+" is not running: start it first")
+			return
+		}
+	}
+	acc, err := s.o.Operator.Reply(ctx, Reply{Ref: ledger, Text: text, As: as})
+	s.answerOperation(w, acc, err, "the message")
+}
+
+// answerOperation answers an operator's publish: 202 with what was
+// accepted, or the refusal.
+func (s *server) answerOperation(w http.ResponseWriter, acc any, err error, what string) {
 	switch {
 	case errors.Is(err, ErrUnknownPerson):
 		apiError(w, http.StatusBadRequest, "as: "+err.Error())
 	case errors.Is(err, ErrCommandDisabled):
 		apiError(w, http.StatusConflict, err.Error())
 	case err != nil:
-		s.o.Log.Warn("api: control failed", "ref", r.PathValue("ref"), "command", cmd, "err", err)
-		apiError(w, http.StatusBadGateway, "the command could not be published; the host's log says why")
+		s.o.Log.Warn("api: publish failed", "what", what, "err", err)
+		apiError(w, http.StatusBadGateway, what+" could not be published; the host's log says why")
 	default:
 		writeJSON(w, http.StatusAccepted, acc)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/redact"
 	"github.com/the-loop/bus/pkg/sessions"
@@ -352,6 +353,20 @@ func TestAPIHoldsToItsContract(t *testing.T) {
 	testkit.WaitWithin(t, wait, "the session paused", func() bool { return w.session(r).Status == sessions.Paused })
 	c.check(t, mux, "POST", ctl+"resume", operateToken, map[string]string{"as": alice}, false, 202)
 	testkit.WaitWithin(t, wait, "the session resumed", func() bool { return w.session(r).Status == sessions.Active })
+	// Standing sessions: listed from the config with how each stands; one
+	// the config switches off is refused, one it does not name is not found.
+	w.update(func(cfg *config.Config) {
+		cfg.Standing = config.Standing{Sessions: []config.StandingSession{{Name: "watcher", Ledger: "github:octo/repo#50", Description: "watches"}}}
+	})
+	var std struct{ Sessions []statuspage.StandingSession }
+	_ = json.Unmarshal(c.check(t, mux, "GET", "/api/v1/standing", readToken, nil, false, 200), &std)
+	if len(std.Sessions) != 1 || std.Sessions[0].Name != "watcher" || !strings.HasPrefix(std.Sessions[0].Status, "off") {
+		t.Fatalf("standing = %+v, want watcher, off", std.Sessions)
+	}
+	c.check(t, mux, "POST", "/api/v1/standing/watcher/control/start", operateToken, map[string]string{"as": alice}, false, 409)
+	c.check(t, mux, "POST", "/api/v1/standing/nobody/control/start", operateToken, map[string]string{"as": alice}, false, 404)
+	c.check(t, mux, "POST", "/api/v1/standing/watcher/say", operateToken, map[string]string{"as": alice, "text": "hello"}, false, 409)
+	c.check(t, mux, "POST", "/api/v1/standing/watcher/say", readToken, map[string]string{"as": alice, "text": "hello"}, false, 403)
 	// At the gate: a skip is refused (a person's answer decides a gate),
 	// and the gate is what attention lists.
 	c.check(t, mux, "POST", esc+"/graph/skip", operateToken, skip, false, 409)
