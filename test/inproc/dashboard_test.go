@@ -23,6 +23,7 @@ import (
 	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/redact"
+	"github.com/the-loop/bus/pkg/sessions"
 )
 
 // browser is a headless Chromium on a page of the control plane.
@@ -63,6 +64,14 @@ func openBrowser(t *testing.T, url string) *browser {
 	return &browser{t: t, ctx: bctx, shots: t.ArtifactDir()}
 }
 
+// press clicks the element sel selects from the page's own script: the
+// page redraws on every update, so a node found through the browser's
+// protocol may be gone by the time it is clicked.
+func (b *browser) press(what, sel string) {
+	b.t.Helper()
+	b.await(what, fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()`, sel))
+}
+
 // await polls expr (a JavaScript expression) until it is true.
 func (b *browser) await(what, expr string) {
 	b.t.Helper()
@@ -74,7 +83,9 @@ func (b *browser) await(what, expr string) {
 
 func (b *browser) run(actions ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
-	if err := chromedp.Do(b.ctx, actions...); err != nil {
+	ctx, cancel := context.WithTimeout(b.ctx, wait)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
 		b.t.Fatal(err)
 	}
 }
@@ -181,6 +192,18 @@ func TestDashboardInABrowser(t *testing.T) {
 	b.await("the reply in the transcript", fmt.Sprintf(`(() => { const p = document.getElementById("transcript"); return p !== null && p.textContent.includes(%q) })()`, said))
 	b.shoot("4-replied.png")
 
+	// The sessions view: the operator, acting as alice, pauses the
+	// session and resumes it, each recorded on the issue first.
+	b.run(chromedp.Navigate(srv.URL+"/dashboard#sessions"), chromedp.SendKeys(chromedp.ID("acting-as"), alice), chromedp.Click(chromedp.ID("use-token")))
+	b.await("the session's row", fmt.Sprintf(`document.querySelector('tr.session[data-ref=%q] button.pause') !== null`, r))
+	b.press("pause pressed", fmt.Sprintf(`tr.session[data-ref=%q] button.pause`, r))
+	b.await("the pause requested", `document.getElementById("session-result").textContent.startsWith("requested pause")`)
+	testkit.WaitWithin(t, wait, "the session paused", func() bool { return w.session(r).Status == sessions.Paused })
+	b.await("the row says paused", fmt.Sprintf(`(() => { const tr = document.querySelector('tr.session[data-ref=%q]'); return tr && tr.children[1].textContent === "paused" })()`, r))
+	b.press("resume pressed", fmt.Sprintf(`tr.session[data-ref=%q] button.resume`, r))
+	testkit.WaitWithin(t, wait, "the session resumed", func() bool { return w.session(r).Status == sessions.Active })
+	b.shoot("5-sessions.png")
+
 	// Back to attention: the approval gate is there, drawn from the
 	// stream, the page never reloaded.
 	b.run(chromedp.Navigate(srv.URL + "/dashboard#attention"))
@@ -197,5 +220,5 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("the page was loaded %d times (%v), want once: it updates in place", n, err)
 	}
-	b.shoot("5-approval-gate.png")
+	b.shoot("6-approval-gate.png")
 }
