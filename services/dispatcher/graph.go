@@ -72,6 +72,11 @@ type gates struct {
 	// when a work item's session names none.
 	workdir  string
 	sessions *atomic.Pointer[sessions.Store]
+	// tests runs a verify-tests hook's command (hooks.go); runCtx bounds
+	// the runs, ended when the service stops.
+	tests  testRunner
+	runCtx context.Context
+	runs   testRuns
 
 	mu    sync.Mutex
 	store *graphstate.Store
@@ -115,10 +120,15 @@ func (gs *gates) context(ctx context.Context, ref string, verdict graph.Outcome)
 func (gs *gates) start(ctx context.Context, in *input, cmd control.Command) error {
 	cfg := gs.config()
 	name := cfg.Graphs.WorkItem
-	if cmd == control.Do || in.prFor != "" {
-		// A pull request's own session works what its reviews ask, then
-		// a person says done: the ad-hoc loop.
-		name = graph.AdhocGraph
+	adhoc, pr := graph.Companions(name)
+	switch {
+	case in.prFor != "":
+		// A pull request's own session: the ad-hoc loop (it works what
+		// its reviews ask, then a person says done), or the original's
+		// pull-request loop beside the original's work-item loop.
+		name = pr
+	case cmd == control.Do:
+		name = adhoc
 	}
 	g, ok := cfg.Graphs.Registry().Get(name)
 	if !ok {
