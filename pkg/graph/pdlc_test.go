@@ -258,3 +258,24 @@ func TestContextTellsTheChecks(t *testing.T) {
 		}
 	}
 }
+
+func TestAppendFeedback(t *testing.T) {
+	t.Parallel()
+	doc := []byte("---\nstatus: approved\n---\n# Design\n\nA cache.\n")
+	out := string(AppendFeedback(doc, "design-approval", OutcomeChangesRequested, t0, []Comment{
+		{Author: "alice", Body: "Please use a bounded cache.\nAnd measure it.", Provenance: Provenance{Channel: "slack", RecordURL: "https://x/1"}},
+		{Author: "bob", Body: "<!-- only an envelope -->"},
+	}))
+	for _, want := range []string{"# Design\n\nA cache.\n\n## Feedback at design-approval (changes-requested, 2026-05-04T09:30:00Z)",
+		"- @alice (via slack, https://x/1):\n  > Please use a bounded cache.\n  > And measure it.\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("feedback lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "@bob") {
+		t.Errorf("a comment without words was recorded:\n%s", out)
+	}
+	if got := AppendFeedback(doc, "x", OutcomeApproved, t0, nil); string(got) != string(doc) {
+		t.Error("no comments changed the document")
+	}
+}

@@ -308,6 +308,11 @@ func (gs *gates) advanced(ctx context.Context, in *input, workdir string, st *gr
 			gs.recordApproval(in, workdir, n.Artifact, a)
 		}
 	}
+	if n := g.Node(t.From); n != nil {
+		for _, h := range n.ExitHooks(graph.HookRecordFeedback) {
+			gs.recordFeedback(in, workdir, h.Artifact, t)
+		}
+	}
 	gs.moved(ctx, in, g, t, ans.left, workdir)
 	return gs.notify(ctx, in.ref, st, t.Notifications, workdir)
 }
@@ -461,6 +466,22 @@ func (gs *gates) recordApproval(in *input, workdir, pattern string, a graph.Appr
 	default:
 		gs.log.Info("dispatcher: approval written into the artifact's front matter", "work_item", in.ref,
 			"node", a.Node, "artifact", name, "login", a.Login)
+	}
+}
+
+// recordFeedback appends the comments that decided t into the artifact
+// (the record-feedback hook); an artifact that is not there is skipped, and
+// the log says so.
+func (gs *gates) recordFeedback(in *input, workdir, pattern string, t graph.Transition) {
+	name, err := flow.WriteFeedback(workdir, pattern, t.From, t.Outcome, time.Now().UTC(), t.Comments)
+	switch {
+	case errors.Is(err, flow.ErrNoArtifact):
+		gs.log.Info("dispatcher: feedback not recorded: the artifact is not in the session's workspace",
+			"work_item", in.ref, "node", t.From, "artifact", pattern)
+	case err != nil:
+		gs.log.Warn("dispatcher: feedback not recorded", "work_item", in.ref, "node", t.From, "artifact", name, "err", err)
+	default:
+		gs.log.Info("dispatcher: feedback recorded in the artifact", "work_item", in.ref, "node", t.From, "artifact", name)
 	}
 }
 

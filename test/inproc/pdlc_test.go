@@ -129,8 +129,17 @@ func TestOriginalWorkItemLoopEndToEnd(t *testing.T) {
 	w.writeArtifact(r, "testing-plan.md", planDoc)
 	w.complete(r)
 	w.waitNode(r, "design-approval")
-	w.comment(number, alice, "LGTM")
+	w.comment(number, alice, "LGTM, and the matrix looks right")
 	w.waitNode(r, "tasks-breakdown")
+	// record-feedback: the deciding words travel with both documents.
+	for _, name := range []string{"design.md", "testing-plan.md"} {
+		if !testkit.Poll(wait, func() bool {
+			doc := w.readArtifact(r, name)
+			return strings.Contains(doc, "## Feedback at design-approval (approved") && strings.Contains(doc, "> LGTM, and the matrix looks right")
+		}) {
+			t.Errorf("the design gate's feedback is not in %s:\n%s", name, w.readArtifact(r, name))
+		}
+	}
 	w.writeArtifact(r, "tasks.md", "---\nstatus: approved\n---\n# Task list\n\n- [ ] add the cache\n")
 	w.complete(r)
 	w.waitNode(r, "implementation")

@@ -416,3 +416,27 @@ func cutLine(s string) (lineCut, bool) {
 	line, after, _ := strings.Cut(s, "\n")
 	return lineCut{line: line, after: after}, true
 }
+
+// WriteFeedback appends the comments that decided gate node into the first
+// alternative of pattern present in workdir (graph.AppendFeedback). It
+// returns the file's name, or ErrNoArtifact when none is there.
+func WriteFeedback(workdir, pattern, node string, outcome graph.Outcome, at time.Time, comments []graph.Comment) (string, error) {
+	name, text, err := ReadArtifact(workdir, pattern)
+	if err != nil {
+		return name, err
+	}
+	out := graph.AppendFeedback(text, node, outcome, at, comments)
+	if string(out) == string(text) {
+		return name, nil
+	}
+	root, err := os.OpenRoot(workdir)
+	if err != nil {
+		return name, err
+	}
+	defer root.Close()
+	mode := fs.FileMode(0o644)
+	if fi, err := root.Stat(filepath.FromSlash(name)); err == nil {
+		mode = fi.Mode().Perm()
+	}
+	return name, root.WriteFile(filepath.FromSlash(name), out, mode)
+}
