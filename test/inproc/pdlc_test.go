@@ -97,6 +97,7 @@ func TestOriginalWorkItemLoopEndToEnd(t *testing.T) {
 			t.Errorf("the refusal does not say %q: %s", want, msg)
 		}
 	}
+	w.waitLog("graph.held", map[string]any{"work_item": r, "node": "brainstorming"})
 	if st := w.state(r); st.Current != "brainstorming" || !strings.Contains(st.Reason, "Open questions") {
 		t.Errorf("after the refusal: at %s, reason %q", st.Current, st.Reason)
 	}
