@@ -87,6 +87,11 @@ func (h Hook) CheckArtifact(name string, doc []byte) []string {
 	}
 	if h.Locked {
 		if st := strings.TrimSpace(fmt.Sprint(front["status"])); st != "approved" {
+			// The agent's own words: one short line of them.
+			st = strings.Join(strings.Fields(st), " ")
+			if r := []rune(st); len(r) > 40 {
+				st = string(r[:40]) + "…"
+			}
 			if front["status"] == nil {
 				st = "(unset)"
 			}
