@@ -64,7 +64,7 @@ func ContextWith(s *State, g *Graph, o ContextOptions) string {
 			line("  instructions: ", strings.Join(strings.Fields(n.Instructions), " "))
 		}
 		for _, h := range n.Exit {
-			line("  checked before done is accepted: ", hookSummary(h))
+			line("  checked before done is accepted: ", h.Summary())
 		}
 		line("  when this node's work is done, run: the-loop graph complete ", s.Ref)
 		if _, ok := n.On[OutcomeEscalate]; ok && (n.Instructions != "" || len(n.Exit) > 0) {
@@ -79,8 +79,8 @@ func ContextWith(s *State, g *Graph, o ContextOptions) string {
 	return b.String()
 }
 
-// hookSummary says in one line what an exit hook checks.
-func hookSummary(h Hook) string {
+// Summary says in one line what an exit hook checks or does.
+func (h Hook) Summary() string {
 	switch h.Name {
 	case HookValidateArtifacts:
 		var parts []string
@@ -112,6 +112,8 @@ func hookSummary(h Hook) string {
 			return "the tests pass (" + strings.Join(h.Command, " ") + ")"
 		}
 		return "the repository's test command passes"
+	case HookRecordFeedback:
+		return "the deciding comments are recorded in " + strings.ReplaceAll(h.Artifact, "|", " or ")
 	}
 	return string(h.Name)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -163,7 +164,11 @@ func (ep *sessionEndpoint) graphView(ctx context.Context, _ *http.Request, ref s
 	v.Description = g.Description
 	for _, n := range g.Nodes {
 		gn := sessionapi.GraphNode{Name: n.Name, Actor: string(n.Actor), Phase: n.Phase, Artifact: n.Artifact,
-			Gate: string(n.Gate), Terminal: n.Terminal, Current: n.Name == st.Current}
+			Gate: string(n.Gate), Terminal: n.Terminal, Current: n.Name == st.Current,
+			Skipped: slices.Contains(st.Skips, n.Name), Instructions: n.Instructions}
+		for _, h := range n.Exit {
+			gn.Checks = append(gn.Checks, h.Summary())
+		}
 		if len(n.On) > 0 {
 			gn.On = map[string]string{}
 			for o, to := range n.On {

@@ -47,7 +47,16 @@ func TestPRLoopForTheOriginalsWorkItem(t *testing.T) {
 		}
 	}
 	e.waitNode(pr, "self-review")
-	err := c.Complete(ctx, pr, nil)
+	v, err := c.Graph(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range v.Nodes {
+		if n.Current && (n.Name != "self-review" || len(n.Checks) != 1 || !strings.Contains(n.Checks[0], "execution-log.md has front matter status; Review cycles")) {
+			t.Errorf("graph show's current node = %+v", n)
+		}
+	}
+	err = c.Complete(ctx, pr, nil)
 	var se *sessionapi.Error
 	if !errors.As(err, &se) || se.Status != http.StatusConflict || !strings.Contains(se.Message, "execution-log.md is not written") {
 		t.Fatalf("self-review without its log: %v", err)
