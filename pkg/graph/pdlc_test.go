@@ -279,3 +279,50 @@ func TestAppendFeedback(t *testing.T) {
 		t.Error("no comments changed the document")
 	}
 }
+
+// Each of the original's loops reaches complete from its start when every
+// agent says done and every person approves, raising each gate's
+// notification on the way and work-item-complete at the end.
+func TestOriginalLoopsWalkToComplete(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{PDLCWorkItemGraph, PDLCPRGraph, PDLCContributionGraph, PDLCAdhocGraph} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := builtin(t, name)
+			s, notes, err := New(g, ref, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raised := types(notes)
+			for steps := 0; !s.Terminal(); steps++ {
+				if steps > 2*len(g.Nodes) {
+					t.Fatalf("no end after %d steps: at %s", steps, s.Current)
+				}
+				n := g.Node(s.Current)
+				var tr Transition
+				if n.IsGate() {
+					body := map[Classifier]string{Feedback: "LGTM", Reply: "done", Execute: "- [x] design-critic-review\nthe-loop execute"}[n.Gate]
+					tr, err = s.Apply(g, GateInput{Comments: []Comment{{Author: "alice", Body: body}}, Authorized: everyone,
+						ExecuteKeyword: "the-loop execute", At: t0})
+				} else {
+					tr, err = s.Advance(g, OutcomeDone, t0)
+				}
+				if err != nil || !tr.Moved() {
+					t.Fatalf("at %s: %v (moved %v)", n.Name, err, tr.Moved())
+				}
+				raised = append(raised, types(tr.Notifications)...)
+			}
+			if s.Current != NodeComplete || s.Status != StatusComplete {
+				t.Fatalf("ended at %s (%s)", s.Current, s.Status)
+			}
+			for _, n := range g.Nodes {
+				if n.IsGate() && !slices.Contains(raised, n.Notify) {
+					t.Errorf("gate %s never raised %s", n.Name, n.Notify)
+				}
+			}
+			if !slices.Contains(raised, catalog.WorkItemComplete) {
+				t.Error("no work-item-complete")
+			}
+		})
+	}
+}
