@@ -21,7 +21,7 @@ import (
 // (docs/agents.md); a command file naming another is a mistake an agent
 // would only find at run time.
 var agentVerbs = []string{
-	"ask", "check", "graph show", "graph complete", "sessions register", "sessions link-pr",
+	"ask", "check", "graph show", "graph complete", "graph escalate", "sessions register", "sessions link-pr",
 	"instructions", "scenarios", "hook",
 }
 

@@ -69,6 +69,9 @@ func graphShow(ctx context.Context, env config.Env, stdout io.Writer, asJSON boo
 		if n.Terminal {
 			actor += ", terminal"
 		}
+		if n.Skipped {
+			actor += ", skipped"
+		}
 		var edges []string
 		for _, o := range []string{"done", "execute", "approved", "approved-with-comments", "changes-requested", "more-work", "escalate"} {
 			if to, ok := n.On[o]; ok {
@@ -77,7 +80,20 @@ func graphShow(ctx context.Context, env config.Env, stdout io.Writer, asJSON boo
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", mark, n.Name, actor, n.Phase, n.Artifact, strings.Join(edges, " "))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range v.Nodes {
+		if n.Current && (n.Instructions != "" || len(n.Checks) > 0) {
+			if n.Instructions != "" {
+				fmt.Fprintf(stdout, "%s: %s\n", n.Name, n.Instructions)
+			}
+			for _, c := range n.Checks {
+				fmt.Fprintf(stdout, "%s is done once %s\n", n.Name, c)
+			}
+		}
+	}
+	return nil
 }
 
 // sessionsRegister records the conversation id the session's harness chose

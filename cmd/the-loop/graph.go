@@ -14,6 +14,7 @@ import (
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/services/dispatcher"
+	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
 // cmdGraph shows or moves a work item's process graph by asking the
@@ -30,12 +31,14 @@ import (
 //     operator credential.
 //   - advance REF --to NODE, skip REF, force REF --to NODE, escalate REF,
 //     each with --reason TEXT [--as LOGIN]: the operator's escape hatch
-//     (graphoverride.go). Never from an agent session.
+//     (graphoverride.go). Never from an agent session, but for escalate
+//     --reason TEXT, which there hands the session's own agent node to a
+//     person (the graph's escalated end).
 //
 // With no dispatcher running the verb says so at once.
 func cmdGraph(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
 	const usage = "graph status|complete REF, graph advance|force REF --to NODE --reason TEXT, graph skip|escalate REF --reason TEXT, " +
-		"or inside an agent session: graph show|status|complete"
+		"or inside an agent session: graph show|status|complete, graph escalate --reason TEXT"
 	if len(args) == 0 {
 		return fmt.Errorf("%w: %s", errUsage, usage)
 	}
@@ -62,6 +65,11 @@ func cmdGraph(ctx context.Context, args []string, env config.Env, stdout, stderr
 		ref = fs.Arg(0)
 	} else if fs.NArg() > 0 {
 		return fmt.Errorf("%w: %s", errUsage, usage)
+	}
+	if graph.Action(verb) == graph.ActionEscalate && inSession(env) {
+		// A session hands its own node to a person: not the operator's
+		// hatch, the session endpoint's escalate.
+		return sessionEscalate(ctx, env, stdout, ref, ov)
 	}
 	if override {
 		// Refused before anything else, whatever the arguments: a session
@@ -219,6 +227,36 @@ func graphStatus(ctx context.Context, env config.Env, stdout io.Writer, ref stri
 	return nil
 }
 
+// sessionEscalate hands the session's own agent node to a person through
+// the session endpoint; the reason reaches them with the escalation.
+func sessionEscalate(ctx context.Context, env config.Env, stdout io.Writer, ref string, f overrideFlags) error {
+	reason := strings.TrimSpace(*f.reason)
+	switch {
+	case reason == "":
+		return fmt.Errorf("%w: graph escalate --reason TEXT (say why a person is needed)", errUsage)
+	case *f.as != "":
+		return fmt.Errorf("%w: graph escalate in a session takes no --as: the session escalates as itself", errUsage)
+	case ref != "" && ref != sessionRef(env):
+		return fmt.Errorf("%w: a session escalates only its own work item (%s)", errUsage, sessionRef(env))
+	}
+	client, err := sessionClient(env)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, graphTimeout)
+	defer cancel()
+	var ans dispatcher.GraphCompleted
+	if err := client.Escalate(rctx, ref, reason, &ans); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %s escalated to a person; now at %s\n", ans.Ref, ans.From, ans.To)
+	return nil
+}
+
+// sessionCompleteTimeout bounds a session's complete: its node's tests may
+// run first, as long as a verify-tests hook allows.
+const sessionCompleteTimeout = time.Duration(graph.MaxTestTimeoutSeconds)*time.Second + 5*time.Minute
+
 // graphComplete moves ref on. Inside an agent session (LOOP_SESSION_URL set)
 // it asks the session endpoint, which lets a session complete only its own
 // work item's node; elsewhere it is the operator's request on the bus.
@@ -229,9 +267,15 @@ func graphComplete(ctx context.Context, env config.Env, stdout io.Writer, ref st
 		if err != nil {
 			return err
 		}
-		rctx, cancel := context.WithTimeout(ctx, graphTimeout)
+		rctx, cancel := context.WithTimeout(ctx, sessionCompleteTimeout)
 		defer cancel()
-		if err := client.Complete(rctx, ref, &ans); err != nil {
+		said := false
+		if err := client.CompleteWatching(rctx, ref, &ans, func(p sessionapi.CompletePending) {
+			if !said {
+				fmt.Fprintf(stdout, "%s: %s: %s; waiting\n", ref, p.Node, p.Running)
+				said = true
+			}
+		}); err != nil {
 			return err
 		}
 	} else if err := askDispatcher(ctx, env, dispatcher.SubjectGraphComplete, ref, &ans); err != nil {

@@ -28,13 +28,30 @@ func TestGraphOverrideRefusedInSession(t *testing.T) {
 			{"advance", "github:octo/repo#15", "--to", "design", "--reason", "x"},
 			{"skip", "github:octo/repo#15", "--reason", "x"},
 			{"force", "github:octo/repo#15", "--to", "complete", "--reason", "x"},
-			{"escalate", "github:octo/repo#15", "--reason", "x"},
 			{"skip"},
 		} {
 			code, out, stderr := runVerb(t, env, append([]string{"graph"}, args...)...)
 			if code != 1 || out != "" || !strings.Contains(stderr, "an agent session may not move its graph by hand") {
 				t.Errorf("graph %v in a session: exit %d, stdout %q, stderr %q", args, code, out, stderr)
 			}
+		}
+	}
+}
+
+// TestSessionEscalateIsTheSessions: in a session, escalate is the session's
+// own verb (the session endpoint's), not the operator's hatch: it needs a
+// reason, takes no --as, and names no other work item.
+func TestSessionEscalateIsTheSessions(t *testing.T) {
+	env := config.Env{"LOOP_SESSION_URL": "http://127.0.0.1:1", "LOOP_SESSION_TOKEN": "lst_x"}
+	for _, args := range [][]string{
+		{"escalate"},
+		{"escalate", "--reason", "  "},
+		{"escalate", "--reason", "x", "--as", "alice"},
+		{"escalate", "github:octo/other#1", "--reason", "x"},
+	} {
+		code, _, stderr := runVerb(t, env, append([]string{"graph"}, args...)...)
+		if code != 2 || strings.Contains(stderr, "may not move its graph by hand") {
+			t.Errorf("graph %v in a session: exit %d, want a usage error: %s", args, code, stderr)
 		}
 	}
 }

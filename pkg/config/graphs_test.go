@@ -171,7 +171,39 @@ func TestWatcherReloadsOnGraphFileChange(t *testing.T) {
 	}
 	replace(t, graphFile, releaseGraph)
 	cfg = next("the graph file was fixed")
-	if w.Err() != nil || !strings.HasPrefix(cfg.Graphs.Registry().Names()[2], "release") {
+	if w.Err() != nil || !strings.HasPrefix(cfg.Graphs.Registry().Names()[len(graph.BuiltinNames())], "release") {
 		t.Errorf("after the fix: Err %v, graphs %v", w.Err(), cfg.Graphs.Registry().Names())
+	}
+}
+
+// TestOriginalFileFollowsTheOriginalsLoop: a file written for the original
+// (an older version) follows the original's work-item loop unless it names
+// graphs.workItem; a current file keeps the default; the migrated file says
+// so explicitly and keeps it.
+func TestOriginalFileFollowsTheOriginalsLoop(t *testing.T) {
+	for _, tt := range []struct {
+		src, want string
+	}{
+		{"version: \"0.6.0\"\n", graph.PDLCWorkItemGraph},
+		{"version: \"0.1.0\"\nrouting:\n  enabled: true\n", graph.PDLCWorkItemGraph},
+		{"version: \"0.6.0\"\ngraphs:\n  workItem: work-item\n", graph.WorkItemGraph},
+		{"version: \"0.7.0\"\n", graph.WorkItemGraph},
+		{"", graph.WorkItemGraph},
+	} {
+		cfg, _, err := Parse([]byte(tt.src))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.src, err)
+		}
+		if cfg.Graphs.WorkItem != tt.want {
+			t.Errorf("%q: graphs.workItem = %s, want %s", tt.src, cfg.Graphs.WorkItem, tt.want)
+		}
+	}
+	out, _, err := Migrate([]byte("version: \"0.6.0\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := Parse(out)
+	if err != nil || cfg.Graphs.WorkItem != graph.PDLCWorkItemGraph {
+		t.Errorf("migrated: %v, %+v\n%s", err, cfg, out)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/the-loop/bus/pkg/graph"
 )
 
 // Report is what Migrate did: one line per move, and notes for what the
@@ -90,6 +92,7 @@ func Migrate(src []byte) ([]byte, Report, error) {
 			}
 		}
 	}
+	keepOriginalProcess(root, &rep)
 	bumpVersion(root, &rep)
 
 	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}
@@ -115,6 +118,30 @@ func Migrate(src []byte) ([]byte, Report, error) {
 		return nil, Report{}, fmt.Errorf("migrate: the rewritten file still needs %s; migrate it by hand", strings.Join(left, ", "))
 	}
 	return out.Bytes(), rep, nil
+}
+
+// keepOriginalProcess names the original's work-item loop in graphs.workItem
+// of a file written for the original (it declares a version older than
+// 0.7.0) that names none: such a file follows that loop as it is
+// (WrittenForOriginal), and must go on following it once its version says
+// 0.7.0 (docs/decisions/112-the-originals-graphs.md).
+func keepOriginalProcess(root *yaml.Node, rep *Report) {
+	c, ok := compareVersion(scalarValue(hasKey(root, "version")), Version)
+	if !ok || c >= 0 || mappingAt(root, "graphs") != nil && keyIndex(mappingAt(root, "graphs"), "workItem") >= 0 {
+		return
+	}
+	graphs := mappingAt(root, "graphs")
+	if graphs == nil {
+		if hasKey(root, "graphs") != nil {
+			return // not a mapping: Parse says so, with its line
+		}
+		graphs = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "graphs"}, graphs)
+	}
+	graphs.Content = append(graphs.Content,
+		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "workItem"},
+		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: graph.PDLCWorkItemGraph})
+	rep.move("graphs.workItem: %s, the original's work-item loop, which this file followed as it was", graph.PDLCWorkItemGraph)
 }
 
 // documentOf returns src's document node, for its comments.

@@ -97,13 +97,13 @@ func TestMigrateCases(t *testing.T) {
 			in:        "version: 0.6.0\nchannels:\n  slack:\n    events: [comment.human]\n    subscribe: [session.awaiting_input]\n",
 			wantOut:   []string{"subscribe: [session.awaiting_input]", `version: "0.7.0"`},
 			notOut:    []string{"events", "comment.human"},
-			wantMoves: []string{"dropped channels.slack.events [comment.human]: channels.slack.subscribe is already set", "version 0.6.0 → 0.7.0"},
+			wantMoves: []string{"dropped channels.slack.events [comment.human]: channels.slack.subscribe is already set", "graphs.workItem: pdlc-work-item-loop", "version 0.6.0 → 0.7.0"},
 		},
 		{
 			name:      "events: [] keeps the old default by dropping the key",
 			in:        "version: \"0.6.0\"\nchannels:\n  slack:\n    events: []\n",
 			notOut:    []string{"events", "subscribe"},
-			wantMoves: []string{"dropped channels.slack.events []", "version"},
+			wantMoves: []string{"dropped channels.slack.events []", "graphs.workItem", "version"},
 			wantNotes: 1,
 		},
 		{
@@ -117,14 +117,14 @@ func TestMigrateCases(t *testing.T) {
 			name:      "routing created when absent",
 			in:        "version: 0.6.0\nchannels:\n  slack:\n    authorizedUsers:\n      - U9\n",
 			wantOut:   []string{"routing:\n  authorizedUsers:\n    - slack: U9"},
-			wantMoves: []string{"moved Slack member U9", "removed channels.slack.authorizedUsers", "version"},
+			wantMoves: []string{"moved Slack member U9", "removed channels.slack.authorizedUsers", "graphs.workItem", "version"},
 			wantNotes: 1,
 		},
 		{
 			name:      "only the version is old",
 			in:        "version: 0.5.0 # old\nrouting:\n  authorizedUsers: [alice]\n",
 			wantOut:   []string{`version: "0.7.0" # old`},
-			wantMoves: []string{"version 0.5.0 → 0.7.0"},
+			wantMoves: []string{"graphs.workItem: pdlc-work-item-loop", "version 0.5.0 → 0.7.0"},
 		},
 		{
 			name:    "newer version refused",

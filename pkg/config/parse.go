@@ -155,9 +155,11 @@ func decodeOne(src []byte) (*yaml.Node, error) {
 }
 
 type parser struct {
-	cfg      *Config
-	warnings []Warning
-	errs     []error
+	cfg *Config
+	// workItemSet: the file names graphs.workItem.
+	workItemSet bool
+	warnings    []Warning
+	errs        []error
 	// dir is where relative graph files are read from ("": the current
 	// directory); graphFiles are the ones read.
 	dir        string

@@ -54,9 +54,23 @@ func (p *parser) top(n *yaml.Node) {
 	}
 	p.originalFields("", top)
 	p.mapping(n, "", top)
+	if p.cfg.Version != "" && WrittenForOriginal(p.cfg.Version) && !p.workItemSet {
+		// A file written for the original follows the original's
+		// process (docs/decisions/112-the-originals-graphs.md).
+		p.cfg.Graphs.WorkItem = graph.PDLCWorkItemGraph
+	}
 	if hasKey(n, "version") == nil {
 		p.warn(n, "version", "not set; read as %s (`the-loop migrate-config` writes it)", Version)
 	}
+}
+
+// WrittenForOriginal reports whether a file declaring version was written
+// for the original the-loop: it declares a version older than this one's
+// first, 0.7.0. Such a file's work items follow the original's work-item
+// loop unless it names graphs.workItem.
+func WrittenForOriginal(version string) bool {
+	c, ok := compareVersion(version, "0.7.0")
+	return ok && c < 0
 }
 
 func hasKey(n *yaml.Node, key string) *yaml.Node {
@@ -329,6 +343,7 @@ func (p *parser) graphs(v *yaml.Node, path string) {
 			p.str(&name)(v, path)
 			if name = strings.TrimSpace(name); name != "" {
 				g.WorkItem, workItem = name, v
+				p.workItemSet = true
 			}
 		},
 	})

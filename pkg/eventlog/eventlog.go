@@ -73,6 +73,8 @@ var types = []Type{
 	{"session.refused", slog.LevelWarn, "A request to the session endpoint was refused; reason is one of no-token, bad-token, no-session, other-work-item, hosted-elsewhere, empty-question, bad-request, too-large, registry-unavailable, human-gate."},
 	{"graph.advanced", slog.LevelInfo, "A work item's graph moved to another node."},
 	{"graph.completed", slog.LevelInfo, "A work item's graph reached a terminal node."},
+	{"graph.held", slog.LevelInfo, "A session's graph complete was refused because its node's exit hooks found it not done (an artifact's findings, failed tests); findings counts them, and the session was told each."},
+	{"graph.tests", slog.LevelInfo, "A verify-tests hook's run of the test command finished in a session's checkout; passed says how, took how long it ran."},
 	{"graph.replayed", slog.LevelWarn, "A record carrying an event id that already passed a gate, on another comment, was not applied again (a copied envelope)."},
 	{"config.reloaded", slog.LevelInfo, "The operator config was reloaded."},
 	{"config.reload_failed", slog.LevelWarn, "A config edit was refused; the last good config stays."},

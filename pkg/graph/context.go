@@ -60,7 +60,16 @@ func ContextWith(s *State, g *Graph, o ContextOptions) string {
 		if art != "" {
 			line("  artifact: ", art, " — iterate on it through review, not by re-pasting it into comments")
 		}
+		if n.Instructions != "" {
+			line("  instructions: ", strings.Join(strings.Fields(n.Instructions), " "))
+		}
+		for _, h := range n.Exit {
+			line("  checked before done is accepted: ", h.Summary())
+		}
 		line("  when this node's work is done, run: the-loop graph complete ", s.Ref)
+		if _, ok := n.On[OutcomeEscalate]; ok && (n.Instructions != "" || len(n.Exit) > 0) {
+			line("  if it cannot be done without a person, run: the-loop graph escalate --reason TEXT")
+		}
 	}
 	if o.Verdict != "" {
 		line("  this event was classified by the gate first: ", string(o.Verdict))
@@ -68,6 +77,45 @@ func ContextWith(s *State, g *Graph, o ContextOptions) string {
 	b.WriteString(ContextFooter)
 	b.WriteByte('\n')
 	return b.String()
+}
+
+// Summary says in one line what an exit hook checks or does.
+func (h Hook) Summary() string {
+	switch h.Name {
+	case HookValidateArtifacts:
+		var parts []string
+		if h.Schema != "" {
+			if sc, ok := Schema(h.Schema); ok {
+				for _, k := range sc.FrontMatter {
+					parts = append(parts, "front matter "+k)
+				}
+				parts = append(parts, sc.Sections...)
+			}
+		}
+		parts = append(parts, h.Sections...)
+		if h.Locked {
+			parts = append(parts, "status: approved")
+		}
+		if h.Checkmarks {
+			parts = append(parts, "every checkbox ticked")
+		}
+		what := strings.ReplaceAll(h.Artifact, "|", " or ")
+		if h.OnlyWhenSkipped != "" {
+			what += " (only when " + h.OnlyWhenSkipped + " was skipped)"
+		}
+		if len(parts) == 0 {
+			return what + " is written"
+		}
+		return what + " has " + strings.Join(parts, "; ")
+	case HookVerifyTests:
+		if len(h.Command) > 0 {
+			return "the tests pass (" + strings.Join(h.Command, " ") + ")"
+		}
+		return "the repository's test command passes"
+	case HookRecordFeedback:
+		return "the deciding comments are recorded in " + strings.ReplaceAll(h.Artifact, "|", " or ")
+	}
+	return string(h.Name)
 }
 
 func gateAsk(c Classifier) string {

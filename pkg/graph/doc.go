@@ -9,8 +9,20 @@
 // keyed by outcome. A human node names the classifier that turns authorized
 // comments into an outcome: Feedback (approved, approved-with-comments,
 // changes-requested), Reply (done, more-work) or Execute (the execute keyword).
-// Load validates a graph strictly; Builtin holds the two graphs we ship
-// ("work-item" and "adhoc"), and a Registry adds an operator's graphs to them.
+// Load validates a graph strictly; Builtin holds the graphs we ship
+// ("work-item" and "adhoc", and the original's four loops, "pdlc-*":
+// docs/decisions/112-the-originals-graphs.md), and a Registry adds an
+// operator's graphs to them.
+//
+// A node may declare hooks (docs/decisions/113-node-hooks.md): entry hooks
+// (notify, publish-artifact) and exit hooks (validate-artifacts and
+// verify-tests on agent nodes, record-feedback on feedback gates), each one
+// this package knows, with the parameters it takes. The checks that need no
+// I/O are here (Hook.CheckArtifact against the embedded Schema,
+// AppendFeedback); the dispatcher reads the files and runs the tests. Nodes
+// may be skippable or opt-in: the execute gate's ping carries the Checklist,
+// and the comment that passes it is read by SelectPhases into the skips
+// frozen into the state (docs/decisions/114-phase-selection-checklist.md).
 //
 // State is a work item's position in its graph. It is JSON, stored by the
 // dispatcher in the KV bucket "graph" and read by ingress-slack, which asks

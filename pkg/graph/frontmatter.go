@@ -235,3 +235,48 @@ func splitLines(s string) []string {
 	}
 	return out
 }
+
+// maxFeedbackChars bounds one comment as record-feedback writes it.
+const maxFeedbackChars = 4000
+
+// AppendFeedback returns doc with the comments that decided gate node
+// appended at its end (the record-feedback hook): a heading naming the gate,
+// the outcome and the time, then each person's words as RelayedText reads
+// them, quoted, under their login and where they came from. The feedback
+// travels with the document it concerns. Comments with no words add nothing;
+// with none left, doc is returned as it is.
+func AppendFeedback(doc []byte, node string, outcome Outcome, at time.Time, comments []Comment) []byte {
+	var b strings.Builder
+	for _, c := range comments {
+		text := strings.TrimSpace(RelayedText(c.Body))
+		if text == "" {
+			continue
+		}
+		if r := []rune(text); len(r) > maxFeedbackChars {
+			text = string(r[:maxFeedbackChars]) + "…"
+		}
+		b.WriteString("- @" + strings.TrimPrefix(c.Author, "@"))
+		if p := c.Provenance; p.Channel != "" || p.RecordURL != "" {
+			var where []string
+			if p.Channel != "" {
+				where = append(where, "via "+p.Channel)
+			}
+			if p.RecordURL != "" {
+				where = append(where, p.RecordURL)
+			}
+			b.WriteString(" (" + strings.Join(where, ", ") + ")")
+		}
+		b.WriteString(":\n")
+		for _, line := range strings.Split(text, "\n") {
+			b.WriteString("  > " + strings.TrimRight(line, " \t\r") + "\n")
+		}
+	}
+	if b.Len() == 0 {
+		return doc
+	}
+	out := strings.TrimRight(string(doc), "\n") + "\n\n## Feedback at " + node + " (" + string(outcome)
+	if !at.IsZero() {
+		out += ", " + at.UTC().Format(time.RFC3339)
+	}
+	return []byte(out + ")\n\n" + b.String())
+}

@@ -104,8 +104,11 @@ type Graph struct {
 	Description string
 	Start       string
 	// Nodes in declaration order.
-	Nodes  []*Node
-	byName map[string]*Node
+	Nodes []*Node
+	// SkipSets name groups of skippable nodes a phase selection may skip
+	// with one token ("spec-chain").
+	SkipSets map[string][]string
+	byName   map[string]*Node
 }
 
 // Node is one node of a Graph.
@@ -127,6 +130,25 @@ type Node struct {
 	End End
 	// On maps each outcome to the node it leads to.
 	On map[Outcome]string
+	// Skippable: a person may declare the node skipped at the phase
+	// selection (its Execute gate's checklist). OptIn: the node is skipped
+	// unless a person ticks it there; it is skippable too.
+	Skippable bool
+	OptIn     bool
+	// Description is one line for people (the phase checklist shows it).
+	Description string
+	// Instructions are told to the agent working the node, in its graph
+	// context block.
+	Instructions string
+	// Entry hooks run when the node is entered (notify, publish-artifact);
+	// Exit hooks when it is left: an agent node's are checked before its
+	// done is accepted (validate-artifacts, verify-tests), a feedback gate's
+	// record what decided it (record-feedback).
+	Entry []Hook
+	Exit  []Hook
+	// Publish is the artifact the node's notifications carry an excerpt
+	// of: its publish-artifact hook's, else Artifact.
+	Publish string
 }
 
 // Node returns the node called name, or nil.
@@ -186,6 +208,7 @@ type graphYAML struct {
 	Name        string              `yaml:"name"`
 	Description string              `yaml:"description"`
 	Start       string              `yaml:"start"`
+	SkipSets    map[string][]string `yaml:"skip-sets"`
 	Nodes       map[string]nodeYAML `yaml:"nodes"`
 }
 
@@ -198,6 +221,13 @@ type nodeYAML struct {
 	Terminal bool              `yaml:"terminal"`
 	End      string            `yaml:"end"`
 	On       map[string]string `yaml:"on"`
+
+	Skippable    bool       `yaml:"skippable"`
+	OptIn        bool       `yaml:"opt-in"`
+	Description  string     `yaml:"description"`
+	Instructions string     `yaml:"instructions"`
+	Entry        []hookYAML `yaml:"entry"`
+	Exit         []hookYAML `yaml:"exit"`
 }
 
 var (
@@ -239,8 +269,9 @@ func Load(data []byte) (*Graph, error) {
 }
 
 var (
-	graphKeys = []string{"name", "description", "start", "nodes"}
-	nodeKeys  = []string{"actor", "phase", "artifact", "notify", "gate", "terminal", "end", "on"}
+	graphKeys = []string{"name", "description", "start", "skip-sets", "nodes"}
+	nodeKeys  = []string{"actor", "phase", "artifact", "notify", "gate", "terminal", "end", "on",
+		"skippable", "opt-in", "description", "instructions", "entry", "exit"}
 )
 
 // checkKeys refuses unknown keys, naming the node they are in, and returns
@@ -312,6 +343,8 @@ func build(raw graphYAML, order []string) (*Graph, error) {
 			Name: name, Actor: Actor(rn.Actor), Phase: rn.Phase, Artifact: rn.Artifact,
 			Notify: catalog.Type(rn.Notify), Gate: Classifier(rn.Gate), Terminal: rn.Terminal,
 			End: End(rn.End), On: map[Outcome]string{},
+			Skippable: rn.Skippable || rn.OptIn, OptIn: rn.OptIn,
+			Description: strings.Join(strings.Fields(rn.Description), " "), Instructions: strings.TrimSpace(rn.Instructions),
 		}
 		for o, to := range rn.On {
 			n.On[Outcome(o)] = to
@@ -320,8 +353,9 @@ func build(raw graphYAML, order []string) (*Graph, error) {
 		g.byName[name] = n
 	}
 	for _, n := range g.Nodes {
-		errs = append(errs, checkNode(where, g, n)...)
+		errs = append(errs, checkNode(where, g, n, raw.Nodes[n.Name])...)
 	}
+	errs = append(errs, checkSkipSets(where, g, raw.SkipSets)...)
 	switch {
 	case raw.Start == "":
 		bad("%s: start is missing", where)
@@ -341,8 +375,9 @@ func build(raw graphYAML, order []string) (*Graph, error) {
 
 // checkNode returns n's problems; it fills in the end of a terminal node
 // named complete or escalated.
-func checkNode(where string, g *Graph, n *Node) []error {
+func checkNode(where string, g *Graph, n *Node, rn nodeYAML) []error {
 	e := &nodeErrs{at: fmt.Sprintf("%s: node %q", where, n.Name)}
+	e.checkHooks(n, rn)
 	e.checkFields(n)
 	if n.Terminal {
 		e.checkTerminal(n)
@@ -393,6 +428,95 @@ func (e *nodeErrs) checkFields(n *Node) {
 			}
 		}
 	}
+}
+
+// checkHooks reads n's entry and exit hooks and checks each is one the-loop
+// runs, where it may run, with the parameters it takes; a notify hook sets
+// the node's notification and a publish-artifact hook what it carries.
+func (e *nodeErrs) checkHooks(n *Node, rn nodeYAML) {
+	n.Publish = n.Artifact
+	for _, h := range rn.Entry {
+		hk, ok := e.parseHook(n, "entry", h)
+		if !ok {
+			continue
+		}
+		switch hk.Name {
+		case HookNotify:
+			if n.Notify != "" && n.Notify != hk.Event {
+				e.bad("entry: hook notify says %s and notify says %s; a node raises one notification", hk.Event, n.Notify)
+				continue
+			}
+			n.Notify = hk.Event
+		case HookPublishArtifact:
+			n.Publish = hk.Artifact
+		}
+		n.Entry = append(n.Entry, hk)
+	}
+	for _, h := range rn.Exit {
+		hk, ok := e.parseHook(n, "exit", h)
+		if !ok {
+			continue
+		}
+		switch {
+		case n.Terminal:
+			e.bad("exit: a terminal node is never left; hook %s would never run", hk.Name)
+			continue
+		case hk.Name == HookRecordFeedback && (n.Actor != Human || n.Gate != Feedback):
+			e.bad("exit: record-feedback records a feedback gate's comments; this node is no feedback gate")
+			continue
+		case hk.Name != HookRecordFeedback && n.Actor != Agent:
+			e.bad("exit: %s checks an agent's work before its done is accepted; this node is no agent node", hk.Name)
+			continue
+		}
+		n.Exit = append(n.Exit, hk)
+	}
+	switch {
+	case n.Skippable && n.Terminal:
+		e.bad("a terminal node cannot be skippable or opt-in")
+	case n.Skippable && n.Gate == Execute:
+		e.bad("the phase selection (an execute gate) cannot be skippable or opt-in: nothing may route around the act of choosing")
+	}
+}
+
+// checkSkipSets checks that each skip set names skippable nodes that are
+// not opt-in (declaring away a phase that is off already says nothing), and
+// that no set is called like a node.
+func checkSkipSets(where string, g *Graph, sets map[string][]string) []error {
+	var errs []error
+	names := make([]string, 0, len(sets))
+	for name := range sets {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		members := sets[name]
+		switch {
+		case !nameRE.MatchString(name):
+			errs = append(errs, fmt.Errorf("%s: skip-sets: %q must match %s", where, name, nameRE))
+		case g.byName[name] != nil:
+			errs = append(errs, fmt.Errorf("%s: skip-sets: %q is also a node's name", where, name))
+		case len(members) == 0:
+			errs = append(errs, fmt.Errorf("%s: skip-sets: %q is empty", where, name))
+		}
+		for _, m := range members {
+			n := g.byName[m]
+			switch {
+			case n == nil:
+				errs = append(errs, fmt.Errorf("%s: skip-sets: %q names unknown node %q", where, name, m))
+			case !n.Skippable:
+				errs = append(errs, fmt.Errorf("%s: skip-sets: %q names %q, which is not skippable", where, name, m))
+			case n.OptIn:
+				errs = append(errs, fmt.Errorf("%s: skip-sets: %q names %q, which is opt-in (off unless ticked) already", where, name, m))
+			}
+		}
+	}
+	if len(errs) == 0 && len(sets) > 0 {
+		g.SkipSets = map[string][]string{}
+		for name, members := range sets {
+			g.SkipSets[name] = slices.Clone(members)
+		}
+	}
+	return errs
 }
 
 // checkTerminal checks a terminal node: no edges, no gate, and an end that

@@ -237,7 +237,8 @@ func TestCustomNotifications(t *testing.T) {
 func TestRegistry(t *testing.T) {
 	t.Parallel()
 	r := NewRegistry()
-	if diff := cmp.Diff([]string{WorkItemGraph, AdhocGraph}, r.Names()); diff != "" {
+	builtins := []string{WorkItemGraph, AdhocGraph, PDLCWorkItemGraph, PDLCPRGraph, PDLCContributionGraph, PDLCAdhocGraph}
+	if diff := cmp.Diff(builtins, r.Names()); diff != "" {
 		t.Error(diff)
 	}
 	g, err := r.AddYAML("graphs/mini.yaml", []byte(valid))
@@ -257,7 +258,7 @@ func TestRegistry(t *testing.T) {
 	if _, err := r.AddYAML("graphs/bad.yaml", []byte("name: x\n")); !errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), "graphs/bad.yaml: ") {
 		t.Errorf("bad file: %v", err)
 	}
-	if !slices.Equal(r.Names(), []string{WorkItemGraph, AdhocGraph, "mini"}) {
+	if !slices.Equal(r.Names(), append(builtins, "mini")) {
 		t.Errorf("names = %v", r.Names())
 	}
 }

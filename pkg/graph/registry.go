@@ -11,6 +11,11 @@ import (
 const (
 	WorkItemGraph = "work-item"
 	AdhocGraph    = "adhoc"
+	// The original's four graphs (docs/decisions/112-the-originals-graphs.md).
+	PDLCWorkItemGraph     = "pdlc-work-item-loop"
+	PDLCPRGraph           = "pdlc-pr-loop"
+	PDLCContributionGraph = "pdlc-contribution-loop"
+	PDLCAdhocGraph        = "pdlc-adhoc-loop"
 )
 
 //go:embed builtin/*.yaml
@@ -20,6 +25,20 @@ var builtinFS embed.FS
 var builtinFiles = []struct{ name, file string }{
 	{WorkItemGraph, "builtin/work-item.yaml"},
 	{AdhocGraph, "builtin/adhoc.yaml"},
+	{PDLCWorkItemGraph, "builtin/pdlc-work-item-loop.yaml"},
+	{PDLCPRGraph, "builtin/pdlc-pr-loop.yaml"},
+	{PDLCContributionGraph, "builtin/pdlc-contribution-loop.yaml"},
+	{PDLCAdhocGraph, "builtin/pdlc-adhoc-loop.yaml"},
+}
+
+// Companions names, for a work-item graph, the graph its ad-hoc (do)
+// sessions and its pull requests' sessions follow: the original's loops
+// go together, and any other graph keeps the short ad-hoc loop for both.
+func Companions(workItem string) (adhoc, pullRequest string) {
+	if workItem == PDLCWorkItemGraph {
+		return PDLCAdhocGraph, PDLCPRGraph
+	}
+	return AdhocGraph, AdhocGraph
 }
 
 // BuiltinYAML returns the YAML a built-in graph is loaded from, so operators

@@ -149,6 +149,9 @@ type Transition struct {
 	// Comments are the comments the gate classified (authorized, not
 	// self-authored, with text), for record-feedback.
 	Comments []Comment
+	// Ignored are the rows of a phase selection that chose nothing, each
+	// with why (SelectPhases).
+	Ignored []string
 }
 
 // Moved reports whether the work item left its node.
@@ -259,7 +262,7 @@ func (s *State) Enter(g *Graph, node string, at time.Time) ([]Notification, erro
 			continue
 		}
 		s.History = append(s.History, Step{Node: n.Name, EnteredAt: at})
-		return notifications(s.Ref, n), nil
+		return notifications(s.Ref, g, n), nil
 	}
 }
 
@@ -284,15 +287,26 @@ func (s *State) exit(at time.Time, o Outcome) {
 	}
 }
 
-func notifications(ref string, n *Node) []Notification {
+func notifications(ref string, g *Graph, n *Node) []Notification {
 	var out []Notification
+	art := n.Publish
+	if art == "" {
+		art = n.Artifact
+	}
 	add := func(t catalog.Type) {
 		for _, o := range out {
 			if o.Type == t {
 				return
 			}
 		}
-		out = append(out, Notification{Type: t, Ref: ref, Node: n.Name, Phase: n.Phase, Artifact: n.Artifact, Text: noteText(t, ref, n)})
+		text := noteText(t, ref, n)
+		if n.Gate == Execute && !n.Terminal {
+			// The phase selection asks its question in its own ping.
+			if list := g.Checklist(); list != "" {
+				text += "\n" + list
+			}
+		}
+		out = append(out, Notification{Type: t, Ref: ref, Node: n.Name, Phase: n.Phase, Artifact: art, Text: text})
 	}
 	if n.Notify != "" {
 		add(n.Notify)
@@ -452,7 +466,15 @@ func (s *State) Apply(g *Graph, in GateInput) (Transition, error) {
 	}
 	s.Decisions = append(s.Decisions, d)
 	if v.Outcome == OutcomeExecute {
-		for _, name := range in.Skip {
+		skips := slices.Clone(in.Skip)
+		if len(v.Deciders) > 0 {
+			// The person who said the keyword signs the checklist they
+			// said it over (or, with none, the graph's defaults).
+			sel := SelectPhases(g, kept[v.Deciders[len(v.Deciders)-1]].Body)
+			skips = append(skips, sel.Skips...)
+			t.Ignored = sel.Ignored
+		}
+		for _, name := range skips {
 			if sn := g.Node(name); sn != nil && !sn.Terminal && name != n.Name && !slices.Contains(s.Skips, name) {
 				s.Skips = append(s.Skips, name)
 			}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -58,6 +59,9 @@ func (gs *gates) checkReport(ctx context.Context, ref string, sess *sessions.Ses
 		}
 		if i == len(st.History)-1 && h.Node == st.Current {
 			nc.Status, nc.Messages = currentVerdict(st, n, sess, rep.SpecDir)
+			if nc.Status == sessionapi.CheckBlock && len(n.Exit) > 0 {
+				nc.Messages = append(hookMessages(st, g, n, sess), nc.Messages...)
+			}
 			rep.Phase, rep.Status, rep.Messages = nc.Phase, nc.Status, nc.Messages
 		}
 		rep.Nodes = append(rep.Nodes, nc)
@@ -97,6 +101,23 @@ func currentVerdict(st *graph.State, n *graph.Node, sess *sessions.Session, spec
 	}
 	msgs = append(msgs, fmt.Sprintf("node %s (%s) is this session's and still open: finish its work, then run `the-loop graph complete`; to ask a person, run `the-loop ask` and stop", n.Name, n.Phase))
 	return sessionapi.CheckBlock, msgs
+}
+
+// hookMessages say what n's exit hooks hold against completing it now: the
+// artifacts' findings, checked afresh, and the last refusal's reason (a
+// failed test run, which is not run again here).
+func hookMessages(st *graph.State, g *graph.Graph, n *graph.Node, sess *sessions.Session) []string {
+	var msgs []string
+	for _, f := range artifactFindings(st, g, n, sess) {
+		msgs = append(msgs, "not done yet: "+f)
+	}
+	if st.Reason != "" && strings.Contains(st.Reason, "verify-tests") {
+		msgs = append(msgs, "the last `the-loop graph complete` was refused: "+st.Reason)
+	}
+	if len(n.ExitHooks(graph.HookVerifyTests)) > 0 {
+		msgs = append(msgs, "`the-loop graph complete` runs the tests before it accepts the node")
+	}
+	return msgs
 }
 
 // specDirOf is sess's spec directory relative to its checkout.
@@ -143,7 +164,11 @@ func (ep *sessionEndpoint) graphView(ctx context.Context, _ *http.Request, ref s
 	v.Description = g.Description
 	for _, n := range g.Nodes {
 		gn := sessionapi.GraphNode{Name: n.Name, Actor: string(n.Actor), Phase: n.Phase, Artifact: n.Artifact,
-			Gate: string(n.Gate), Terminal: n.Terminal, Current: n.Name == st.Current}
+			Gate: string(n.Gate), Terminal: n.Terminal, Current: n.Name == st.Current,
+			Skipped: slices.Contains(st.Skips, n.Name), Instructions: n.Instructions}
+		for _, h := range n.Exit {
+			gn.Checks = append(gn.Checks, h.Summary())
+		}
 		if len(n.On) > 0 {
 			gn.On = map[string]string{}
 			for o, to := range n.On {

@@ -341,6 +341,8 @@ type Service struct {
 	// through (sandbox.go, serverLaunch).
 	servers  *tmux.Servers
 	launches sync.Map
+	// stopRuns ends the verify-tests runs in flight when Run returns.
+	stopRuns context.CancelFunc
 }
 
 // New returns the service with cfg's settings, adjusted by opts. It never
@@ -452,6 +454,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return nil
 	})
 	defer s.gates.serve()() // `the-loop graph` asks here, with or without sessions
+	defer s.stopRuns()
 	if s.set.Sandbox == SandboxLandlock && !s.sandboxed() {
 		s.deps.Log.Warn("dispatcher: LOOP_SESSION_SANDBOX is landlock, but this process is not the-loop, whose binary confines sessions: sessions start unconfined")
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"github.com/the-loop/bus/services/dispatcher/internal/flow"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/the-loop/bus/pkg/bus"
@@ -154,23 +155,41 @@ func (gs *gates) completeRequest(ctx context.Context, data []byte) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	return gs.complete(ctx, ref, catalog.SourceCLI)
+	return gs.completeNode(ctx, ref, "", catalog.SourceCLI)
 }
 
-// complete moves ref's agent node on; source says who asked (an operator's
-// CLI, or the work item's own session), for the log.
-func (gs *gates) complete(ctx context.Context, ref, source string) ([]byte, error) {
+// completeNode moves ref's agent node on by done; node, when set, is the
+// node the caller checked (nothing moves if the work item left it); source
+// says who asked (an operator's CLI, or the work item's own session), for
+// the log.
+func (gs *gates) completeNode(ctx context.Context, ref, node, source string) ([]byte, error) {
+	return gs.leave(ctx, ref, node, graph.OutcomeDone, source, nil)
+}
+
+// escalate moves ref's agent node on by escalate, the session's reason
+// added to the conflict-escalated notification its escalated end raises.
+func (gs *gates) escalate(ctx context.Context, ref, reason string) ([]byte, error) {
+	return gs.leave(ctx, ref, "", graph.OutcomeEscalate, catalog.SourceSession, func(n graph.Notification) graph.Notification {
+		if n.Type == catalog.ConflictEscalated {
+			n.Text = strings.TrimSuffix(n.Text, ".") + " by its agent session: " + reason
+		}
+		return n
+	})
+}
+
+// leave moves ref's agent node on by o and logs the move.
+func (gs *gates) leave(ctx context.Context, ref, node string, o graph.Outcome, source string, edit func(graph.Notification) graph.Notification) ([]byte, error) {
 	store, err := gs.open(ctx)
 	if err != nil {
 		return nil, bus.Fail(bus.CodeUnavailable, "graph state unavailable: %v", err)
 	}
 	cfg := gs.config()
-	st, t, err := flow.CompleteAndPublish(ctx, store, gs.conn, cfg.Graphs.Registry(), ref, cfg.Channels.Slack.MaxChars)
+	st, t, err := flow.LeaveAndPublish(ctx, store, gs.conn, cfg.Graphs.Registry(), ref, node, o, cfg.Channels.Slack.MaxChars, edit)
 	switch {
 	case errors.Is(err, flow.ErrNoState):
 		return nil, bus.FailWith(bus.CodeNotFound, err)
-	case errors.Is(err, flow.ErrHumanGate), errors.Is(err, graph.ErrTerminal),
-		errors.Is(err, flow.ErrUnknownGraph), errors.Is(err, graphstate.ErrOtherRef):
+	case errors.Is(err, flow.ErrHumanGate), errors.Is(err, graph.ErrTerminal), errors.Is(err, flow.ErrMoved),
+		errors.Is(err, graph.ErrNoEdge), errors.Is(err, flow.ErrUnknownGraph), errors.Is(err, graphstate.ErrOtherRef):
 		return nil, bus.FailWith(bus.CodeConflict, err)
 	case err != nil && (st == nil || t.To == ""):
 		return nil, err

@@ -72,6 +72,11 @@ type gates struct {
 	// when a work item's session names none.
 	workdir  string
 	sessions *atomic.Pointer[sessions.Store]
+	// tests runs a verify-tests hook's command (hooks.go); runCtx bounds
+	// the runs, ended when the service stops.
+	tests  testRunner
+	runCtx context.Context
+	runs   testRuns
 
 	mu    sync.Mutex
 	store *graphstate.Store
@@ -115,10 +120,15 @@ func (gs *gates) context(ctx context.Context, ref string, verdict graph.Outcome)
 func (gs *gates) start(ctx context.Context, in *input, cmd control.Command) error {
 	cfg := gs.config()
 	name := cfg.Graphs.WorkItem
-	if cmd == control.Do || in.prFor != "" {
-		// A pull request's own session works what its reviews ask, then
-		// a person says done: the ad-hoc loop.
-		name = graph.AdhocGraph
+	adhoc, pr := graph.Companions(name)
+	switch {
+	case in.prFor != "":
+		// A pull request's own session: the ad-hoc loop (it works what
+		// its reviews ask, then a person says done), or the original's
+		// pull-request loop beside the original's work-item loop.
+		name = pr
+	case cmd == control.Do:
+		name = adhoc
 	}
 	g, ok := cfg.Graphs.Registry().Get(name)
 	if !ok {
@@ -298,6 +308,11 @@ func (gs *gates) advanced(ctx context.Context, in *input, workdir string, st *gr
 			gs.recordApproval(in, workdir, n.Artifact, a)
 		}
 	}
+	if n := g.Node(t.From); n != nil {
+		for _, h := range n.ExitHooks(graph.HookRecordFeedback) {
+			gs.recordFeedback(in, workdir, h.Artifact, t)
+		}
+	}
 	gs.moved(ctx, in, g, t, ans.left, workdir)
 	return gs.notify(ctx, in.ref, st, t.Notifications, workdir)
 }
@@ -451,6 +466,22 @@ func (gs *gates) recordApproval(in *input, workdir, pattern string, a graph.Appr
 	default:
 		gs.log.Info("dispatcher: approval written into the artifact's front matter", "work_item", in.ref,
 			"node", a.Node, "artifact", name, "login", a.Login)
+	}
+}
+
+// recordFeedback appends the comments that decided t into the artifact
+// (the record-feedback hook); an artifact that is not there is skipped, and
+// the log says so.
+func (gs *gates) recordFeedback(in *input, workdir, pattern string, t graph.Transition) {
+	name, err := flow.WriteFeedback(workdir, pattern, t.From, t.Outcome, time.Now().UTC(), t.Comments)
+	switch {
+	case errors.Is(err, flow.ErrNoArtifact):
+		gs.log.Info("dispatcher: feedback not recorded: the artifact is not in the session's workspace",
+			"work_item", in.ref, "node", t.From, "artifact", pattern)
+	case err != nil:
+		gs.log.Warn("dispatcher: feedback not recorded", "work_item", in.ref, "node", t.From, "artifact", name, "err", err)
+	default:
+		gs.log.Info("dispatcher: feedback recorded in the artifact", "work_item", in.ref, "node", t.From, "artifact", name)
 	}
 }
 

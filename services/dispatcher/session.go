@@ -102,6 +102,7 @@ func (ep *sessionEndpoint) serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+sessionapi.PathAsk, ep.withSession(ep.ask))
 	mux.HandleFunc("POST "+sessionapi.PathComplete, ep.withSession(ep.complete))
+	mux.HandleFunc("POST "+sessionapi.PathEscalate, ep.withSession(ep.escalate))
 	mux.HandleFunc("GET "+sessionapi.PathStatus, ep.withSession(ep.status))
 	mux.HandleFunc("GET "+sessionapi.PathCheck, ep.withSession(ep.check))
 	mux.HandleFunc("GET "+sessionapi.PathGraph, ep.withSession(ep.graphView))
@@ -264,16 +265,63 @@ func (ep *sessionEndpoint) ask(ctx context.Context, r *http.Request, ref string,
 	return http.StatusOK, sessionapi.AskAnswer{ID: ev.GetId(), URL: url}
 }
 
-// complete completes the session's own agent node.
-func (ep *sessionEndpoint) complete(ctx context.Context, r *http.Request, ref string, _ *sessions.Session, _ string) (int, any) {
+// complete completes the session's own agent node once its exit hooks pass
+// (hooks.go): a finding keeps the node open and is the answer, a test run in
+// flight answers 202 for the client to ask again.
+func (ep *sessionEndpoint) complete(ctx context.Context, r *http.Request, ref string, sess *sessions.Session, token string) (int, any) {
 	var req sessionapi.CompleteRequest
 	if status, e, ok := readOwn(r, &req, `{}`, ref); !ok {
 		return status, e
 	}
-	data, err := ep.gates.complete(ctx, ref, catalog.SourceSession)
+	v, node, err := ep.gates.checkComplete(ctx, ref, sess)
+	if err != nil {
+		ep.log.Warn("dispatcher: session complete: the node's checks", "work_item", ref, "err", err)
+		return http.StatusServiceUnavailable, map[string]string{"error": "the work item's graph state could not be read"}
+	}
+	switch {
+	case v.running != "":
+		return http.StatusAccepted, sessionapi.CompletePending{Ref: ref, Node: node, Running: v.running,
+			RetryAfter: sessionapi.Duration(completePoll)}
+	case len(v.findings) > 0:
+		ep.events.Emit(ctx, "graph.held", slog.String("work_item", ref), slog.String("node", node),
+			slog.Int("findings", len(v.findings)))
+		msg := fmt.Sprintf("node %s stays open: %s", node, strings.Join(v.findings, "; "))
+		if v.detail != "" {
+			msg += "\n\nthe end of the test output:\n" + ep.scrub(sessionapi.Scrub(v.detail, token))
+		}
+		return http.StatusConflict, map[string]string{"error": msg}
+	}
+	data, err := ep.gates.completeNode(ctx, ref, node, catalog.SourceSession)
 	if errors.Is(err, flow.ErrHumanGate) {
 		// A session trying to pass a human gate is the attack this
 		// endpoint exists to stop: refused, and recorded as such.
+		return http.StatusConflict, refusal{refusedHumanGate, err.Error()}
+	}
+	return ep.graphAnswer(data, err)
+}
+
+// completePoll is how soon a session's client asks again while its node's
+// tests run.
+const completePoll = 2 * time.Second
+
+// escalate hands the session's own agent node to a person: the work item
+// leaves it by escalate, reaching the graph's escalated end, whose
+// conflict-escalated notification carries the session's reason (scrubbed,
+// bounded, one line). A human gate is not the session's to escalate.
+func (ep *sessionEndpoint) escalate(ctx context.Context, r *http.Request, ref string, _ *sessions.Session, token string) (int, any) {
+	var req sessionapi.EscalateRequest
+	if status, e, ok := readOwn(r, &req, `{"reason": "…"}`, ref); !ok {
+		return status, e
+	}
+	reason := strings.Join(strings.Fields(ep.scrub(sessionapi.Scrub(req.Reason, token))), " ")
+	if reason == "" {
+		return http.StatusBadRequest, refusal{refusedBadRequest, "the reason is empty: say why a person is needed"}
+	}
+	if rs := []rune(reason); len(rs) > sessionapi.MaxEscalateReason {
+		reason = string(rs[:sessionapi.MaxEscalateReason]) + "…"
+	}
+	data, err := ep.gates.escalate(ctx, ref, reason)
+	if errors.Is(err, flow.ErrHumanGate) {
 		return http.StatusConflict, refusal{refusedHumanGate, err.Error()}
 	}
 	return ep.graphAnswer(data, err)

@@ -1,5 +1,7 @@
 package dispatcher
 
+import "context"
+
 // wire gives each of the service's parts what it needs of the service's
 // dependencies and settings, once New has chosen the terminal.
 func (s *Service) wire() {
@@ -7,7 +9,8 @@ func (s *Service) wire() {
 	s.records = recorder{events: d.Events, m: s.m}
 	s.marks = &marker{conn: d.Conn, config: d.Config, log: d.Log, tmux: set.Runner == RunnerTmux}
 	s.gates = &gates{conn: d.Conn, config: d.Config, log: d.Log, events: d.Events, gateWait: s.m.gateWait,
-		workdir: set.Workdir, sessions: &s.store}
+		workdir: set.Workdir, sessions: &s.store, tests: s.runTests}
+	s.gates.runCtx, s.stopRuns = context.WithCancel(context.Background())
 	s.endpoint = &sessionEndpoint{host: set.Host, addr: set.SessionAddr, urlHost: set.SessionEndpointHost, sessions: &s.store, gates: s.gates,
 		conn: d.Conn, log: d.Log, events: d.Events, refused: s.m.sessionRefused, scrubber: set.Scrub}
 	s.leases = &leases{host: set.Host, period: set.Lease, log: d.Log, events: d.Events, elsewhere: s.m.elsewhere}

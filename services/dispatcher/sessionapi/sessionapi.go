@@ -36,6 +36,9 @@ const (
 	PathAsk      = "/v1/ask"
 	PathComplete = "/v1/complete"
 	PathStatus   = "/v1/status"
+	// PathEscalate hands the session's own agent node to a person: the
+	// work item leaves it by escalate (POST).
+	PathEscalate = "/v1/escalate"
 )
 
 // MaxRequestBytes bounds a request body: a question is at most a GitHub
@@ -131,6 +134,30 @@ type CompleteRequest struct {
 	Ref string `json:"ref,omitempty"`
 }
 
+// CompletePending answers a complete (202 Accepted) whose node's checks
+// are still running (a verify-tests run): ask again after RetryAfter; the
+// node completes when they pass.
+type CompletePending struct {
+	Ref        string   `json:"ref"`
+	Node       string   `json:"node"`
+	Running    string   `json:"running"`
+	RetryAfter Duration `json:"retryAfter"`
+}
+
+// EscalateRequest hands the session's agent node to a person.
+type EscalateRequest struct {
+	// Ref, if set, must be the session's own work item.
+	Ref string `json:"ref,omitempty"`
+	// Reason says why a person is needed; it is shown to them.
+	Reason string `json:"reason"`
+}
+
+// WorkItem is the work item the request names.
+func (r EscalateRequest) WorkItem() string { return r.Ref }
+
+// MaxEscalateReason bounds an escalation's reason, in characters.
+const MaxEscalateReason = 500
+
 // Duration is a time.Duration written as Go's duration text ("30s").
 type Duration time.Duration
 
@@ -177,9 +204,49 @@ func (c Client) Ask(ctx context.Context, ref, question string, wait time.Duratio
 }
 
 // Complete completes the session's agent node; out receives the answer (the
-// dispatcher's graph.complete answer).
+// dispatcher's graph.complete answer). While the node's checks run (the
+// endpoint answers 202 with a CompletePending) it asks again until they
+// have finished or ctx ends; progress, when set, hears each wait.
 func (c Client) Complete(ctx context.Context, ref string, out any) error {
-	return c.call(ctx, PathComplete, CompleteRequest{Ref: ref}, out)
+	return c.CompleteWatching(ctx, ref, out, nil)
+}
+
+// CompleteWatching is Complete, telling progress of each wait.
+func (c Client) CompleteWatching(ctx context.Context, ref string, out any, progress func(CompletePending)) error {
+	body, err := json.Marshal(CompleteRequest{Ref: ref})
+	if err != nil {
+		return err
+	}
+	for {
+		status, b, err := c.send(ctx, http.MethodPost, PathComplete, nil, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		if status != http.StatusAccepted {
+			return decodeAnswer(b, out)
+		}
+		var p CompletePending
+		if err := json.Unmarshal(b, &p); err != nil {
+			return fmt.Errorf("session endpoint: unreadable answer: %w", err)
+		}
+		if progress != nil {
+			progress(p)
+		}
+		wait := time.Duration(p.RetryAfter)
+		if wait <= 0 || wait > time.Minute {
+			wait = 2 * time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the node's checks had not finished (%s): %w", p.Running, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Escalate hands the session's own agent node to a person with reason.
+func (c Client) Escalate(ctx context.Context, ref, reason string, out any) error {
+	return c.call(ctx, PathEscalate, EscalateRequest{Ref: ref, Reason: reason}, out)
 }
 
 // ErrNoEndpoint: the process is not an agent session the dispatcher
@@ -201,8 +268,29 @@ func (c Client) get(ctx context.Context, path string, q url.Values, out any) err
 }
 
 func (c Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, out any) error {
+	_, b, err := c.send(ctx, method, path, q, body)
+	if err != nil {
+		return err
+	}
+	return decodeAnswer(b, out)
+}
+
+// decodeAnswer decodes a successful answer into out (nil: ignored).
+func decodeAnswer(b []byte, out any) error {
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("session endpoint: unreadable answer: %w", err)
+	}
+	return nil
+}
+
+// send makes one request and returns a successful answer's status and body;
+// a refusal is an *Error.
+func (c Client) send(ctx context.Context, method, path string, q url.Values, body io.Reader) (int, []byte, error) {
 	if c.URL == "" || c.Token == "" {
-		return ErrNoEndpoint
+		return 0, nil, ErrNoEndpoint
 	}
 	u := strings.TrimRight(c.URL, "/") + path
 	if len(q) > 0 {
@@ -210,7 +298,7 @@ func (c Client) do(ctx context.Context, method, path string, q url.Values, body 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return fmt.Errorf("session endpoint: %w", err)
+		return 0, nil, fmt.Errorf("session endpoint: %w", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	if body != nil {
@@ -222,12 +310,12 @@ func (c Client) do(ctx context.Context, method, path string, q url.Values, body 
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("session endpoint %s: %w", c.URL, err)
+		return 0, nil, fmt.Errorf("session endpoint %s: %w", c.URL, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxRequestBytes))
 	if err != nil {
-		return fmt.Errorf("session endpoint: %w", err)
+		return 0, nil, fmt.Errorf("session endpoint: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
 		var e struct {
@@ -237,13 +325,7 @@ func (c Client) do(ctx context.Context, method, path string, q url.Values, body 
 		if e.Error == "" {
 			e.Error = http.StatusText(resp.StatusCode)
 		}
-		return &Error{Status: resp.StatusCode, Message: e.Error}
+		return resp.StatusCode, nil, &Error{Status: resp.StatusCode, Message: e.Error}
 	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("session endpoint: unreadable answer: %w", err)
-	}
-	return nil
+	return resp.StatusCode, b, nil
 }

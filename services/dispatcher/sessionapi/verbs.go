@@ -98,6 +98,12 @@ type GraphNode struct {
 	Terminal bool              `json:"terminal,omitempty"`
 	On       map[string]string `json:"on,omitempty"`
 	Current  bool              `json:"current,omitempty"`
+	// Skipped: the phase selection skipped the node for this work item.
+	Skipped bool `json:"skipped,omitempty"`
+	// Instructions are what the graph tells the agent working the node;
+	// Checks what its exit hooks check before its done is accepted.
+	Instructions string   `json:"instructions,omitempty"`
+	Checks       []string `json:"checks,omitempty"`
 }
 
 // RegisterRequest records the conversation id the harness chose for

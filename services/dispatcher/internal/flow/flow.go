@@ -48,10 +48,20 @@ var (
 	ErrHumanGate = errors.New("at the human gate")
 )
 
+// ErrMoved: the work item is no longer at the node the caller checked.
+var ErrMoved = errors.New("the work item moved on meanwhile")
+
 // Complete leaves ref's current agent node by done (`the-loop graph
 // complete`). A human gate is never passed this way — only an authorized
 // person's comment decides it — and a terminal node has nowhere to go.
 func Complete(ctx context.Context, s *graphstate.Store, reg *graph.Registry, ref string, at time.Time) (*graph.State, graph.Transition, error) {
+	return Leave(ctx, s, reg, ref, "", graph.OutcomeDone, at)
+}
+
+// Leave leaves ref's current agent node by outcome (done, or a session's
+// escalate). node, when set, is the node the caller checked: if the work
+// item stands elsewhere now, nothing moves and the error wraps ErrMoved.
+func Leave(ctx context.Context, s *graphstate.Store, reg *graph.Registry, ref, node string, o graph.Outcome, at time.Time) (*graph.State, graph.Transition, error) {
 	var t graph.Transition
 	st, err := s.Mutate(ctx, ref, func(cur *graph.State) (*graph.State, error) {
 		if cur == nil {
@@ -67,8 +77,11 @@ func Complete(ctx context.Context, s *graphstate.Store, reg *graph.Registry, ref
 		if n := g.Node(cur.Current); n != nil && n.IsGate() {
 			return nil, fmt.Errorf("%s is %w %s: only an authorized person's comment decides it", ref, ErrHumanGate, cur.Current)
 		}
+		if node != "" && cur.Current != node {
+			return nil, fmt.Errorf("%s: %w (it is at %s, not %s)", ref, ErrMoved, cur.Current, node)
+		}
 		var err error
-		t, err = cur.Advance(g, graph.OutcomeDone, at)
+		t, err = cur.Advance(g, o, at)
 		if err != nil {
 			return nil, err
 		}
@@ -82,13 +95,22 @@ func Complete(ctx context.Context, s *graphstate.Store, reg *graph.Registry, ref
 // workspace (its registry record's cwd): what the dispatcher does when
 // `the-loop graph complete` asks.
 func CompleteAndPublish(ctx context.Context, s *graphstate.Store, c *bus.Conn, reg *graph.Registry, ref string, maxChars int) (*graph.State, graph.Transition, error) {
-	st, t, err := Complete(ctx, s, reg, ref, time.Now().UTC())
+	return LeaveAndPublish(ctx, s, c, reg, ref, "", graph.OutcomeDone, maxChars, nil)
+}
+
+// LeaveAndPublish is Leave followed by the publication of the entered
+// node's notifications, each passed through edit first when it is set.
+func LeaveAndPublish(ctx context.Context, s *graphstate.Store, c *bus.Conn, reg *graph.Registry, ref, node string, o graph.Outcome, maxChars int, edit func(graph.Notification) graph.Notification) (*graph.State, graph.Transition, error) {
+	st, t, err := Leave(ctx, s, reg, ref, node, o, time.Now().UTC())
 	if err != nil {
 		return st, t, err
 	}
-	o := Options{Workdir: SessionWorkdir(ctx, c, ref), MaxChars: maxChars}
+	opts := Options{Workdir: SessionWorkdir(ctx, c, ref), MaxChars: maxChars}
 	for _, n := range t.Notifications {
-		ev, _ := Event(n, st, o)
+		if edit != nil {
+			n = edit(n)
+		}
+		ev, _ := Event(n, st, opts)
 		if _, err := Publish(ctx, c, ev); err != nil {
 			return st, t, fmt.Errorf("%s moved to %s, but its %s notification was not published: %w", ref, t.To, n.Type, err)
 		}
@@ -393,4 +415,28 @@ func cutLine(s string) (lineCut, bool) {
 	}
 	line, after, _ := strings.Cut(s, "\n")
 	return lineCut{line: line, after: after}, true
+}
+
+// WriteFeedback appends the comments that decided gate node into the first
+// alternative of pattern present in workdir (graph.AppendFeedback). It
+// returns the file's name, or ErrNoArtifact when none is there.
+func WriteFeedback(workdir, pattern, node string, outcome graph.Outcome, at time.Time, comments []graph.Comment) (string, error) {
+	name, text, err := ReadArtifact(workdir, pattern)
+	if err != nil {
+		return name, err
+	}
+	out := graph.AppendFeedback(text, node, outcome, at, comments)
+	if string(out) == string(text) {
+		return name, nil
+	}
+	root, err := os.OpenRoot(workdir)
+	if err != nil {
+		return name, err
+	}
+	defer root.Close()
+	mode := fs.FileMode(0o644)
+	if fi, err := root.Stat(filepath.FromSlash(name)); err == nil {
+		mode = fi.Mode().Perm()
+	}
+	return name, root.WriteFile(filepath.FromSlash(name), out, mode)
 }
