@@ -309,7 +309,13 @@ type WorkItem struct {
 	Status  string `json:"status"`
 	Nodes   []Node `json:"nodes"`
 	// Gate is the human gate it waits at, if it does.
-	Gate       *Gate      `json:"gate,omitempty"`
+	Gate *Gate `json:"gate,omitempty"`
+	// Reason is why the work item is held where it is: a gate's wait, or
+	// the findings of an agent node's checks (validate-artifacts,
+	// verify-tests) that kept its done from being accepted.
+	Reason string `json:"reason,omitempty"`
+	// Skips are the nodes the phase selection chose to skip.
+	Skips      []string   `json:"skips"`
 	ApprovedBy []Approval `json:"approvedBy"`
 	Thread     *Thread    `json:"thread,omitempty"`
 	UpdatedAt  time.Time  `json:"updatedAt"`
@@ -322,6 +328,12 @@ type Node struct {
 	Phase   string `json:"phase,omitempty"`
 	Current bool   `json:"current"`
 	Visited bool   `json:"visited"`
+	// Skipped: the phase selection chose to skip it.
+	Skipped bool `json:"skipped,omitempty"`
+	// Checks are what must hold before the node is left (its exit hooks).
+	Checks []string `json:"checks,omitempty"`
+	// Next maps each outcome to the node it leads to.
+	Next map[string]string `json:"next,omitempty"`
 }
 
 // Gate is the gate a work item waits at and who may answer it.
@@ -512,7 +524,7 @@ func (s *server) workItems(ctx context.Context, cfg *config.Config) ([]WorkItem,
 			continue
 		}
 		wi := WorkItem{Ref: st.Ref, URL: graphstate.WorkItemURL(st.Ref), Graph: st.Graph, Current: st.Current, Status: string(st.Status),
-			ApprovedBy: []Approval{}, UpdatedAt: e.Created}
+			Reason: st.Reason, Skips: append([]string{}, st.Skips...), ApprovedBy: []Approval{}, UpdatedAt: e.Created}
 		visited := map[string]bool{}
 		for _, h := range st.History {
 			visited[h.Node] = true
@@ -520,7 +532,18 @@ func (s *server) workItems(ctx context.Context, cfg *config.Config) ([]WorkItem,
 		g, _ := cfg.Graphs.Registry().Get(st.Graph)
 		if g != nil {
 			for _, n := range g.Nodes {
-				wi.Nodes = append(wi.Nodes, Node{Name: n.Name, Actor: string(n.Actor), Phase: n.Phase, Current: n.Name == st.Current, Visited: visited[n.Name]})
+				x := Node{Name: n.Name, Actor: string(n.Actor), Phase: n.Phase, Current: n.Name == st.Current, Visited: visited[n.Name],
+					Skipped: slices.Contains(st.Skips, n.Name)}
+				for _, h := range n.Exit {
+					x.Checks = append(x.Checks, string(h.Name))
+				}
+				if len(n.On) > 0 {
+					x.Next = map[string]string{}
+					for o, to := range n.On {
+						x.Next[string(o)] = to
+					}
+				}
+				wi.Nodes = append(wi.Nodes, x)
 			}
 			if st.AtHumanGate(g) {
 				n := g.Node(st.Current)
