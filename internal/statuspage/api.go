@@ -77,6 +77,7 @@ var apiRoutes = []Route{
 	{Method: http.MethodGet, Path: "/attention", handle: (*server).apiAttention},
 	{Method: http.MethodGet, Path: "/events", handle: (*server).apiEvents},
 	{Method: http.MethodGet, Path: "/events/types", handle: (*server).apiEventTypes},
+	{Method: http.MethodGet, Path: "/config", handle: (*server).apiConfig},
 	{Method: http.MethodGet, Path: "/stream", handle: (*server).apiStream},
 	{Method: http.MethodGet, Path: "/openapi.json", handle: (*server).apiContract},
 	{Method: http.MethodGet, Path: "/docs", handle: (*server).apiDocs},
@@ -1006,4 +1007,93 @@ func (s *server) answerOperation(w http.ResponseWriter, acc any, err error, what
 	default:
 		writeJSON(w, http.StatusAccepted, acc)
 	}
+}
+
+// EffectiveConfig is the operator config in force as the API shows it:
+// what it decides, never a secret. The process settings the file sets are
+// named, not valued (a token's variable is one), and the harness's
+// arguments are scrubbed.
+type EffectiveConfig struct {
+	Version         string              `json:"version"`
+	AuthorizedUsers []ConfigPerson      `json:"authorizedUsers"`
+	Control         ConfigControl       `json:"control"`
+	Harness         string              `json:"harness"`
+	HarnessArgs     map[string][]string `json:"harnessArgs"`
+	Slack           ConfigSlack         `json:"slack"`
+	Graphs          ConfigGraphs        `json:"graphs"`
+	Standing        []string            `json:"standing"`
+	Settings        []ConfigSetting     `json:"settings"`
+}
+
+// ConfigPerson is one entry of routing.authorizedUsers.
+type ConfigPerson struct {
+	GitHub string `json:"github,omitempty"`
+	Slack  string `json:"slack,omitempty"`
+	Name   string `json:"name,omitempty"`
+}
+
+// ConfigControl is routing.control.
+type ConfigControl struct {
+	Enabled             bool              `json:"enabled"`
+	RequireStartCommand bool              `json:"requireStartCommand"`
+	Keywords            map[string]string `json:"keywords"`
+}
+
+// ConfigSlack is channels.slack.
+type ConfigSlack struct {
+	Enabled   bool     `json:"enabled"`
+	Channel   string   `json:"channel"`
+	Subscribe []string `json:"subscribe"`
+	Publish   []string `json:"publish"`
+	Verbosity string   `json:"verbosity"`
+	Read      string   `json:"read"`
+}
+
+// ConfigGraphs is graphs: the one work items follow and every one known.
+type ConfigGraphs struct {
+	WorkItem  string   `json:"workItem"`
+	Files     []string `json:"files"`
+	Available []string `json:"available"`
+}
+
+// ConfigSetting is a process setting the file sets, named, never valued.
+type ConfigSetting struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+func (s *server) apiConfig(w http.ResponseWriter, _ *http.Request) {
+	cfg := s.o.Config()
+	out := EffectiveConfig{Version: cfg.Version, AuthorizedUsers: []ConfigPerson{}, HarnessArgs: map[string][]string{},
+		Control:  ConfigControl{Enabled: cfg.Routing.Control.Enabled, RequireStartCommand: cfg.Routing.Control.RequireStartCommand, Keywords: map[string]string{}},
+		Harness:  cfg.Routing.Harness.Default,
+		Standing: []string{}, Settings: []ConfigSetting{},
+		Graphs:   ConfigGraphs{WorkItem: cfg.Graphs.WorkItem, Files: append([]string{}, cfg.Graphs.Files...), Available: cfg.Graphs.Registry().Names()},
+	}
+	for _, p := range cfg.Routing.AuthorizedUsers.People() {
+		out.AuthorizedUsers = append(out.AuthorizedUsers, ConfigPerson{GitHub: p.GitHub, Slack: p.Slack, Name: p.Name})
+	}
+	for k, v := range cfg.Routing.Control.Keywords {
+		out.Control.Keywords[k] = v
+	}
+	for kind, args := range cfg.Routing.Harness.Args {
+		for _, a := range args {
+			out.HarnessArgs[kind] = append(out.HarnessArgs[kind], s.o.Scrub.Scrub(a))
+		}
+	}
+	sl := cfg.Channels.Slack
+	out.Slack = ConfigSlack{Enabled: sl.Enabled, Channel: sl.Channel, Subscribe: []string{}, Publish: []string{}, Verbosity: string(sl.Verbosity), Read: string(sl.Read.Mode)}
+	for _, t := range sl.Subscribe {
+		out.Slack.Subscribe = append(out.Slack.Subscribe, string(t))
+	}
+	for _, t := range sl.Publish {
+		out.Slack.Publish = append(out.Slack.Publish, string(t))
+	}
+	for _, st := range cfg.Standing.Sessions {
+		out.Standing = append(out.Standing, st.Name)
+	}
+	for _, st := range cfg.Settings {
+		out.Settings = append(out.Settings, ConfigSetting{Name: st.Name, Path: st.Path})
+	}
+	writeJSON(w, http.StatusOK, out)
 }

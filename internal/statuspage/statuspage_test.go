@@ -348,3 +348,35 @@ func TestThePageSaysEmptyInWordsAndFoldsThePartitions(t *testing.T) {
 		t.Errorf("the partition table is not inside its details (%d, %d, %d)", open, table, close)
 	}
 }
+
+// TestConfigShowsNoSecret: the API's effective config names the settings
+// the file sets but never their values, and scrubs the harness arguments.
+func TestConfigShowsNoSecret(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	f := start(t)
+	cfg := config.Default()
+	cfg.Routing.Harness.Args = map[string][]string{"claude": {"--api-key", ghToken}}
+	cfg.Settings = []config.FileSetting{{Name: "LOOP_GITHUB_TOKEN", Value: ghToken, Path: "integrations.github.api.tokenEnv"}}
+	var o statuspage.Options
+	mux := http.NewServeMux()
+	o.Observer = f.srv.ConnectAs(t, bus.IdentityObserver, "status-reads")
+	o.Conn = f.srv.ConnectAs(t, bus.IdentitySlackRenderer, "status")
+	o.Config = func() *config.Config { return cfg }
+	o.Topology = bus.DefaultTopology()
+	o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.Scrub = redact.New(redact.Options{Env: map[string]string{"LOOP_GITHUB_TOKEN": ghToken}})
+	statuspage.Register(mux, o)
+	res := request(mux, "GET", "/api/v1/config", "127.0.0.1:1", "127.0.0.1:9090", "")
+	if res.Code != 200 {
+		t.Fatalf("GET /api/v1/config: %d %s", res.Code, res.Body)
+	}
+	body := res.Body.String()
+	if strings.Contains(body, ghToken) {
+		t.Fatalf("the config shows the token:\n%s", body)
+	}
+	if !strings.Contains(body, `"name":"LOOP_GITHUB_TOKEN"`) || !strings.Contains(body, "--api-key") {
+		t.Fatalf("the config does not name the setting or the arguments:\n%s", body)
+	}
+}

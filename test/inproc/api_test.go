@@ -266,6 +266,11 @@ func TestAPIHoldsToItsContract(t *testing.T) {
 	c.check(t, mux, "GET", "/api/v1/dead-letters", "", nil, true, 200)
 	c.check(t, mux, "GET", "/api/v1/attention", "", nil, true, 200)
 	c.check(t, mux, "GET", "/api/v1/events/types", "", nil, true, 200)
+	var eff statuspage.EffectiveConfig
+	_ = json.Unmarshal(c.check(t, mux, "GET", "/api/v1/config", "", nil, true, 200), &eff)
+	if eff.Graphs.WorkItem != "work-item" || !slices.Contains(eff.Graphs.Available, "pdlc-work-item-loop") || len(eff.AuthorizedUsers) == 0 {
+		t.Errorf("the effective config = %+v", eff)
+	}
 	c.check(t, mux, "GET", "/api/v1/docs", "", nil, false, 200)
 	c.check(t, mux, "GET", "/api/v1/openapi.json", "", nil, false, 200)
 
