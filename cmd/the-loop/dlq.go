@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/the-loop/bus/internal/statuspage"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/eventlog"
@@ -55,19 +56,34 @@ func cmdDLQ(ctx context.Context, args []string, env config.Env, stdout, stderr i
 		if err := parseFlags(fs, args[1:]); err != nil {
 			return err
 		}
-		conn, err := cliConnect(ctx, env, "the-loop-dlq", read)
-		if err != nil {
+		var entries []statuspage.DeadLetter
+		if api, ok, err := readThroughAPI(env); err != nil {
 			return err
-		}
-		defer conn.Close()
-		entries, err := conn.ListDLQ(ctx, *limit)
-		if err != nil {
-			return fmt.Errorf("list DLQ: %w", err)
+		} else if ok {
+			var list struct{ DeadLetters []statuspage.DeadLetter }
+			if err := api.get(ctx, "/dead-letters", &list); err != nil {
+				return err
+			}
+			entries = list.DeadLetters[:min(len(list.DeadLetters), *limit)]
+		} else {
+			conn, err := cliConnect(ctx, env, "the-loop-dlq", read)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			dl, err := conn.ListDLQ(ctx, *limit)
+			if err != nil {
+				return fmt.Errorf("list DLQ: %w", err)
+			}
+			for _, e := range dl {
+				entries = append(entries, statuspage.DeadLetter{Seq: e.Seq, EventID: e.CEID, Subject: e.PublishSubject, Consumer: e.Consumer,
+					Reason: e.Reason, Deliveries: e.Deliveries, Time: e.Time})
+			}
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SEQ\tTIME\tEVENT ID\tSUBJECT\tDELIVERIES\tREASON")
 		for _, e := range entries {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", e.Seq, e.Time.UTC().Format(time.RFC3339), e.CEID, e.PublishSubject, e.Deliveries, e.Reason)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", e.Seq, e.Time.UTC().Format(time.RFC3339), e.EventID, e.Subject, e.Deliveries, e.Reason)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

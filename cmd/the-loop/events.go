@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
+	"github.com/the-loop/bus/internal/statuspage"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
@@ -79,6 +82,11 @@ func cmdEvents(ctx context.Context, args []string, env config.Env, stdout, stder
 	if *limit <= 0 {
 		return fmt.Errorf("%w: events --limit is at least 1", errUsage)
 	}
+	if api, ok, err := readThroughAPI(env); err != nil {
+		return err
+	} else if ok {
+		return apiEvents(ctx, api, stdout, *workItem, *typ, *since, *delivery, *limit, *jsonOut)
+	}
 	conn, err := cliConnect(ctx, env, "the-loop-events", read)
 	if err != nil {
 		return err
@@ -113,4 +121,34 @@ func queryLog(ctx context.Context, conn *bus.Conn, q eventlog.Query, limit int) 
 		return nil
 	})
 	return found, err
+}
+
+// apiEvents prints the records the API's /events answers for the query.
+func apiEvents(ctx context.Context, api apiClient, stdout io.Writer, workItem, typ, since, delivery string, limit int, asJSON bool) error {
+	q := url.Values{"limit": {strconv.Itoa(min(limit, 1000))}}
+	for k, v := range map[string]string{"workItem": workItem, "type": typ, "since": since, "deliveryId": delivery} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	var list struct{ Events []statuspage.EventRecord }
+	if err := api.get(ctx, "/events?"+q.Encode(), &list); err != nil {
+		return err
+	}
+	for _, e := range list.Events {
+		if asJSON {
+			b, err := json.Marshal(e.Record)
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(stdout, "%s\n", b); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := fmt.Fprintln(stdout, eventlog.Format(e.Record)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

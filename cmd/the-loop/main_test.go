@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/the-loop/bus/internal/testsupport/testkit"
 
+	"github.com/the-loop/bus/internal/statuspage"
 	"github.com/the-loop/bus/internal/testsupport/bustest"
 	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"github.com/the-loop/bus/pkg/bus"
@@ -28,6 +30,7 @@ import (
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/envelope"
 	"github.com/the-loop/bus/pkg/eventlog"
+	"github.com/the-loop/bus/pkg/redact"
 	"github.com/the-loop/bus/pkg/sessions"
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 )
@@ -535,6 +538,49 @@ func TestEventsQuery(t *testing.T) {
 	}
 	if code, out, _ := runVerb(t, env, "events", "--since", time.Now().Add(time.Hour).Format(time.RFC3339)); code != 0 || out != "" {
 		t.Errorf("events since an hour from now: %d\n%s", code, out)
+	}
+}
+
+// TestReadingVerbsReadThroughTheAPI: with LOOP_API_URL, `events`,
+// `sessions list` and `dlq list` read the control plane's API with the
+// read token, and print what they print from NATS.
+func TestReadingVerbsReadThroughTheAPI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a JetStream server")
+	}
+	srv := bustest.StartServer(t, bustest.Options{Auth: true})
+	srv.Provision(t, bus.DefaultTopology())
+	op := srv.Connect(t, "test-log")
+	log := eventlog.New("dispatcher", slog.New(slog.DiscardHandler), logPublisher{op})
+	log.Emit(context.Background(), "graph.advanced", slog.String("work_item", "github:octo/repo#1"), slog.String("event_id", "gh:api-1"))
+	log.Emit(context.Background(), "graph.advanced", slog.String("work_item", "github:octo/repo#2"), slog.String("event_id", "gh:api-2"))
+	mux := http.NewServeMux()
+	statuspage.Register(mux, statuspage.Options{
+		Conn: op, Observer: srv.ConnectAs(t, bus.IdentityObserver, "api-reads"), Config: func() *config.Config { return defaultConfig },
+		Topology: bus.DefaultTopology(), Expose: true, Token: "cli-read-token-0123456789",
+		Log: slog.New(slog.DiscardHandler), Scrub: redact.New(redact.Options{}),
+	})
+	api := httptest.NewServer(mux)
+	defer api.Close()
+	env := config.Env{"LOOP_API_URL": api.URL + "/api/v1", "LOOP_API_TOKEN": "cli-read-token-0123456789"}
+	testkit.WaitWithin(t, 10*time.Second, "the records through the API", func() bool {
+		_, out, _ := runVerb(t, env, "events", "--work-item", "github:octo/repo#2", "--json")
+		return strings.Count(out, "\n") == 1 && strings.Contains(out, `"event_id":"gh:api-2"`)
+	})
+	if code, out, stderr := runVerb(t, env, "sessions", "list"); code != 0 || !strings.HasPrefix(out, "WORK ITEM") || !strings.Contains(out, "0 work item(s)") {
+		t.Errorf("sessions list through the API: %d\n%s%s", code, out, stderr)
+	}
+	if code, out, stderr := runVerb(t, env, "dlq", "list"); code != 0 || !strings.Contains(out, "0 dead-lettered event(s)") {
+		t.Errorf("dlq list through the API: %d\n%s%s", code, out, stderr)
+	}
+	// An API that is not there, or not an API, is said in words.
+	env["LOOP_API_URL"] = api.URL + "/nothing-here"
+	if code, _, stderr := runVerb(t, env, "events"); code != 1 || !strings.Contains(stderr, "answered 404") {
+		t.Errorf("events from no API: %d %s", code, stderr)
+	}
+	env["LOOP_API_URL"] = "nats://127.0.0.1:4222"
+	if code, _, stderr := runVerb(t, env, "dlq", "list"); code != 1 || !strings.Contains(stderr, "not an http(s) URL") {
+		t.Errorf("dlq list from a NATS URL: %d %s", code, stderr)
 	}
 }
 

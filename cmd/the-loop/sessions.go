@@ -39,6 +39,15 @@ func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, std
 		if err := parseFlags(fs, args[1:]); err != nil {
 			return err
 		}
+		if api, ok, err := readThroughAPI(env); err != nil {
+			return err
+		} else if ok {
+			var list struct{ Sessions []statuspage.Session }
+			if err := api.get(ctx, "/sessions", &list); err != nil {
+				return err
+			}
+			return writeAPISessions(stdout, list.Sessions)
+		}
 		conn, err := cliConnect(ctx, env, "the-loop-sessions", read)
 		if err != nil {
 			return err
@@ -68,9 +77,34 @@ func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, std
 	return fmt.Errorf("%w: sessions list|pause|resume|stop|cleanup|adopt|end", errUsage)
 }
 
+// sessionsHeader heads the sessions table, read from NATS or the API.
+const sessionsHeader = "WORK ITEM\tSTATUS\tHOST\tTMUX\tHARNESS SESSION\tLAST CONTROL\tDELIVERED\tUNCERTAIN"
+
+// writeAPISessions prints the sessions as the API answers them, in the
+// table writeSessions prints.
+func writeAPISessions(w io.Writer, list []statuspage.Session) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, sessionsHeader)
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	for _, x := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", x.Ref, x.Status, dash(x.Host), dash(x.TmuxTarget), dash(x.HarnessSession),
+			dash(x.Control), x.Delivered, dash(x.Uncertain))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d work item(s)\n", len(list))
+	return err
+}
+
 func writeSessions(w io.Writer, recs []sessions.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORK ITEM\tSTATUS\tHOST\tTMUX\tHARNESS SESSION\tLAST CONTROL\tDELIVERED\tUNCERTAIN")
+	fmt.Fprintln(tw, sessionsHeader)
 	for _, r := range recs {
 		status, host, target, hid, last := "no session", "-", "-", "-", "-"
 		delivered, uncertain := 0, "-"

@@ -1068,7 +1068,7 @@ func (s *server) apiConfig(w http.ResponseWriter, _ *http.Request) {
 		Control:  ConfigControl{Enabled: cfg.Routing.Control.Enabled, RequireStartCommand: cfg.Routing.Control.RequireStartCommand, Keywords: map[string]string{}},
 		Harness:  cfg.Routing.Harness.Default,
 		Standing: []string{}, Settings: []ConfigSetting{},
-		Graphs:   ConfigGraphs{WorkItem: cfg.Graphs.WorkItem, Files: append([]string{}, cfg.Graphs.Files...), Available: cfg.Graphs.Registry().Names()},
+		Graphs: ConfigGraphs{WorkItem: cfg.Graphs.WorkItem, Files: append([]string{}, cfg.Graphs.Files...), Available: cfg.Graphs.Registry().Names()},
 	}
 	for _, p := range cfg.Routing.AuthorizedUsers.People() {
 		out.AuthorizedUsers = append(out.AuthorizedUsers, ConfigPerson{GitHub: p.GitHub, Slack: p.Slack, Name: p.Name})

@@ -372,6 +372,13 @@ type Session struct {
 	LastInput   string    `json:"lastInput,omitempty"`
 	LastInputAt time.Time `json:"lastInputAt,omitzero"`
 	Control     string    `json:"control,omitempty"`
+	// TmuxTarget and HarnessSession name the session on its host;
+	// Delivered counts the events typed into it, Uncertain is the one
+	// whose paste is not yet known to have landed.
+	TmuxTarget     string `json:"tmuxTarget,omitempty"`
+	HarnessSession string `json:"harnessSession,omitempty"`
+	Delivered      int    `json:"delivered"`
+	Uncertain      string `json:"uncertain,omitempty"`
 }
 
 // DeadLetter is one LOOP_DLQ entry.
@@ -603,6 +610,7 @@ func (s *server) sessions(ctx context.Context) ([]Session, error) {
 		x := Session{Ref: r.Ref, Status: "no session"}
 		if ss := r.Session; ss != nil {
 			x.Status, x.Host, x.CreatedAt, x.LastInputAt = string(ss.Status), ss.Host, ss.CreatedAt, ss.LastEventAt
+			x.TmuxTarget, x.HarnessSession, x.Delivered, x.Uncertain = ss.TmuxTarget, ss.HarnessSessionID, len(ss.Delivered), ss.Pending
 			if n := len(ss.Delivered); n > 0 {
 				x.LastInput = ss.Delivered[n-1]
 			}

@@ -67,6 +67,15 @@ type Common struct {
 	SignersFile string `envconfig:"SIGNERS_FILE" desc:"the public signers file 'the-loop auth init' writes (each identity's public NKey, nothing secret): 'the-loop provision' and 'the-loop auth signers' write it to the signers bucket as the operator"`
 	NATS
 	Status
+	API
+}
+
+// API is where the CLI's reading verbs read through the control plane's
+// HTTP API instead of NATS (docs/api.md): from a laptop that reaches the
+// admin address, with no bus credential.
+type API struct {
+	URL   string `envconfig:"API_URL" desc:"the control plane's API (http://host:9090/api/v1): 'events', 'sessions list' and 'dlq list' read through it instead of NATS; empty: NATS"`
+	Token Secret `envconfig:"API_TOKEN" desc:"the bearer token the reading verbs present to LOOP_API_URL (the read token, LOOP_STATUS_TOKEN, beyond loopback)"`
 }
 
 // Status is who may see the status page the admin server serves (/status)
