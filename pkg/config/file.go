@@ -79,6 +79,8 @@ type Routing struct {
 	Workspace Workspace
 	// SessionPerPR is routing.tmux.sessionPerPr.
 	SessionPerPR PRSessions
+	// Critics are routing.critics (critics.go).
+	Critics []Critic
 }
 
 // Control is routing.control: the control-keyword grammar's settings.
