@@ -173,6 +173,19 @@ func (ep *sessionEndpoint) criticRun(ctx context.Context, r *http.Request, ref s
 // criticAwaiting prefixes the awaited id of a session waiting on a critic.
 const criticAwaiting = "critic:"
 
+// unawait takes back the session's wait on id, if it still waits on it.
+func (ep *sessionEndpoint) unawait(ctx context.Context, ref, id string) {
+	if _, err := ep.sessions.Load().Mutate(ctx, ref, func(r *sessions.Record) error {
+		if r.Session == nil || r.Session.AwaitingInput != id {
+			return sessions.ErrNoChange
+		}
+		r.Session.AwaitingInput = ""
+		return nil
+	}); err != nil {
+		ep.log.Warn("dispatcher: a critic round's wait not taken back; `the-loop check` answers wait until the next event", "work_item", ref, "err", err)
+	}
+}
+
 // criticTarget settles the node and artifact of rd: node's when named
 // (it must be in the work item's graph), else the current node's, else the
 // last visited node's that has one. A node without an artifact is a round
@@ -305,6 +318,10 @@ func (cr *criticRunner) run(rd *round, ep *sessionEndpoint) {
 		// The findings are in the answer still, when the agent waits.
 		ep.log.Error("dispatcher: critic findings not published", "work_item", rd.ref, "round", rep.ID, "err", err)
 		rep.Error = strings.TrimSpace(rep.Error + "; its findings could not be put on the bus, so they are not on the work item: " + err.Error())
+		// Nothing will arrive: the session must not wait for it.
+		uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ep.unawait(uctx, rd.ref, criticAwaiting+rep.ID)
+		ucancel()
 	} else {
 		rd.published = true
 	}

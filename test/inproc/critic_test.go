@@ -118,11 +118,16 @@ exit 3
 	slow := critic(t, bin, "slow-critic", `echo "slow-probe-finding so far"
 exec sleep 600
 `)
+	release := filepath.Join(bin, "release")
+	gated := critic(t, bin, "gated-critic", `while [ ! -e '`+release+`' ]; do sleep 0.05; done
+echo "gated-probe-finding"
+`)
 	w := newWorld(t, func(c *config.Config) {
 		c.Routing.Critics = []config.Critic{
 			{Name: "probe", Harness: "script", Command: ok, Args: []string{"{artifact}", "{promptFile}"}, Timeout: wait, Enabled: true},
 			{Name: "broken", Command: broken, Args: []string{"{prompt}"}, Timeout: wait, Enabled: true},
 			{Name: "slow", Command: slow, Args: []string{"{prompt}"}, Timeout: 3 * time.Second, Enabled: true},
+			{Name: "gated", Command: gated, Args: []string{"{prompt}"}, Timeout: 2 * wait, Enabled: true},
 		}
 	})
 	number, r, cwd := w.atRequirements("Critic", "# Requirements\n\n1. Retry on failure.\n")
@@ -136,7 +141,7 @@ exec sleep 600
 	defer cancel()
 
 	cs, err := agent.Critics(ctx)
-	if err != nil || len(cs.Critics) != 3 || cs.Critics[0].Name != "probe" || !cs.Critics[0].Available || cs.Critics[0].Command != ok {
+	if err != nil || len(cs.Critics) != 4 || cs.Critics[0].Name != "probe" || !cs.Critics[0].Available || cs.Critics[0].Command != ok {
 		t.Fatalf("critics = %+v (%v)", cs, err)
 	}
 
@@ -159,6 +164,32 @@ exec sleep 600
 		t.Errorf("the findings' record (%s, the round says %s):\n%s", c.HTMLURL, round.URL, c.Body)
 	}
 	w.typed("critic.findings", "critic-probe-finding")
+
+	// A round not waited for: the session is told to stop and wait, no
+	// second round starts meanwhile, and the findings arrive as a prompt,
+	// after which the node is the agent's again.
+	round, err = agent.CriticRun(ctx, sessionapi.CriticRunRequest{Critic: "gated"})
+	if err != nil || !round.Running || round.Outcome != "" {
+		t.Fatalf("gated round = %+v (%v), want it running", round, err)
+	}
+	rep, err := agent.Check(ctx)
+	if err != nil || rep.Status != sessionapi.CheckWait || !strings.Contains(strings.Join(rep.Messages, " "), "critic round") {
+		t.Errorf("check while the critic runs = %+v (%v), want wait", rep, err)
+	}
+	_, err = agent.CriticRun(ctx, sessionapi.CriticRunRequest{Critic: "probe"})
+	var busy *sessionapi.Error
+	if !errors.As(err, &busy) || busy.Status != 409 || !strings.Contains(busy.Message, "a round of critic gated is running") {
+		t.Errorf("a second round meanwhile: %v, want 409", err)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.recorded(number, "gated-probe-finding")
+	w.typed("critic.findings", "gated-probe-finding")
+	testkit.WaitWithin(t, wait, "the node the agent's again", func() bool {
+		rep, err := agent.Check(ctx)
+		return err == nil && rep.Status == sessionapi.CheckBlock
+	})
 
 	// A critic that fails: its exit, its error and what it printed first.
 	round, err = agent.CriticRun(ctx, sessionapi.CriticRunRequest{Critic: "broken", Wait: sessionapi.Duration(wait)})
