@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -426,16 +427,23 @@ func criticBinary(name, path string) string {
 
 // fillCriticArgv replaces the placeholders of each element of tmpl: a value
 // stays inside the element it replaces, so it can never add an argument.
+// One pass over the template: a value is never searched for placeholders
+// in its turn.
 func fillCriticArgv(tmpl []string, values map[string]string) []string {
 	out := make([]string, len(tmpl))
 	for i, a := range tmpl {
-		for _, ph := range config.CriticPlaceholders() {
-			a = strings.ReplaceAll(a, ph, values[ph])
-		}
-		out[i] = a
+		out[i] = criticPlaceholder.ReplaceAllStringFunc(a, func(ph string) string {
+			if v, ok := values[ph]; ok {
+				return v
+			}
+			return ph
+		})
 	}
 	return out
 }
+
+// criticPlaceholder is a placeholder's shape (config refuses unknown ones).
+var criticPlaceholder = regexp.MustCompile(`\{[A-Za-z][A-Za-z0-9_]*\}`)
 
 // criticPrompt is what the critic is asked. It starts with words, never a
 // dash, so a critic that reads it as one argument cannot take it for a
