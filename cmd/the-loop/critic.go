@@ -99,11 +99,11 @@ func criticRun(ctx context.Context, args []string, env config.Env, stdout, stder
 	briefFile := fs.String("brief-file", "", "read the brief from this file ('-': standard input)")
 	wait := fs.Duration("wait", 0, "wait up to this long for the round to end and print its findings (default: do not wait; they arrive as a new prompt)")
 	asJSON := fs.Bool("json", false, "print the round as JSON")
-	if err := parseFlags(fs, args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	name := fs.Arg(0)
-	if fs.NArg() != 1 || name == "" {
+	if len(pos) != 1 || pos[0] == "" {
 		return fmt.Errorf("%w: critic run NAME [--node NODE] [--brief TEXT|--brief-file F|-] [--wait D] [--json]", errUsage)
 	}
 	if *brief != "" && *briefFile != "" {
@@ -116,6 +116,7 @@ func criticRun(ctx context.Context, args []string, env config.Env, stdout, stder
 		}
 		*brief = b
 	}
+	name := pos[0]
 	client, err := sessionClient(env)
 	if err != nil {
 		return &exitError{code: criticCannotRun, msg: "the-loop critic run: " + err.Error()}
