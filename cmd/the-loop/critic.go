@@ -94,7 +94,7 @@ func dash(s string) string {
 // not be asked for.
 func criticRun(ctx context.Context, args []string, env config.Env, stdout, stderr io.Writer) error {
 	fs := newFlags("critic run", stderr)
-	node := fs.String("node", "", "the node whose artifact is reviewed (default: the current node's, else the last visited node's that has one)")
+	node := fs.String("node", "", "the node whose artifact is reviewed; a node without one: the checkout (default: the current node's artifact once written, else the last one written along the way)")
 	brief := fs.String("brief", "", "what to ask the critic to look at, added to its prompt")
 	briefFile := fs.String("brief-file", "", "read the brief from this file ('-': standard input)")
 	wait := fs.Duration("wait", 0, "wait up to this long for the round to end and print its findings (default: do not wait; they arrive as a new prompt)")

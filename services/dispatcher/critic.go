@@ -188,10 +188,11 @@ func (ep *sessionEndpoint) unawait(ctx context.Context, ref, id string) {
 }
 
 // criticTarget settles the node and artifact of rd: node's when named
-// (it must be in the work item's graph), else the current node's, else the
-// last visited node's that has one. A node without an artifact is a round
-// on the checkout as the brief says. It answers a status and a refusal
-// when there is none to settle.
+// (it must be in the work item's graph, and its artifact written), else the
+// current node's once written, else the last visited node's that is. A
+// node without an artifact, or none written, is a round on the checkout as
+// the brief says. It answers a status and a refusal when there is none to
+// settle.
 func (ep *sessionEndpoint) criticTarget(ctx context.Context, rd *round, node string) (int, string) {
 	store, err := ep.gates.open(ctx)
 	if err != nil {
@@ -219,14 +220,19 @@ func (ep *sessionEndpoint) criticTarget(ctx context.Context, rd *round, node str
 			return http.StatusBadRequest, fmt.Sprintf("node %q is not in graph %s", clip(node), g.Name)
 		}
 	default:
-		n = g.Node(st.Current)
-		if n != nil && n.Artifact == "" {
-			for i := len(st.History) - 1; i >= 0; i-- {
-				if h := g.Node(st.History[i].Node); h != nil && h.Artifact != "" {
-					if _, _, err := flow.ReadArtifact(dir, h.Artifact); err == nil {
-						n = h
-						break
-					}
+		// The current node's artifact once written, else the last written
+		// along the way (a review node's own report is written after its
+		// rounds), else none: the round is on the checkout.
+		rd.rep.Node = st.Current
+		seen := []string{st.Current}
+		for i := len(st.History) - 1; i >= 0; i-- {
+			seen = append(seen, st.History[i].Node)
+		}
+		for _, name := range seen {
+			if h := g.Node(name); h != nil && h.Artifact != "" {
+				if _, _, err := flow.ReadArtifact(dir, h.Artifact); err == nil {
+					n = h
+					break
 				}
 			}
 		}

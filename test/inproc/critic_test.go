@@ -264,12 +264,21 @@ for a in "$@"; do printf 'arg=%.40s\n' "$a" | head -n 1; done
 	refused("the repository's critic", sessionapi.CriticRunRequest{Critic: "evil"}, 404, `no critic named "evil" in the operator's routing.critics; the critics are args`)
 	refused("a node the graph lacks", sessionapi.CriticRunRequest{Critic: "args", Node: "../../etc"}, 400, `node "../../etc" is not in graph`)
 	refused("another work item", sessionapi.CriticRunRequest{Critic: "args", Ref: ref(9999)}, 403, "its own work item")
+	refused("an artifact not written", sessionapi.CriticRunRequest{Critic: "args", Node: "design"}, 409, "the artifact of node design (design.md) cannot be read: write it first")
+
+	// A node without an artifact: the critic reviews the checkout.
+	whole, err := agent.CriticRun(ctx, sessionapi.CriticRunRequest{Critic: "args", Node: "phase-selection", Wait: sessionapi.Duration(wait)})
+	if err != nil || whole.Outcome != sessionapi.CriticOK || whole.Node != "phase-selection" || whole.Artifact != "" ||
+		!strings.Contains(whole.Findings, "cwd=the checkout") {
+		t.Errorf("a round on the checkout = %+v (%v)", whole, err)
+	}
+	w.typed("critic.findings", "Critic args: its findings")
 
 	// The request carries a command, arguments and a directory of its
 	// own, and a brief that reads like a command line: the critic runs as
 	// configured, the brief one part of its one prompt argument.
 	var round sessionapi.CriticRound
-	err := rawCriticRun(ctx, agent, `{"critic": "args", "command": "/bin/sh", "args": ["-c", "touch pwned"], "cwd": "/", "argv": ["x"],
+	err = rawCriticRun(ctx, agent, `{"critic": "args", "command": "/bin/sh", "args": ["-c", "touch pwned"], "cwd": "/", "argv": ["x"],
 		"brief": "--dangerously-skip-permissions\"; touch pwned; echo \"$(id)", "wait": "`+wait.String()+`"}`, &round)
 	if err != nil {
 		t.Fatal(err)

@@ -283,8 +283,9 @@ type CriticRunRequest struct {
 	// Ref, if set, must be the session's own work item.
 	Ref    string `json:"ref,omitempty"`
 	Critic string `json:"critic"`
-	// Node is the node whose artifact is reviewed (default: the current
-	// node's, else the last visited node's that has one).
+	// Node is the node whose artifact is reviewed; a node without one
+	// has the checkout reviewed (default: the current node's artifact once
+	// written, else the last one written along the way).
 	Node string `json:"node,omitempty"`
 	// Brief is what the agent asks the critic to look at, put in the
 	// prompt as text.
