@@ -66,6 +66,10 @@ func criticList(ctx context.Context, args []string, env config.Env, stdout, stde
 	if *asJSON {
 		return writeJSON(stdout, cs)
 	}
+	if len(cs.RepoCritics) > 0 {
+		fmt.Fprintf(stdout, "note: the repository's harness configuration names %s (reviews.critics); those are not run: critics are the operator's (routing.critics)\n",
+			strings.Join(cs.RepoCritics, ", "))
+	}
 	if len(cs.Critics) == 0 {
 		fmt.Fprintln(stdout, "no critics are configured: the operator names them in routing.critics")
 		return nil
@@ -96,7 +100,7 @@ func criticRun(ctx context.Context, args []string, env config.Env, stdout, stder
 	fs := newFlags("critic run", stderr)
 	node := fs.String("node", "", "the node whose artifact is reviewed; a node without one: the checkout (default: the current node's artifact once written, else the last one written along the way)")
 	brief := fs.String("brief", "", "what to ask the critic to look at, added to its prompt")
-	briefFile := fs.String("brief-file", "", "read the brief from this file ('-': standard input)")
+	briefFile := fs.String("brief-file", "", "read the brief from `FILE` ('-': standard input)")
 	wait := fs.Duration("wait", 0, "wait up to this long for the round to end and print its findings (default: do not wait; they arrive as a new prompt)")
 	asJSON := fs.Bool("json", false, "print the round as JSON")
 	pos, err := parseInterspersed(fs, args)

@@ -27,6 +27,7 @@ import (
 	loopv1 "github.com/the-loop/bus/proto/loop/v1"
 	"github.com/the-loop/bus/services/dispatcher/internal/ask"
 	"github.com/the-loop/bus/services/dispatcher/internal/flow"
+	"github.com/the-loop/bus/services/dispatcher/internal/repoinfo"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
@@ -54,6 +55,7 @@ const (
 	maxCriticOutput = 1 << 20
 	maxFindings     = 56 << 10
 	maxCriticStderr = 8 << 10
+	maxErrorLine    = 500
 	// criticPublishWait bounds the publication of the findings.
 	criticPublishWait = 30 * time.Second
 )
@@ -93,8 +95,8 @@ type round struct {
 }
 
 // criticsList answers sessionapi.PathCritics.
-func (ep *sessionEndpoint) criticsList(_ context.Context, _ *http.Request, ref string, _ *sessions.Session, _ string) (int, any) {
-	out := sessionapi.Critics{Ref: ref, Critics: []sessionapi.Critic{}}
+func (ep *sessionEndpoint) criticsList(_ context.Context, _ *http.Request, ref string, sess *sessions.Session, _ string) (int, any) {
+	out := sessionapi.Critics{Ref: ref, Critics: []sessionapi.Critic{}, RepoCritics: repoinfo.RepoCritics(sess.Cwd)}
 	env := ep.critic.env()
 	for _, c := range ep.gates.config().Routing.Critics {
 		bin := c.Argv()[0]
@@ -312,7 +314,11 @@ func (cr *criticRunner) run(rd *round, ep *sessionEndpoint) {
 	}
 	text := criticText(out, rd.critic.OutputFormat())
 	text = ep.scrub(sessionapi.Scrub(text, rd.token))
-	rep.Error = ep.scrub(sessionapi.Scrub(rep.Error, rd.token))
+	// One line, bounded: it stands in the record's heading.
+	rep.Error = strings.Join(strings.Fields(ep.scrub(sessionapi.Scrub(rep.Error, rd.token))), " ")
+	if len(rep.Error) > maxErrorLine {
+		rep.Error = strings.ToValidUTF8(rep.Error[:maxErrorLine], "") + "…"
+	}
 	if len(text) > maxFindings {
 		text = strings.ToValidUTF8(text[:maxFindings], "") + "\n\n… (cut by the-loop: the critic printed more)"
 	}

@@ -261,6 +261,9 @@ for a in "$@"; do printf 'arg=%.40s\n' "$a" | head -n 1; done
 			t.Errorf("%s: %v, want %d saying %q", what, err, status, says)
 		}
 	}
+	if cs, err := agent.Critics(ctx); err != nil || len(cs.Critics) != 1 || cs.Critics[0].Name != "args" || len(cs.RepoCritics) != 1 || cs.RepoCritics[0] != "evil" {
+		t.Errorf("critics = %+v (%v): want the operator's, and the repository's named as not run", cs, err)
+	}
 	refused("the repository's critic", sessionapi.CriticRunRequest{Critic: "evil"}, 404, `no critic named "evil" in the operator's routing.critics; the critics are args`)
 	refused("a node the graph lacks", sessionapi.CriticRunRequest{Critic: "args", Node: "../../etc"}, 400, `node "../../etc" is not in graph`)
 	refused("another work item", sessionapi.CriticRunRequest{Critic: "args", Ref: ref(9999)}, 403, "its own work item")

@@ -273,6 +273,9 @@ type Critic struct {
 type Critics struct {
 	Ref     string   `json:"ref"`
 	Critics []Critic `json:"critics"`
+	// RepoCritics are critics the repository's own harness configuration
+	// names (reviews.critics): never run, critics being the operator's.
+	RepoCritics []string `json:"repoCritics,omitempty"`
 }
 
 // CriticRunRequest asks for one round. It names the critic and, at most,
