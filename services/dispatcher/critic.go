@@ -147,6 +147,10 @@ func (ep *sessionEndpoint) criticRun(ctx context.Context, r *http.Request, ref s
 	ep.awaiting(ctx, ref, sess, criticAwaiting+rd.rep.ID)
 	ep.events.Emit(ctx, "critic.started", slog.String("work_item", ref), slog.String("critic", c.Name),
 		slog.String("node", rd.rep.Node), slog.String("round", rd.rep.ID))
+	// The round writes rd.rep from now on; the answer of a round still
+	// running is this copy.
+	running := rd.rep
+	running.Running = true
 	go ep.critic.run(rd, ep)
 
 	wait := min(max(time.Duration(req.Wait), 0), criticWaitMax)
@@ -155,11 +159,9 @@ func (ep *sessionEndpoint) criticRun(ctx context.Context, r *http.Request, ref s
 	select {
 	case <-rd.done:
 	case <-t.C:
-		rep := rd.rep
-		rep.Running = true
-		return http.StatusAccepted, rep
+		return http.StatusAccepted, running
 	case <-ctx.Done():
-		return http.StatusServiceUnavailable, map[string]string{"error": "the request ended; the round goes on and its findings arrive as a new prompt", "id": rd.rep.ID}
+		return http.StatusServiceUnavailable, map[string]string{"error": "the request ended; the round goes on and its findings arrive as a new prompt", "id": running.ID}
 	}
 	rep := rd.rep
 	if rd.published {

@@ -126,7 +126,7 @@ echo "gated-probe-finding"
 		c.Routing.Critics = []config.Critic{
 			{Name: "probe", Harness: "script", Command: ok, Args: []string{"{artifact}", "{promptFile}"}, Timeout: wait, Enabled: true},
 			{Name: "broken", Command: broken, Args: []string{"{prompt}"}, Timeout: wait, Enabled: true},
-			{Name: "slow", Command: slow, Args: []string{"{prompt}"}, Timeout: 3 * time.Second, Enabled: true},
+			{Name: "slow", Command: slow, Args: []string{"{prompt}"}, Timeout: 5 * time.Second, Enabled: true},
 			{Name: "gated", Command: gated, Args: []string{"{prompt}"}, Timeout: 2 * wait, Enabled: true},
 		}
 	})
@@ -211,7 +211,7 @@ echo "gated-probe-finding"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if round.Outcome != sessionapi.CriticTimedOut || !strings.Contains(round.Error, "timeout of 3s") || !strings.Contains(round.Findings, "slow-probe-finding") {
+	if round.Outcome != sessionapi.CriticTimedOut || !strings.Contains(round.Error, "timeout of 5s") || !strings.Contains(round.Findings, "slow-probe-finding") {
 		t.Errorf("slow round = %+v", round)
 	}
 	c = w.recorded(number, "slow-probe-finding")
