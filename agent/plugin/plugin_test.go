@@ -22,11 +22,11 @@ import (
 // would only find at run time.
 var agentVerbs = []string{
 	"ask", "check", "graph show", "graph complete", "graph escalate", "sessions register", "sessions link-pr",
-	"instructions", "scenarios", "hook",
+	"instructions", "scenarios", "hook", "critic list", "critic run",
 }
 
 // twoWordVerbs are the verbs whose second word is part of the verb.
-var twoWordVerbs = []string{"graph", "sessions"}
+var twoWordVerbs = []string{"graph", "sessions", "critic"}
 
 // markdownFiles returns every markdown file of the plugin, by path.
 func markdownFiles(t *testing.T) map[string]string {

@@ -72,6 +72,12 @@ Usage:
                                        in an agent session: is its current node complete? exit 0 nothing
                                        fails, 1 something fails (block: a node the agent can act on; unmet:
                                        also a wait on a person), 2 could not ask the session endpoint
+  the-loop critic list [--json]        in an agent session: the critics the operator configured
+  the-loop critic run NAME [--node NODE] [--brief TEXT|--brief-file F|-] [--wait D] [--json]
+                                       in an agent session: one review round by critic NAME of a node's
+                                       artifact, run by the dispatcher in the session's checkout; the
+                                       findings are recorded on the work item and arrive as a new prompt.
+                                       exit 0 ok or running, 1 the round failed, 2 could not ask
   the-loop hook session-start|stop --harness claude|cursor
                                        the plugin's harness hooks (JSON on stdin); no-op outside a session
   the-loop sandbox [--rw PATH]... [--ro PATH]... [--exec PATH]... [--connect PORT]... [--unix DIR]... -- COMMAND [ARGS...]

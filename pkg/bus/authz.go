@@ -54,7 +54,7 @@ var InboxTypes = map[string][]catalog.Type{
 	IdentityDispatcher: {
 		catalog.SessionAwaitingInput, catalog.DecisionPending, catalog.PhaseApprovalPending, catalog.PRReviewPending,
 		catalog.SecuritySignOffPending, catalog.ConflictEscalated, catalog.WorkItemComplete, catalog.GatePaused,
-		catalog.GateMoved, catalog.Alert, catalog.Reaction, catalog.PhaseLabel, catalog.Announcement,
+		catalog.GateMoved, catalog.Alert, catalog.Reaction, catalog.PhaseLabel, catalog.Announcement, catalog.CriticFindings,
 	},
 	IdentityOperator: {catalog.GraphOverride},
 }

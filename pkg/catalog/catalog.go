@@ -18,7 +18,7 @@ import "slices"
 // contain dots; subjects keep them (docs/architecture.md#streams-and-state).
 type Type string
 
-// The sixteen catalog types (docs/configuration.md#catalog-event-types).
+// The seventeen catalog types (docs/configuration.md#catalog-event-types).
 const (
 	SessionAwaitingInput   Type = "session.awaiting_input"
 	DecisionPending        Type = "decision-pending"
@@ -39,6 +39,11 @@ const (
 	// (`the-loop graph advance|skip|force|escalate`). Only the operator
 	// identity raises it (docs/decisions/111-operator-escape-hatch.md).
 	GraphOverride Type = "graph.override"
+	// CriticFindings is what a critic — another harness the operator
+	// configured — said of a node's artifact, or why it said nothing: a
+	// session asks for the round (`the-loop critic run`), the dispatcher
+	// runs it and raises this (docs/decisions/120-critics.md).
+	CriticFindings Type = "critic.findings"
 )
 
 // RecordFailed is not a catalog type but a notice: the ledger-writer
@@ -138,13 +143,16 @@ const (
 	// saying how to attach to a work item's first session (the Announcement
 	// mark; no catalog type has it).
 	RecordAnnouncement
+	// RecordFindings: the record is a marker-stamped comment naming the
+	// critic, the artifact it reviewed and what it found.
+	RecordFindings
 )
 
 // Recorded reports whether the ledger-writer writes something to GitHub for an
 // event of this kind that arrives on the inbox.
 func (r Record) Recorded() bool {
 	switch r {
-	case RecordQuestion, RecordMirror, RecordAttributed, RecordIssue, RecordOperator, RecordAnnouncement:
+	case RecordQuestion, RecordMirror, RecordAttributed, RecordIssue, RecordOperator, RecordAnnouncement, RecordFindings:
 		return true
 	}
 	return false
@@ -171,6 +179,8 @@ func (r Record) String() string {
 		return "yes: marker-stamped operator record"
 	case RecordAnnouncement:
 		return "yes: marker-stamped session announcement"
+	case RecordFindings:
+		return "yes: marker-stamped critic findings"
 	}
 	return "unknown"
 }
@@ -208,6 +218,7 @@ var entries = []Entry{
 	{WorkItemActivity, "Lifecycle, review and CI activity on a work item (opened, labeled, closed, merged, reviews, workflow_run, check_run, check_suite, status).", true, false, RecordOriginatesOnLedger, "ingress-github"},
 	{LedgerRecord, "The ledger's read-back of a signed envelope comment by an authorized poster.", false, false, RecordReadBack, "ingress-github"},
 	{GraphOverride, "An operator moves a work item's graph by hand (advance, skip, force, escalate), with the reason.", true, false, RecordOperator, "the-loop graph (operator only)"},
+	{CriticFindings, "A critic harness's findings on a node's artifact, or why the round failed; delivered to the work item's session.", true, false, RecordFindings, "the-loop critic run (a session, through the dispatcher)"},
 }
 
 // All returns every catalog entry in catalog order. The slice is a copy.

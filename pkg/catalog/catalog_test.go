@@ -8,8 +8,8 @@ import (
 
 func TestCatalogShape(t *testing.T) {
 	all := All()
-	if len(all) != 16 {
-		t.Fatalf("catalog has %d types, want 16", len(all))
+	if len(all) != 17 {
+		t.Fatalf("catalog has %d types, want 17", len(all))
 	}
 	seen := map[Type]bool{}
 	for _, e := range all {
@@ -40,6 +40,7 @@ func TestCatalogShape(t *testing.T) {
 		WorkItemActivity:     {true, false, false},
 		LedgerRecord:         {false, false, false},
 		GraphOverride:        {true, false, true},
+		CriticFindings:       {true, false, true},
 	} {
 		e, ok := Lookup(typ)
 		if !ok {

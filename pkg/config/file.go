@@ -89,6 +89,8 @@ type Routing struct {
 	// about the loop's own work (alerts.go).
 	Reactions Reactions
 	Announce  Announce
+	// Critics are routing.critics (critics.go).
+	Critics []Critic
 }
 
 // Control is routing.control: the control-keyword grammar's settings.

@@ -233,6 +233,7 @@ func (p *parser) routingSessionFields(fields map[string]field) {
 		})
 	}
 	fields["workspace"] = p.workspace
+	fields["critics"] = p.critics
 	// routing.tmux is the original's section: its other keys are read as
 	// originalKeys says.
 	fields["tmux"] = func(v *yaml.Node, path string) {

@@ -47,6 +47,7 @@ func ReferenceMarkdown() string {
 	}
 	keys = append(keys, sessionReference(d)...)
 	keys = append(keys, standingReference(d)...)
+	keys = append(keys, criticsReference()...)
 	keys = append(keys, []refKey{
 		{"graphs.files", "list of paths", "`[]`", "The operator's own process graphs, one YAML file each, in the format of the built-in graphs; a relative path is read from the config file's directory. Each is validated at load: a file that cannot be read, a graph that does not validate (unknown or unreachable node, edge to nowhere, human node without a classifier, …) or a name already taken refuses the config, naming the file and the problem. Editing a file reloads the config like editing the config does."},
 		{"graphs.workItem", "graph name", "`" + d.Graphs.WorkItem + "`", "The graph a work item follows when its session spawns (a `do` command's session follows `" + graph.AdhocGraph + "`, a pull request's session too; beside `" + graph.PDLCWorkItemGraph + "` they follow `" + graph.PDLCAdhocGraph + "` and `" + graph.PDLCPRGraph + "`); a built-in (`" + strings.Join(graph.BuiltinNames(), "`, `") + "`) or one of `graphs.files`. A file written for the original (a `version` older than 0.7.0) that names none follows `" + graph.PDLCWorkItemGraph + "`, and `the-loop migrate-config` writes that down. A name the config does not know is refused at load."},

@@ -215,7 +215,7 @@ func bodyFor(t catalog.Type) (string, bool) {
 	case catalog.SessionAwaitingInput:
 		return "question", true
 	case catalog.DecisionPending, catalog.PhaseApprovalPending, catalog.PRReviewPending,
-		catalog.SecuritySignOffPending, catalog.ConflictEscalated, catalog.WorkItemComplete:
+		catalog.SecuritySignOffPending, catalog.ConflictEscalated, catalog.WorkItemComplete, catalog.CriticFindings:
 		return "notification", true
 	case catalog.CommentHuman, catalog.CommentAgent:
 		return "comment", true

@@ -106,6 +106,12 @@ func fixtures() []fixture {
 		Reason: "The requirements are in the issue already; see *the thread*."}}
 	add("graph.override", ov)
 
+	cf := notification(catalog.CriticFindings, &loopv1.Notification{
+		Text: "1. The design never says what happens when the **bus** is down.\n2. `retry` is unbounded.",
+		Url:  "https://github.com/octo/repo/issues/15#issuecomment-2020", Node: "design-critic-review", Artifact: "design.md",
+		Detail: map[string]string{"critic": "cursor-gpt", "outcome": "ok"}})
+	add("critic.findings", cf)
+
 	// The kickoff answer: the ledger created octo/repo#42 for a top-level
 	// Slack message.
 	wc := &loopv1.Event{Id: "slack:Ev0KICKOFF", Type: string(catalog.WorkItemCreate), Source: "slack",

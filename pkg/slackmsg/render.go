@@ -368,6 +368,7 @@ var labels = map[catalog.Type]string{
 	catalog.WorkItemActivity:       "Activity",
 	catalog.LedgerRecord:           "Ledger record",
 	catalog.GraphOverride:          "Graph moved by the operator",
+	catalog.CriticFindings:         "Critic findings",
 	catalog.RecordFailed:           "Not recorded on the ledger",
 	catalog.GatePaused:             "Gate not moved: session paused",
 	catalog.GateMoved:              "Gate moved on",

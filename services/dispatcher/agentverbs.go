@@ -80,6 +80,8 @@ func currentVerdict(st *graph.State, n *graph.Node, sess *sessions.Session, spec
 		return sessionapi.CheckDone, []string{fmt.Sprintf("the work item has ended at %s", n.Name)}
 	case n.IsGate():
 		return sessionapi.CheckWait, []string{fmt.Sprintf("waiting at %s for a person: an authorized person's comment on the work item decides it, never the session", n.Name)}
+	case sess != nil && strings.HasPrefix(sess.AwaitingInput, criticAwaiting):
+		return sessionapi.CheckWait, []string{"a critic round this session asked for has not reported yet: stop and wait; its findings arrive as a new prompt"}
 	case sess != nil && sess.AwaitingInput != "":
 		return sessionapi.CheckWait, []string{"a question this session asked has no answer yet: stop and wait; the answer arrives as a new prompt"}
 	}

@@ -205,9 +205,10 @@ func (s *Service) delivered(ctx context.Context, store *sessions.Store, in *inpu
 			return sessions.ErrNoChange
 		}
 		edit(r.Session)
-		if in.gate {
+		if in.gate || r.Session.AwaitingInput == criticAwaiting+in.ev.GetId() {
 			// A person's words reached the session: whatever it asked
-			// has its answer, or a reason to go on.
+			// has its answer, or a reason to go on. So have the
+			// findings of the critic round it waits on.
 			r.Session.AwaitingInput = ""
 		}
 		if r.Session.Status == sessions.Spawning {

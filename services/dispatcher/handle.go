@@ -84,6 +84,10 @@ func (s *Service) handle(ctx context.Context, ev *loopv1.Event, d *bus.Delivery)
 // delivered.
 func (s *Service) instructs(cfg *config.Config, in *input) bool {
 	switch {
+	case catalog.Type(in.ev.GetType()) == catalog.CriticFindings:
+		// The dispatcher raised it for the session that asked for the
+		// round; the ledger-writer takes it from no one else.
+		return true
 	case in.ev.GetReply() != nil:
 		dir := cfg.Routing.AuthorizedUsers
 		return authorizedGitHub(cfg, in.actor) || in.slack != "" && dir != nil && dir.Authorized(identity.ChannelSlack, in.slack)

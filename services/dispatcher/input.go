@@ -104,6 +104,15 @@ func (s *Service) read(ev *loopv1.Event) (in *input, ok bool) {
 		in.payload = commentPayload("issue_comment", &loopv1.Comment{Body: ev.GetReply().GetText(),
 			Url: ev.GetLedger().GetUrl(), Author: displayName(ev.GetActor())})
 		return in, true
+	case catalog.CriticFindings:
+		// A critic round the session asked for, recorded on the work
+		// item: delivered as the critic's comment there.
+		n := ev.GetNotification()
+		in.ghEvent, in.action = string(catalog.CriticFindings), n.GetDetail()["critic"]
+		in.excerptEvent = "issue_comment"
+		in.payload = commentPayload("issue_comment", &loopv1.Comment{Body: criticComment(n),
+			Url: ev.GetLedger().GetUrl(), Author: "critic " + n.GetDetail()["critic"]})
+		return in, true
 	case catalog.LedgerRecord:
 		r := ev.GetLedgerRecord()
 		text := graph.RelayedText(envelope.StripLedger(r.GetComment().GetBody()))

@@ -67,6 +67,8 @@ type sessionEndpoint struct {
 	refused  *prometheus.CounterVec
 	// scrubber masks secrets (Settings.Scrub); nil uses redact.FromOS.
 	scrubber func(string) string
+	// critic runs the critic rounds sessions ask for (critic.go).
+	critic *criticRunner
 }
 
 // listen opens the session endpoint's listener and returns the URL
@@ -110,6 +112,10 @@ func (ep *sessionEndpoint) serve(ctx context.Context, ln net.Listener) error {
 	mux.HandleFunc("POST "+sessionapi.PathLinkPR, ep.withSession(ep.linkPR))
 	mux.HandleFunc("GET "+sessionapi.PathInstructions, ep.withSession(ep.instructions))
 	mux.HandleFunc("GET "+sessionapi.PathScenarios, ep.withSession(ep.scenarios))
+	// A critic round lives as long as the dispatcher, not its request.
+	ep.critic.base = ctx
+	mux.HandleFunc("GET "+sessionapi.PathCritics, ep.withSession(ep.criticsList))
+	mux.HandleFunc("POST "+sessionapi.PathCriticRun, ep.withSession(ep.criticRun))
 	return httpserver.Serve(ctx, ln, mux, ep.log)
 }
 

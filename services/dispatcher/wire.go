@@ -12,7 +12,8 @@ func (s *Service) wire() {
 		workdir: set.Workdir, sessions: &s.store, tests: s.runTests}
 	s.gates.runCtx, s.stopRuns = context.WithCancel(context.Background())
 	s.endpoint = &sessionEndpoint{host: set.Host, addr: set.SessionAddr, urlHost: set.SessionEndpointHost, sessions: &s.store, gates: s.gates,
-		conn: d.Conn, log: d.Log, events: d.Events, refused: s.m.sessionRefused, scrubber: set.Scrub}
+		conn: d.Conn, log: d.Log, events: d.Events, refused: s.m.sessionRefused, scrubber: set.Scrub,
+		critic: &criticRunner{s: s, running: map[string]string{}}}
 	s.leases = &leases{host: set.Host, period: set.Lease, log: d.Log, events: d.Events, elsewhere: s.m.elsewhere}
 	s.panes = &panes{term: s.tmux, host: set.Host, probe: set.ResumeProbe, log: d.Log}
 	s.control = &controller{records: s.records, leases: s.leases, panes: s.panes, events: d.Events, log: d.Log,

@@ -41,7 +41,8 @@ func mayClaim(ev *loopv1.Event, subject string) error {
 	case catalog.ControlCommand:
 		// A chat member's keyword, or an operator's `the-loop sessions`.
 		allowed = chat || src == catalog.SourceCLI
-	case catalog.SessionAwaitingInput:
+	case catalog.SessionAwaitingInput, catalog.CriticFindings:
+		// The dispatcher raises both for a session, as the session.
 		allowed = src == catalog.SourceSession
 	case catalog.GraphOverride:
 		// The operator's `the-loop graph advance|skip|force|escalate`

@@ -86,6 +86,19 @@ func TestMayClaim(t *testing.T) {
 			e.Source = catalog.SourceLoop
 			return e
 		}(), subject(catalog.GraphOverride), "does not raise it"},
+		{"a session's critic findings", findingsEv("loop:critic:1", ref, "1. x", "ok", ""), subject(catalog.CriticFindings), ""},
+		{"critic findings from the loop", func() *loopv1.Event {
+			e := findingsEv("loop:critic:2", ref, "1. x", "ok", "")
+			e.Source = catalog.SourceLoop
+			return e
+		}(), subject(catalog.CriticFindings), "does not raise it"},
+		{"critic findings from Slack", func() *loopv1.Event {
+			e := findingsEv("slack:E9", ref, "1. x", "ok", "")
+			e.Source = "slack"
+			return e
+		}(), subject(catalog.CriticFindings), "does not raise it"},
+		{"critic findings naming alice", withActor(findingsEv("loop:critic:3", ref, "1. x", "ok", ""), &loopv1.Actor{Github: "alice"}),
+			subject(catalog.CriticFindings), "names a person"},
 		{"no type on the subject", gateEv("slack:E7", ref, "approved"), "loop.in.3", "says type"},
 	}
 	for _, c := range cases {

@@ -163,6 +163,18 @@ func composer(in renderInput, ev *loopv1.Event, kind catalog.Record, rec *record
 			return nil, err
 		}
 		return func(env string) string { return envelope.MarkSelfAuthored(head + "\n\n" + env) }, nil
+	case catalog.RecordFindings:
+		// A critic's findings (docs/decisions/120-critics.md): marker-
+		// stamped, so no ingress reads them back as a person's or the
+		// agent's comment; the dispatcher delivers the fanned-out event to
+		// the session. The critic read what the agent wrote and may have
+		// been talked into pasting secrets or a keyword: scrubbed and
+		// defanged like every relayed text.
+		head, err := findingsRecord(in, ev)
+		if err != nil {
+			return nil, err
+		}
+		return func(env string) string { return envelope.MarkSelfAuthored(head + "\n\n" + env) }, nil
 	case catalog.RecordIssue:
 		// R3.6, abuse case 7: the repository and labels come from config
 		// only, the body is scrubbed and carries the envelope and no
@@ -231,6 +243,41 @@ func operatorRecord(in renderInput, ev *loopv1.Event, member string) (string, er
 	text := in.grammar.Defang(in.scrub(reason))
 	return "🛠️ **the-loop** — graph **" + string(action) + "** by " + who + ", on the **" + neutral(ev.GetSource()) +
 		"** channel: " + move + ". Reason:\n\n" + redact.Quote(capText(text)), nil
+}
+
+// findingsRecord is the visible text of a critic round: which critic, on
+// which node's artifact, how the round ended, and what it said.
+func findingsRecord(in renderInput, ev *loopv1.Event) (string, error) {
+	n := ev.GetNotification()
+	d := n.GetDetail()
+	if n == nil || d["critic"] == "" {
+		return "", refuse("invalid", "critic findings %s name no critic", ev.GetId())
+	}
+	code := func(s string) string { return "`" + neutral(strings.ReplaceAll(s, "`", "'")) + "`" }
+	head := "🔎 **the-loop** — critic " + code(d["critic"])
+	if h := d["harness"]; h != "" {
+		head += " (" + code(h) + ")"
+	}
+	if n.GetArtifact() != "" {
+		head += " on " + code(n.GetArtifact())
+	}
+	if n.GetNode() != "" {
+		head += " at node " + code(n.GetNode())
+	}
+	switch outcome := d["outcome"]; outcome {
+	case "ok":
+		head += ": its findings"
+	default:
+		head += ": the round **" + neutral(outcome) + "**"
+		if why := d["error"]; why != "" {
+			head += " (" + neutral(in.grammar.Defang(in.scrub(why))) + ")"
+		}
+	}
+	text := in.grammar.Defang(in.scrub(n.GetText()))
+	if strings.TrimSpace(text) == "" {
+		return head + ". It printed nothing.", nil
+	}
+	return head + ":\n\n" + redact.Quote(capText(text)), nil
 }
 
 // kickoff is the new issue a kickoff opens: the repository and labels come

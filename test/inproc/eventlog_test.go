@@ -114,6 +114,17 @@ func TestEveryLogTypeIsReadBack(t *testing.T) {
 		t.Fatalf("link-pr: %v", err)
 	}
 	expect("session.pr_linked", map[string]any{"work_item": r, "already": false})
+	// A critic round it asks for, whose findings reach it.
+	probe := critic(t, t.TempDir(), "log-critic", "echo '1. a finding'\n")
+	w.update(func(c *config.Config) {
+		c.Routing.Critics = []config.Critic{{Name: "log", Command: probe, Args: []string{"{prompt}"}, Timeout: wait, Enabled: true}}
+	})
+	if _, err := agent.CriticRun(ctx, sessionapi.CriticRunRequest{Critic: "log", Wait: sessionapi.Duration(wait)}); err != nil {
+		t.Fatalf("critic run: %v", err)
+	}
+	expect("critic.started", map[string]any{"work_item": r, "critic": "log"})
+	expect("critic.finished", map[string]any{"work_item": r, "critic": "log", "outcome": "ok"})
+	expect("dispatch.succeeded", map[string]any{"work_item": r, "event_type": string(catalog.CriticFindings)})
 
 	// Paused, a Slack reply is recorded but reaches no session.
 	w.comment(number, alice, "the-loop pause")

@@ -250,3 +250,106 @@ func (r RegisterRequest) WorkItem() string { return r.Ref }
 
 // WorkItem is the work item a request names ("": the session's own).
 func (r LinkPRRequest) WorkItem() string { return r.Ref }
+
+// Critic rounds (docs/decisions/120-critics.md): a session asks for one
+// round of a critic the operator configured on a node's artifact; the
+// dispatcher runs it in the session's checkout and records what it said.
+const (
+	// PathCritics answers the configured critics (GET).
+	PathCritics = "/v1/critics"
+	// PathCriticRun runs one critic round (POST).
+	PathCriticRun = "/v1/critics/run"
+)
+
+// Critic is one configured critic, as PathCritics lists it.
+type Critic struct {
+	Name    string `json:"name"`
+	Harness string `json:"harness,omitempty"`
+	Model   string `json:"model,omitempty"`
+	// Command is the executable the critic runs.
+	Command string `json:"command"`
+	// Available: Command is found on the session's PATH (or is an
+	// executable file at its absolute path).
+	Available bool     `json:"available"`
+	Enabled   bool     `json:"enabled"`
+	Timeout   Duration `json:"timeout"`
+}
+
+// Critics answers PathCritics.
+type Critics struct {
+	Ref     string   `json:"ref"`
+	Critics []Critic `json:"critics"`
+	// RepoCritics are critics the repository's own harness configuration
+	// names (reviews.critics): never run, critics being the operator's.
+	RepoCritics []string `json:"repoCritics,omitempty"`
+}
+
+// CriticRunRequest asks for one round. It names the critic and, at most,
+// the node whose artifact is reviewed and the reviewer's brief: never a
+// command, an argument or a directory, which come from the operator's
+// configuration and the session's checkout.
+type CriticRunRequest struct {
+	// Ref, if set, must be the session's own work item.
+	Ref    string `json:"ref,omitempty"`
+	Critic string `json:"critic"`
+	// Node is the node whose artifact is reviewed; a node without one
+	// has the checkout reviewed (default: the current node's artifact once
+	// written, else the last one written along the way).
+	Node string `json:"node,omitempty"`
+	// Brief is what the agent asks the critic to look at, put in the
+	// prompt as text.
+	Brief string `json:"brief,omitempty"`
+	// Wait is how long to wait for the round and its record.
+	Wait Duration `json:"wait,omitempty"`
+}
+
+// WorkItem is the work item a request names ("": the session's own).
+func (r CriticRunRequest) WorkItem() string { return r.Ref }
+
+// Outcomes of a critic round.
+const (
+	CriticOK       = "ok"
+	CriticFailed   = "failed"
+	CriticTimedOut = "timed out"
+)
+
+// CriticRound answers PathCriticRun: the round, and once it ended, how and
+// what the critic said.
+type CriticRound struct {
+	ID     string `json:"id"`
+	Ref    string `json:"ref"`
+	Critic string `json:"critic"`
+	Node   string `json:"node,omitempty"`
+	// Artifact is the reviewed artifact, relative to the checkout.
+	Artifact string `json:"artifact,omitempty"`
+	// Running: the wait ended before the round did; its findings are
+	// recorded on the work item and reach the session as a new prompt.
+	Running bool `json:"running,omitempty"`
+	// Outcome is CriticOK, CriticFailed or CriticTimedOut once it ended.
+	Outcome  string   `json:"outcome,omitempty"`
+	ExitCode int      `json:"exitCode,omitempty"`
+	Duration Duration `json:"duration,omitempty"`
+	// Error says why a round that did not succeed failed.
+	Error string `json:"error,omitempty"`
+	// Findings are what the critic printed (scrubbed, bounded).
+	Findings string `json:"findings,omitempty"`
+	// URL is the findings' comment on the work item, once recorded.
+	URL string `json:"url,omitempty"`
+	// Pending: the round ended but its record was not confirmed in the
+	// wait; it is on the bus and will be recorded.
+	Pending bool `json:"pending,omitempty"`
+}
+
+// Critics asks for the configured critics.
+func (c Client) Critics(ctx context.Context) (Critics, error) {
+	var cs Critics
+	err := c.get(ctx, PathCritics, nil, &cs)
+	return cs, err
+}
+
+// CriticRun runs one critic round and waits up to wait for its end.
+func (c Client) CriticRun(ctx context.Context, req CriticRunRequest) (CriticRound, error) {
+	var r CriticRound
+	err := c.call(ctx, PathCriticRun, req, &r)
+	return r, err
+}

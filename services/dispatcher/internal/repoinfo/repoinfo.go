@@ -1,7 +1,8 @@
 // Package repoinfo answers what an agent session may ask about its own
 // repository checkout: the instruction documents the repository registers
 // for the current step (sessionapi.PathInstructions) and the Gherkin-style
-// scenarios its tests declare (sessionapi.PathScenarios).
+// scenarios its tests declare (sessionapi.PathScenarios), and the names of
+// the critics it declares, which are never run (RepoCritics).
 //
 // The checkout is the session's workspace, a directory the agent itself
 // writes, so every byte read here is treated as hostile. Everything is read
