@@ -599,6 +599,7 @@ func (h *host) scrubber() redact.Scrubber {
 		"LOOP_ENVELOPE_KEY": s.LedgerWriter.EnvelopeKey.Reveal(), "LOOP_SLACK_BOT_TOKEN": sl.BotToken.Reveal(),
 		"LOOP_SLACK_APP_TOKEN": sl.AppToken.Reveal(), "LOOP_SLACK_SIGNING_SECRET": sl.SigningSecret.Reveal(),
 		"LOOP_STATUS_TOKEN": s.Common.Status.Token.Reveal(), "LOOP_ADMIN_TOKEN": s.Common.Status.AdminToken.Reveal(),
+		"LOOP_API_TOKEN": s.Common.API.Token.Reveal(),
 	}
 	return redact.New(redact.Options{Env: env})
 }
