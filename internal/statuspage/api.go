@@ -199,10 +199,22 @@ func (s *server) apiGuard(rt Route) http.HandlerFunc {
 		case rt.Operate && ro != admin:
 			apiError(w, http.StatusForbidden, "this operation needs the operate token (LOOP_ADMIN_TOKEN)")
 			return
+		case rt.Operate && !s.canOperate(rt):
+			apiError(w, http.StatusForbidden, "this host cannot act as the operator: it needs the operator identity and LOOP_ADMIN_TOKEN")
+			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxAPIBody)
 		rt.handle(s, w, r)
 	}
+}
+
+// canOperate reports whether this host holds what rt acts with: the
+// operator's replay for a dead letter, the Operator for the rest.
+func (s *server) canOperate(rt Route) bool {
+	if rt.Path == "/dead-letters/{seq}/replay" {
+		return s.o.Replay != nil
+	}
+	return s.o.Operator != nil
 }
 
 func apiError(w http.ResponseWriter, code int, msg string) {
@@ -335,10 +347,6 @@ func (s *server) apiDeadLetters(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) apiReplay(w http.ResponseWriter, r *http.Request) {
-	if s.o.Replay == nil {
-		apiError(w, http.StatusForbidden, "this host cannot replay: it needs the operator identity and LOOP_ADMIN_TOKEN")
-		return
-	}
 	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 	if err != nil || seq == 0 {
 		apiError(w, http.StatusBadRequest, "not a DLQ sequence number")
@@ -375,10 +383,6 @@ type overrideBody struct {
 }
 
 func (s *server) apiOverride(w http.ResponseWriter, r *http.Request) {
-	if s.o.Operator == nil {
-		apiError(w, http.StatusForbidden, "this host cannot move a graph: it needs the operator identity and LOOP_ADMIN_TOKEN")
-		return
-	}
 	action := graph.Action(r.PathValue("action"))
 	if !action.Valid() {
 		apiError(w, http.StatusBadRequest, "the action is advance, skip, force or escalate")
@@ -815,10 +819,6 @@ func (s *server) apiTranscript(w http.ResponseWriter, r *http.Request) {
 const maxReply = 8000
 
 func (s *server) apiReply(w http.ResponseWriter, r *http.Request) {
-	if s.o.Operator == nil {
-		apiError(w, http.StatusForbidden, "this host cannot send a reply: it needs the operator identity and LOOP_ADMIN_TOKEN")
-		return
-	}
 	as, text, ok := personBody(w, r, true)
 	if !ok {
 		return
@@ -826,25 +826,17 @@ func (s *server) apiReply(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
 	ref := r.PathValue("ref")
-	if s.o.Observer != nil {
-		// A reply to a work item without a session would be recorded and
-		// then dropped: refuse it before anything is written.
-		if store, err := sessions.Open(ctx, s.o.Observer); err == nil {
-			if rec, _, err := store.Get(ctx, ref); err == nil && !rec.Session.Live() {
-				apiError(w, http.StatusNotFound, "no running session for "+strconv.Quote(ref))
-				return
-			}
-		}
+	// A reply to a work item without a session would be recorded and then
+	// dropped: refuse it before anything is written.
+	if s.notRunning(ctx, ref) {
+		apiError(w, http.StatusNotFound, "no running session for "+strconv.Quote(ref))
+		return
 	}
 	acc, err := s.o.Operator.Reply(ctx, Reply{Ref: ref, Text: text, As: as})
 	s.answerOperation(w, acc, err, "the reply")
 }
 
 func (s *server) apiControl(w http.ResponseWriter, r *http.Request) {
-	if s.o.Operator == nil {
-		apiError(w, http.StatusForbidden, "this host cannot send a command: it needs the operator identity and LOOP_ADMIN_TOKEN")
-		return
-	}
 	cmd := r.PathValue("command")
 	if !slices.Contains(sessionCommands, cmd) {
 		apiError(w, http.StatusBadRequest, "the command is one of "+strings.Join(sessionCommands, ", "))
@@ -950,10 +942,6 @@ func (s *server) apiStandingCommand(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "the command is start or stop (say has its own body)")
 		return
 	}
-	if s.o.Operator == nil {
-		apiError(w, http.StatusForbidden, "this host cannot send a command: it needs the operator identity and LOOP_ADMIN_TOKEN")
-		return
-	}
 	ledger, ok := s.standingEntry(w, r)
 	if !ok {
 		return
@@ -969,10 +957,6 @@ func (s *server) apiStandingCommand(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) apiStandingSay(w http.ResponseWriter, r *http.Request) {
-	if s.o.Operator == nil {
-		apiError(w, http.StatusForbidden, "this host cannot send a message: it needs the operator identity and LOOP_ADMIN_TOKEN")
-		return
-	}
 	ledger, ok := s.standingEntry(w, r)
 	if !ok {
 		return
@@ -983,11 +967,9 @@ func (s *server) apiStandingSay(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
-	if store, err := sessions.Open(ctx, s.o.Observer); err == nil {
-		if rec, _, err := store.Get(ctx, ledger); err == nil && !rec.Session.Live() {
-			apiError(w, http.StatusConflict, "standing session "+r.PathValue("name")+" is not running: start it first")
-			return
-		}
+	if s.notRunning(ctx, ledger) {
+		apiError(w, http.StatusConflict, "standing session "+r.PathValue("name")+" is not running: start it first")
+		return
 	}
 	acc, err := s.o.Operator.Reply(ctx, Reply{Ref: ledger, Text: text, As: as})
 	s.answerOperation(w, acc, err, "the message")
@@ -1096,4 +1078,18 @@ func (s *server) apiConfig(w http.ResponseWriter, _ *http.Request) {
 		out.Settings = append(out.Settings, ConfigSetting{Name: st.Name, Path: st.Path})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// notRunning reports whether the registry says ref has no live session.
+// When it cannot be read, the dispatcher decides.
+func (s *server) notRunning(ctx context.Context, ref string) bool {
+	if s.o.Observer == nil {
+		return false
+	}
+	store, err := sessions.Open(ctx, s.o.Observer)
+	if err != nil {
+		return false
+	}
+	rec, _, err := store.Get(ctx, ref)
+	return err == nil && !rec.Session.Live()
 }
