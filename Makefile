@@ -63,8 +63,8 @@ tools:
 ## test: the whole suite, real in-process JetStream servers included; prints its duration.
 ## Then the ledger-writer's and ingress-github's suites again as a GitHub App (test-app).
 test:
-	@start=$$(date +%s); $(GO) test -count=1 -shuffle=on -timeout=20m $(PKGS); rc=$$?; \
-	echo "stage test: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc
+	@start=$$(date +%s); mkdir -p $(CURDIR)/test-output; $(GO) test -count=1 -shuffle=on -timeout=20m -artifacts -outputdir=$(CURDIR)/test-output $(PKGS); rc=$$?; \
+	echo "stage test: $$(( $$(date +%s) - start ))s (exit $$rc; the browser tests' screenshots are under test-output/_artifacts)"; exit $$rc
 	@$(MAKE) --no-print-directory test-app
 
 ## test-app: the suites that write and read GitHub, authenticated as a GitHub App against the fake.
