@@ -29,6 +29,7 @@ import (
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/eventlog"
 	"github.com/the-loop/bus/pkg/graph"
+	"github.com/the-loop/bus/pkg/graphstate"
 	"github.com/the-loop/bus/pkg/httpserver"
 	"github.com/the-loop/bus/pkg/sessions"
 	"github.com/the-loop/bus/services/dispatcher"
@@ -448,14 +449,67 @@ type Attention struct {
 // The kinds of Attention.
 const (
 	AttentionGate       = "gate"
+	AttentionAsk        = "ask"
 	AttentionSession    = "session"
 	AttentionDeadLetter = "dead-letter"
+	AttentionRefused    = "refused"
 )
 
-// attention lists what waits for a person, oldest first: open gates, work
-// items at an agent's node whose session is closed or missing, and dead
-// letters.
-func attention(items []WorkItem, sess []Session, dl []DeadLetter) []Attention {
+// refusals are the event-log records of what the loop refused or failed
+// to deliver, which a person should look at; attention counts those of the
+// last refusalWindow by type.
+var refusals = []string{"webhook.rejected", "bus.forged_event", "routing.forged_envelope", "dispatch.failed", "channel.post_failed", "session.spawn_failed"}
+
+// refusalWindow is how far back attention looks for refusals.
+const refusalWindow = 24 * time.Hour
+
+// readRefusals reads the refusals of the last refusalWindow: for each
+// type, how many, the first one's time and the newest one's fields.
+func (s *server) readRefusals(ctx context.Context) ([]Attention, error) {
+	subjects := make([]string, len(refusals))
+	for i, t := range refusals {
+		subjects[i] = catalog.LogPrefix + ".*." + t
+	}
+	type agg struct {
+		n     int
+		first time.Time
+		last  eventlog.Record
+	}
+	by := map[string]*agg{}
+	err := s.o.Observer.ReadLog(ctx, bus.ReadOptions{Subjects: subjects, Since: time.Now().Add(-refusalWindow)}, func(lr bus.LogRecord) error {
+		var rec eventlog.Record
+		if json.Unmarshal(lr.Data, &rec) != nil {
+			return nil
+		}
+		a := by[rec.Event]
+		if a == nil {
+			a = &agg{first: lr.Time}
+			by[rec.Event] = a
+		}
+		a.n++
+		a.last = rec
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := []Attention{}
+	for t, a := range by {
+		reason, _ := a.last.Fields["reason"].(string)
+		sum := fmt.Sprintf("%d %s in the last %s", a.n, t, refusalWindow)
+		if reason != "" {
+			sum += " (the newest: " + reason + ")"
+		}
+		out = append(out, Attention{Kind: AttentionRefused, Since: a.first, Summary: sum})
+	}
+	return out, nil
+}
+
+// attention lists what waits for a person, oldest first: open gates,
+// questions a session asked that nobody answered, work items at an agent's
+// node whose session is closed or missing, dead letters, and the refusals
+// of the last day.
+func attention(items []WorkItem, sess []Session, dl []DeadLetter, refused []Attention) []Attention {
 	out := []Attention{}
 	running := map[string]WorkItem{}
 	for _, wi := range items {
@@ -468,6 +522,15 @@ func attention(items []WorkItem, sess []Session, dl []DeadLetter) []Attention {
 		}
 	}
 	for _, x := range sess {
+		if x.AwaitingInput != "" && x.Status != "closed" {
+			since := x.LastInputAt
+			if since.IsZero() {
+				since = x.CreatedAt
+			}
+			out = append(out, Attention{Kind: AttentionAsk, Ref: x.Ref, Since: since, URL: graphstate.WorkItemURL(x.Ref),
+				Summary: fmt.Sprintf("%s's session asked a question (%s) that no one has answered", x.Ref, x.AwaitingInput)})
+			continue
+		}
 		wi, ok := running[x.Ref]
 		if !ok || wi.Gate != nil || (x.Status != "closed" && x.Status != "no session") {
 			continue
@@ -483,6 +546,7 @@ func attention(items []WorkItem, sess []Session, dl []DeadLetter) []Attention {
 		out = append(out, Attention{Kind: AttentionDeadLetter, Since: d.Time, Seq: d.Seq,
 			Summary: fmt.Sprintf("dead letter %d (%s, consumer %s): %s", d.Seq, d.EventID, d.Consumer, d.Reason)})
 	}
+	out = append(out, refused...)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Since.Before(out[j].Since) })
 	return out
 }
@@ -508,7 +572,12 @@ func (s *server) apiAttention(w http.ResponseWriter, r *http.Request) {
 		s.readFailed(w, "the dead letters", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string][]Attention{"items": attention(items, sess, dl)})
+	refused, err := s.readRefusals(ctx)
+	if err != nil {
+		s.readFailed(w, "the event log", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string][]Attention{"items": attention(items, sess, dl, refused)})
 }
 
 // EventType is one catalog type as the API lists it.

@@ -375,6 +375,9 @@ type Session struct {
 	// TmuxTarget and HarnessSession name the session on its host;
 	// Delivered counts the events typed into it, Uncertain is the one
 	// whose paste is not yet known to have landed.
+	// AwaitingInput is the question the session asked that no answer has
+	// reached yet.
+	AwaitingInput  string `json:"awaitingInput,omitempty"`
 	TmuxTarget     string `json:"tmuxTarget,omitempty"`
 	HarnessSession string `json:"harnessSession,omitempty"`
 	Delivered      int    `json:"delivered"`
@@ -611,6 +614,7 @@ func (s *server) sessions(ctx context.Context) ([]Session, error) {
 		if ss := r.Session; ss != nil {
 			x.Status, x.Host, x.CreatedAt, x.LastInputAt = string(ss.Status), ss.Host, ss.CreatedAt, ss.LastEventAt
 			x.TmuxTarget, x.HarnessSession, x.Delivered, x.Uncertain = ss.TmuxTarget, ss.HarnessSessionID, len(ss.Delivered), ss.Pending
+			x.AwaitingInput = ss.AwaitingInput
 			if n := len(ss.Delivered); n > 0 {
 				x.LastInput = ss.Delivered[n-1]
 			}

@@ -112,8 +112,8 @@ func (c *Conn) TailLog(ctx context.Context, opts TailOptions, fn func(LogRecord)
 
 // ReadOptions selects the stored records ReadLog reads.
 type ReadOptions struct {
-	// Subject filters the log (default "loop.log.>").
-	Subject string
+	// Subjects filter the log (default "loop.log.>").
+	Subjects []string
 	// Since starts with the first record stored at or after it; zero:
 	// the stream's first record.
 	Since time.Time
@@ -129,10 +129,10 @@ var ErrStopRead = errors.New("bus: stop reading")
 // TailLog it reads through an ordered ephemeral consumer, which leaves
 // nothing behind.
 func (c *Conn) ReadLog(ctx context.Context, opts ReadOptions, fn func(LogRecord) error) error {
-	if opts.Subject == "" {
-		opts.Subject = catalog.LogPrefix + ".>"
+	if len(opts.Subjects) == 0 {
+		opts.Subjects = []string{catalog.LogPrefix + ".>"}
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{opts.Subject}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Subjects, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if !opts.Since.IsZero() {
 		since := opts.Since
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since

@@ -380,6 +380,16 @@ func TestAPIHoldsToItsContract(t *testing.T) {
 	if len(att.Items) != 1 || att.Items[0].Kind != statuspage.AttentionGate || att.Items[0].Ref != r {
 		t.Fatalf("attention = %+v, want the gate of %s", att.Items, r)
 	}
+	// A forged webhook delivery is refused, and attention counts it.
+	if code := w.post("issue_comment", w.commentHook(w.gh.AddComment(repo, number, mallory, "forged")), "sha256=00"); code != http.StatusUnauthorized {
+		t.Fatalf("a forged delivery answered %d", code)
+	}
+	testkit.WaitWithin(t, wait, "the refusal in attention", func() bool {
+		_ = json.Unmarshal(c.check(t, mux, "GET", "/api/v1/attention", readToken, nil, false, 200), &att)
+		return slices.ContainsFunc(att.Items, func(a statuspage.Attention) bool {
+			return a.Kind == statuspage.AttentionRefused && strings.Contains(a.Summary, "webhook.rejected")
+		})
+	})
 
 	// Every operation was called and answered as its contract says.
 	for _, key := range table {
