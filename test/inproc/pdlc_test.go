@@ -8,12 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/sessions"
+	loopv1 "github.com/the-loop/bus/proto/loop/v1"
+	"github.com/the-loop/bus/services/dispatcher"
 	"github.com/the-loop/bus/services/dispatcher/sessionapi"
 )
 
@@ -74,12 +77,40 @@ const (
 // comment's ticks are what runs (the opt-in critic review of the design
 // ticked on); an invalid artifact keeps its node open with the reason told
 // to the session and shown by `the-loop check`; a failing test command
-// blocks implementation until it passes; the security review raises
-// security-sign-off-pending, rendered in Slack, and a person's approval
-// passes it; the work item completes.
+// blocks implementation until it passes; the critic review's round of the
+// operator's critic is recorded on the work item and its findings typed
+// into the session; the security review raises security-sign-off-pending,
+// rendered in Slack, and a person's approval passes it; the operator skips
+// capability-docs with a reason, recorded on GitHub first; the issue's one
+// loop:<phase> label follows the phases; the work item completes. (The
+// pull request's own loop: TestPRLoopForTheOriginalsWorkItem.)
 func TestOriginalWorkItemLoopEndToEnd(t *testing.T) {
-	w := pdlcWorld(t)
+	reviewer := critic(t, t.TempDir(), "reviewer", `echo "1. e2e-critic-finding: the cache is never invalidated."
+`)
+	w := newWorld(t, func(c *config.Config) {
+		c.Graphs.WorkItem = graph.PDLCWorkItemGraph
+		c.Channels.Slack.Subscribe = append(c.Channels.Slack.Subscribe, catalog.SecuritySignOffPending)
+		c.Routing.Critics = []config.Critic{{Name: "reviewer", Command: reviewer, Args: []string{"{prompt}"}, Timeout: wait, Enabled: true}}
+	})
+	g, _ := graph.Builtin(graph.PDLCWorkItemGraph)
+	var number int
+	// labelled waits for the issue's one loop:<phase> label to be node's
+	// phase: the label follows the work item as it moves.
+	labelled := func(node string) {
+		t.Helper()
+		want := "loop:" + g.Node(node).Phase
+		testkit.WaitWithin(t, wait, "the label "+want, func() bool {
+			var loops []string
+			for _, l := range w.labels(number) {
+				if strings.HasPrefix(l, "loop:") {
+					loops = append(loops, l)
+				}
+			}
+			return len(loops) == 1 && loops[0] == want
+		})
+	}
 	number, r := w.start("The full loop")
+	labelled("phase-selection")
 	root := w.thread(r)
 	w.waitSlack("", string(catalog.DecisionPending), "- [x] brainstorming", "- [ ] design-critic-review")
 
@@ -114,6 +145,7 @@ func TestOriginalWorkItemLoopEndToEnd(t *testing.T) {
 	w.complete(r)
 	w.waitNode(r, "requirements-definition")
 
+	labelled("requirements-definition")
 	w.writeArtifact(r, "requirements.md", pdlcRequirements)
 	w.complete(r)
 	w.waitNode(r, "requirements-approval")
@@ -121,6 +153,7 @@ func TestOriginalWorkItemLoopEndToEnd(t *testing.T) {
 	w.comment(number, alice, "LGTM")
 	w.waitNode(r, "design")
 
+	labelled("design")
 	w.writeArtifact(r, "design.md", designDoc)
 	w.complete(r)
 	w.waitNode(r, "design-critic-review")
@@ -171,21 +204,50 @@ func TestOriginalWorkItemLoopEndToEnd(t *testing.T) {
 	}
 	w.complete(r)
 	w.waitNode(r, "verification")
+	labelled("verification")
 	w.complete(r)
-	for _, n := range []string{"self-review", "critic-review", "security-review"} {
-		w.waitNode(r, n)
-		w.complete(r)
+	w.waitNode(r, "self-review")
+	w.complete(r)
+
+	// The critic review: a round of the operator's critic, its findings
+	// recorded on the work item and typed into the session.
+	w.waitNode(r, "critic-review")
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 2*wait)
+	defer cancel2()
+	round, err := w.agentSession(r).CriticRun(ctx2, sessionapi.CriticRunRequest{Critic: "reviewer", Node: "implementation", Wait: sessionapi.Duration(wait)})
+	if err != nil || round.Outcome != sessionapi.CriticOK || !strings.Contains(round.Findings, "e2e-critic-finding") {
+		t.Fatalf("the critic round: %+v (%v)", round, err)
 	}
+	if c := w.recorded(number, "e2e-critic-finding"); c.HTMLURL != round.URL {
+		t.Errorf("the findings' record is %s, the round says %s", c.HTMLURL, round.URL)
+	}
+	w.typed("critic.findings", "e2e-critic-finding")
+	w.complete(r)
+	w.waitNode(r, "security-review")
+	w.complete(r)
 
 	// The security review raises the sign-off, a human gate.
 	w.waitNode(r, "security-sign-off")
 	w.waitSlack(root, string(catalog.SecuritySignOffPending))
 	w.comment(number, alice, "LGTM, signed off")
-	for _, n := range []string{"evidence", "capability-docs", "reviewer-briefing"} {
-		w.waitNode(r, n)
-		w.complete(r)
+	w.waitNode(r, "evidence")
+	w.complete(r)
+
+	// The operator skips one node, with the reason, recorded on GitHub
+	// before the graph moves.
+	w.waitNode(r, "capability-docs")
+	skip := dispatcher.OverrideEvent(r, graph.PDLCWorkItemGraph, graph.ActionSkip, "capability-docs", "",
+		"No capability changed: the cache is internal.", &loopv1.Actor{Github: alice, Slack: aliceSlack, Name: "Alice"}, time.Now())
+	if err := w.override(w.conn, skip); err != nil {
+		t.Fatal(err)
 	}
+	if rec := w.overrideRecord(number, skip.GetId()); !strings.Contains(rec.Body, "No capability changed: the cache is internal.") {
+		t.Errorf("the skip's record does not carry its reason:\n%s", rec.Body)
+	}
+	w.waitNode(r, "reviewer-briefing")
+	w.complete(r)
 	w.waitNode(r, "human-approval")
+	labelled("human-approval")
 	w.waitSlack(root, string(catalog.PRReviewPending))
 	w.comment(number, alice, "LGTM")
 	st := w.waitNode(r, "complete")
@@ -200,7 +262,6 @@ func TestOriginalWorkItemLoopEndToEnd(t *testing.T) {
 		}
 		walked = append(walked, h.Node)
 	}
-	g, _ := graph.Builtin(graph.PDLCWorkItemGraph)
 	for _, n := range g.Nodes {
 		if n.Name != "escalated" && !strings.Contains(" "+strings.Join(walked, " ")+" ", " "+n.Name+" ") {
 			t.Errorf("%s was never walked: %v", n.Name, walked)
