@@ -345,7 +345,8 @@ func originalKeyTable() []origKey {
 		{path: "routing.tmux.harnessKillGraceSeconds", kind: origIgnored, doc: noTmux},
 		{path: "routing.tmux.resumeProbeSeconds", kind: origIgnored, doc: noTmux},
 		{path: "routing.webTerminal", kind: origFeature, want: enabledOff, doc: "there is no web terminal; attach with tmux"},
-		{path: "routing.maxConcurrentDispatches", kind: origIgnored, doc: "dispatch handles one event per partition at a time, LOOP_PARTITIONS at once"},
+		{path: "routing.maxConcurrentDispatches", kind: origCustom, setting: "LOOP_CONCURRENCY", doc: "the events one replica handles at once, 1 to 1024",
+			custom: func(p *parser) field { return p.concurrency }},
 		{path: "routing.dedupCacheSize", kind: origIgnored, doc: "duplicates are dropped by event id on the bus"},
 		{path: "routing.dispatchTimeoutSeconds", kind: origIgnored, doc: "the dispatcher bounds its own steps"},
 		{path: "routing.reactions", kind: origCustom, doc: "the ledger-writer reacts on the comment (or issue) the loop acted on: `started` when a session is given it, `completed` or `error` after; present, on unless `enabled: false`; absent, no reactions",
@@ -367,7 +368,7 @@ func originalKeyTable() []origKey {
 		{path: "integrations.github.api.baseUrl", kind: origSetting, setting: "LOOP_GITHUB_API_URL"},
 		{path: "integrations.github.cli", kind: origIgnored, doc: "the gh CLI is never run"},
 		{path: "integrations.jira", kind: origIgnored, doc: "there is no Jira integration"},
-		{path: "service", kind: origFeature, want: enabledOn, doc: "the original's control-plane web service; there is none"},
+		{path: "service", kind: origFeature, want: enabledOn, doc: "the control plane's API and dashboard are served on the admin address (LOOP_ADMIN_ADDR, docs/api.md), not by a service of their own"},
 		{path: "selfDiagnosis", kind: origFeature, want: enabledOff, doc: "no self-diagnosis issues are filed"},
 	}
 }
@@ -426,6 +427,16 @@ func (p *parser) pollInterval(v *yaml.Node, path string) {
 	p.integer(&n, MinReadInterval, 86400, fmt.Sprintf("the poll interval must be between %d and 86400 seconds", MinReadInterval))(v, path)
 	if n > 0 {
 		p.setting(v, path, "LOOP_GITHUB_POLL_INTERVAL", strconv.Itoa(n)+"s")
+	}
+}
+
+// concurrency reads routing.maxConcurrentDispatches: how many events the
+// original dispatched at once is how many a replica handles at once here.
+func (p *parser) concurrency(v *yaml.Node, path string) {
+	var n int
+	p.integer(&n, 1, 1024, "the concurrency must be between 1 and 1024")(v, path)
+	if n > 0 {
+		p.setting(v, path, "LOOP_CONCURRENCY", strconv.Itoa(n))
 	}
 }
 

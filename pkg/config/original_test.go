@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -353,4 +355,40 @@ func sortedCopy(s []string) []string {
 	c := slices.Clone(s)
 	slices.Sort(c)
 	return c
+}
+
+// TestKeysWithoutMeaningAreDecided: every key of the original's that has no
+// behaviour here is named, with why, in the decision that lists them; and
+// every warning of the every-key file that says a key has no meaning is
+// about one of those keys.
+func TestKeysWithoutMeaningAreDecided(t *testing.T) {
+	b, err := os.ReadFile("../../docs/decisions/123-original-keys-without-meaning.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	decision := string(b)
+	var listed []string
+	for _, k := range originalKeys {
+		if k.kind != origIgnored && k.kind != origFeature {
+			continue
+		}
+		listed = append(listed, k.path)
+		if !strings.Contains(decision, "`"+k.path+"`") {
+			t.Errorf("%s has no behaviour here, but decision 123 does not say why", k.path)
+		}
+	}
+	listed = append(listed, "standingSessions.sessions[0].cwd", "standingSessions.sessions[0].slack.channel")
+	golden, err := os.ReadFile(filepath.Join("testdata", "original-every-key.warnings.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(golden)), "\n") {
+		if !strings.Contains(line, "has no meaning here") {
+			continue
+		}
+		key, _, _ := strings.Cut(line, " ")
+		if !slices.ContainsFunc(listed, func(p string) bool { return key == p || strings.HasPrefix(key, p+".") }) {
+			t.Errorf("the every-key file warns that %s has no meaning, but it is not among the decided keys", key)
+		}
+	}
 }
