@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"time"
 
@@ -158,7 +159,13 @@ func requestGraph(ctx context.Context, conn *bus.Conn, subject, ref string, out 
 
 func graphStatus(ctx context.Context, env config.Env, stdout io.Writer, ref string, asJSON bool) error {
 	var ans dispatcher.GraphStatus
-	if err := askDispatcher(ctx, env, dispatcher.SubjectGraphStatus, ref, &ans); err != nil {
+	if api, ok, err := readThroughAPI(env); err != nil {
+		return err
+	} else if ok {
+		if err := api.get(ctx, "/work-items/"+url.PathEscape(ref)+"/graph", &ans); err != nil {
+			return err
+		}
+	} else if err := askDispatcher(ctx, env, dispatcher.SubjectGraphStatus, ref, &ans); err != nil {
 		return err
 	}
 	st := ans.State

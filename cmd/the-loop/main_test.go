@@ -573,6 +573,9 @@ func TestReadingVerbsReadThroughTheAPI(t *testing.T) {
 	if code, out, stderr := runVerb(t, env, "dlq", "list"); code != 0 || !strings.Contains(out, "0 dead-lettered event(s)") {
 		t.Errorf("dlq list through the API: %d\n%s%s", code, out, stderr)
 	}
+	if code, _, stderr := runVerb(t, env, "graph", "status", "github:octo/repo#3"); code != 1 || !strings.Contains(stderr, "has no graph state") {
+		t.Errorf("graph status of a work item without a graph, through the API: %d %s", code, stderr)
+	}
 	// An API that is not there, or not an API, is said in words.
 	env["LOOP_API_URL"] = api.URL + "/nothing-here"
 	if code, _, stderr := runVerb(t, env, "events"); code != 1 || !strings.Contains(stderr, "answered 404") {

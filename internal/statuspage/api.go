@@ -65,6 +65,7 @@ var apiRoutes = []Route{
 	{Method: http.MethodGet, Path: "/health", handle: (*server).apiHealth},
 	{Method: http.MethodGet, Path: "/work-items", handle: (*server).apiWorkItems},
 	{Method: http.MethodGet, Path: "/work-items/{ref}", handle: (*server).apiWorkItem},
+	{Method: http.MethodGet, Path: "/work-items/{ref}/graph", handle: (*server).apiGraph},
 	{Method: http.MethodPost, Path: "/work-items/{ref}/graph/{action}", Operate: true, handle: (*server).apiOverride},
 	{Method: http.MethodPost, Path: "/work-items/{ref}/reply", Operate: true, handle: (*server).apiReply},
 	{Method: http.MethodPost, Path: "/work-items/{ref}/session/{command}", Operate: true, handle: (*server).apiControl},
@@ -1161,4 +1162,42 @@ func (s *server) notRunning(ctx context.Context, ref string) bool {
 	}
 	rec, _, err := store.Get(ctx, ref)
 	return err == nil && !rec.Session.Live()
+}
+
+// apiGraph answers a work item's graph state as `the-loop graph status`
+// shows it: the state itself (history, decisions, overrides, approvals,
+// why it is held), read from the graph bucket, and how this host's config
+// reads it.
+func (s *server) apiGraph(w http.ResponseWriter, r *http.Request) {
+	if !s.observer(w) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	ref := r.PathValue("ref")
+	store, err := graphstate.Open(ctx, s.o.Observer)
+	if err != nil {
+		s.readFailed(w, "the graph state", err)
+		return
+	}
+	st, rev, err := store.Get(ctx, ref)
+	switch {
+	case errors.Is(err, graphstate.ErrOtherRef):
+		apiError(w, http.StatusConflict, err.Error())
+		return
+	case err != nil:
+		s.readFailed(w, "the graph state", err)
+		return
+	case st == nil:
+		apiError(w, http.StatusNotFound, ref+" has no graph state: no session has started its graph")
+		return
+	}
+	ans := dispatcher.GraphStatus{Ref: ref, URL: graphstate.WorkItemURL(ref), Revision: rev, State: st, AtHumanGate: st.Status == graph.StatusWaiting}
+	if g, ok := s.o.Config().Graphs.Registry().Get(st.Graph); ok {
+		ans.Known, ans.AtHumanGate = true, st.AtHumanGate(g)
+		if n := g.Node(st.Current); n != nil {
+			ans.Phase = n.Phase
+		}
+	}
+	writeJSON(w, http.StatusOK, ans)
 }

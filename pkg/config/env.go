@@ -74,7 +74,7 @@ type Common struct {
 // HTTP API instead of NATS (docs/api.md): from a laptop that reaches the
 // admin address, with no bus credential.
 type API struct {
-	URL   string `envconfig:"API_URL" desc:"the control plane's API (http://host:9090/api/v1): 'events', 'sessions list' and 'dlq list' read through it instead of NATS; empty: NATS"`
+	URL   string `envconfig:"API_URL" desc:"the control plane's API (http://host:9090/api/v1): 'events', 'sessions list', 'dlq list' and 'graph status' read through it instead of NATS; empty: NATS"`
 	Token Secret `envconfig:"API_TOKEN" desc:"the bearer token the reading verbs present to LOOP_API_URL (the read token, LOOP_STATUS_TOKEN, beyond loopback)"`
 }
 

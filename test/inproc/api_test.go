@@ -261,6 +261,15 @@ func TestAPIHoldsToItsContract(t *testing.T) {
 	}
 	c.check(t, mux, "GET", "/api/v1/work-items?status=complete", "", nil, true, 200)
 	c.check(t, mux, "GET", esc, "", nil, true, 200)
+	var gs struct {
+		Known bool
+		State struct{ Current string }
+	}
+	_ = json.Unmarshal(c.check(t, mux, "GET", esc+"/graph", "", nil, true, 200), &gs)
+	if !gs.Known || gs.State.Current != "requirements" {
+		t.Errorf("graph status = %+v, want requirements, known", gs)
+	}
+	c.check(t, mux, "GET", "/api/v1/work-items/"+url.PathEscape("github:octo/repo#999")+"/graph", "", nil, true, 404)
 	c.check(t, mux, "GET", "/api/v1/work-items/"+url.PathEscape("github:octo/repo#999"), "", nil, true, 404)
 	c.check(t, mux, "GET", "/api/v1/sessions", "", nil, true, 200)
 	c.check(t, mux, "GET", "/api/v1/dead-letters", "", nil, true, 200)
