@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"log/slog"
 	"net/http"
 	"slices"
 	"sort"
@@ -349,32 +348,7 @@ func (s *server) apiDeadLetters(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) apiReplay(w http.ResponseWriter, r *http.Request) {
-	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
-	if err != nil || seq == 0 {
-		apiError(w, http.StatusBadRequest, "not a DLQ sequence number")
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
-	res, err := s.o.Replay.ReplayDLQ(ctx, seq)
-	switch {
-	case errors.Is(err, bus.ErrNoSuchDeadLetter):
-		apiError(w, http.StatusNotFound, "no such dead letter (replayed already?)")
-		return
-	case errors.Is(err, bus.ErrReplayRefused):
-		s.o.Log.Warn("api: replay refused", "dlq_seq", seq, "err", err)
-		apiError(w, http.StatusConflict, s.o.Scrub.Scrub(err.Error()))
-		return
-	case err != nil:
-		s.o.Log.Warn("api: replay failed", "dlq_seq", seq, "err", err)
-		apiError(w, http.StatusBadGateway, "the replay failed; the event log and the service logs say why")
-		return
-	}
-	if s.o.Events != nil {
-		s.o.Events.Emit(context.WithoutCancel(ctx), "bus.replayed", slog.Uint64("dlq_seq", seq), slog.String("event_id", res.MsgID),
-			slog.String("replay_of", res.Original), slog.String("subject", res.Subject), slog.Uint64("stream_seq", res.PubAck.Seq))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"seq": seq, "eventId": res.MsgID, "subject": res.Subject})
+	s.replayAnswer(w, r, apiError)
 }
 
 // overrideBody is the body of an override request.

@@ -248,9 +248,16 @@ func (s *server) replay(w http.ResponseWriter, r *http.Request, ro role) {
 		http.Error(w, "replaying a dead letter needs the admin token (LOOP_ADMIN_TOKEN) and the operator identity", http.StatusForbidden)
 		return
 	}
+	s.replayAnswer(w, r, func(w http.ResponseWriter, code int, msg string) { http.Error(w, msg, code) })
+}
+
+// replayAnswer replays the dead letter r names as the operator and
+// answers with what was replayed; a refusal or failure is answered through
+// fail, which the page writes as text and the API as JSON.
+func (s *server) replayAnswer(w http.ResponseWriter, r *http.Request, fail func(w http.ResponseWriter, code int, msg string)) {
 	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
 	if err != nil || seq == 0 {
-		http.Error(w, "not a DLQ sequence number", http.StatusBadRequest)
+		fail(w, http.StatusBadRequest, "not a DLQ sequence number")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
@@ -258,25 +265,24 @@ func (s *server) replay(w http.ResponseWriter, r *http.Request, ro role) {
 	res, err := s.o.Replay.ReplayDLQ(ctx, seq)
 	switch {
 	case errors.Is(err, bus.ErrNoSuchDeadLetter):
-		http.Error(w, "no such dead letter (replayed already?)", http.StatusNotFound)
+		fail(w, http.StatusNotFound, "no such dead letter (replayed already?)")
 		return
 	case errors.Is(err, bus.ErrReplayRefused):
 		// Not the copy of a consumer, or not a signed original: why is
 		// identities and subjects, nothing secret (decision 099).
-		s.o.Log.Warn("status page: replay refused", "dlq_seq", seq, "err", err)
-		http.Error(w, s.o.Scrub.Scrub(err.Error()), http.StatusConflict)
+		s.o.Log.Warn("status: replay refused", "dlq_seq", seq, "err", err)
+		fail(w, http.StatusConflict, s.o.Scrub.Scrub(err.Error()))
 		return
 	case err != nil:
-		s.o.Log.Warn("status page: replay failed", "dlq_seq", seq, "err", err)
-		http.Error(w, "the replay failed; the event log and the service logs say why", http.StatusBadGateway)
+		s.o.Log.Warn("status: replay failed", "dlq_seq", seq, "err", err)
+		fail(w, http.StatusBadGateway, "the replay failed; the event log and the service logs say why")
 		return
 	}
 	if s.o.Events != nil {
 		s.o.Events.Emit(context.WithoutCancel(ctx), "bus.replayed", slog.Uint64("dlq_seq", seq), slog.String("event_id", res.MsgID),
 			slog.String("replay_of", res.Original), slog.String("subject", res.Subject), slog.Uint64("stream_seq", res.PubAck.Seq))
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"seq": seq, "eventId": res.MsgID, "subject": res.Subject})
+	writeJSON(w, http.StatusOK, map[string]any{"seq": seq, "eventId": res.MsgID, "subject": res.Subject})
 }
 
 // State is the JSON document the page renders.
