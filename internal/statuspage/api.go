@@ -290,19 +290,16 @@ func (s *server) apiWorkItem(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
-	items, err := s.workItems(ctx, s.o.Config())
-	if err != nil {
-		s.readFailed(w, "the work items", err)
-		return
-	}
 	ref := r.PathValue("ref")
-	for _, wi := range items {
-		if wi.Ref == ref {
-			writeJSON(w, http.StatusOK, wi)
-			return
-		}
+	wi, ok, err := s.oneWorkItem(ctx, s.o.Config(), ref)
+	switch {
+	case err != nil:
+		s.readFailed(w, "the work item", err)
+	case !ok:
+		apiError(w, http.StatusNotFound, "no work item "+strconv.Quote(ref))
+	default:
+		writeJSON(w, http.StatusOK, wi)
 	}
-	apiError(w, http.StatusNotFound, "no work item "+strconv.Quote(ref))
 }
 
 func (s *server) apiSessions(w http.ResponseWriter, r *http.Request) {

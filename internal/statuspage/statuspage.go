@@ -525,66 +525,97 @@ func (s *server) workItems(ctx context.Context, cfg *config.Config) ([]WorkItem,
 	if err != nil && !errors.Is(err, bus.ErrNotFound) && !strings.Contains(err.Error(), "no keys found") {
 		return nil, err
 	}
-	var tkv *bus.KV
-	if cfg.Channels.Slack.Channel != "" {
-		tkv, _ = s.o.Observer.KV(ctx, bus.BucketThreads)
-	}
+	tkv := s.threads(ctx, cfg)
 	out := []WorkItem{}
 	for _, key := range keys {
 		e, err := kv.Get(ctx, key)
 		if err != nil {
 			continue
 		}
-		st, err := graph.Decode(e.Value)
-		if err != nil || st.Ref == "" {
-			continue
+		if wi, ok := s.workItem(ctx, cfg, tkv, e); ok {
+			out = append(out, wi)
 		}
-		wi := WorkItem{Ref: st.Ref, URL: graphstate.WorkItemURL(st.Ref), Graph: st.Graph, Current: st.Current, Status: string(st.Status),
-			Reason: st.Reason, Skips: append([]string{}, st.Skips...), ApprovedBy: []Approval{}, UpdatedAt: e.Created}
-		visited := map[string]bool{}
-		for _, h := range st.History {
-			visited[h.Node] = true
-		}
-		g, _ := cfg.Graphs.Registry().Get(st.Graph)
-		if g != nil {
-			for _, n := range g.Nodes {
-				x := Node{Name: n.Name, Actor: string(n.Actor), Phase: n.Phase, Current: n.Name == st.Current, Visited: visited[n.Name],
-					Skipped: slices.Contains(st.Skips, n.Name)}
-				for _, h := range n.Exit {
-					x.Checks = append(x.Checks, string(h.Name))
-				}
-				if len(n.On) > 0 {
-					x.Next = map[string]string{}
-					for o, to := range n.On {
-						x.Next[string(o)] = to
-					}
-				}
-				wi.Nodes = append(wi.Nodes, x)
-			}
-			if st.AtHumanGate(g) {
-				n := g.Node(st.Current)
-				gate := &Gate{Node: n.Name, Kind: string(n.Gate), Phase: n.Phase, Reason: st.Reason, WaitingFor: waitingFor(cfg)}
-				if len(st.History) > 0 {
-					gate.Since = st.History[len(st.History)-1].EnteredAt
-				}
-				wi.Gate = gate
-			}
-		} else {
-			wi.Nodes = append(wi.Nodes, Node{Name: st.Current, Current: true, Visited: true})
-		}
-		for _, a := range st.ApprovedBy {
-			wi.ApprovedBy = append(wi.ApprovedBy, Approval{Login: a.Login, Node: a.Node, At: a.At, Channel: a.Provenance.Channel,
-				Member: a.Provenance.Member, RecordURL: a.Provenance.RecordURL, EventID: a.Provenance.EventID})
-		}
-		if tkv != nil {
-			if ts, ok, err := threads.New(tkv).ThreadFor(ctx, cfg.Channels.Slack.Channel, st.Ref); err == nil && ok {
-				wi.Thread = &Thread{Channel: cfg.Channels.Slack.Channel, TS: ts}
-			}
-		}
-		out = append(out, wi)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].UpdatedAt.After(out[j].UpdatedAt) })
 	return out, nil
+}
+
+// oneWorkItem reads ref's graph state alone; false when it has none.
+func (s *server) oneWorkItem(ctx context.Context, cfg *config.Config, ref string) (WorkItem, bool, error) {
+	kv, err := s.o.Observer.KV(ctx, bus.BucketGraph)
+	if err != nil {
+		return WorkItem{}, false, err
+	}
+	e, err := kv.Get(ctx, graphstate.Key(ref))
+	switch {
+	case errors.Is(err, bus.ErrNotFound):
+		return WorkItem{}, false, nil
+	case err != nil:
+		return WorkItem{}, false, err
+	}
+	wi, ok := s.workItem(ctx, cfg, s.threads(ctx, cfg), e)
+	return wi, ok && wi.Ref == ref, nil
+}
+
+// threads is the threads bucket when the config names a Slack channel.
+func (s *server) threads(ctx context.Context, cfg *config.Config) *bus.KV {
+	if cfg.Channels.Slack.Channel == "" {
+		return nil
+	}
+	tkv, _ := s.o.Observer.KV(ctx, bus.BucketThreads)
+	return tkv
+}
+
+// workItem is the work item whose graph state e holds, as the page and the
+// API show it; false when e is not a graph state.
+func (s *server) workItem(ctx context.Context, cfg *config.Config, tkv *bus.KV, e bus.KVEntry) (WorkItem, bool) {
+	st, err := graph.Decode(e.Value)
+	if err != nil || st.Ref == "" {
+		return WorkItem{}, false
+	}
+	wi := WorkItem{Ref: st.Ref, URL: graphstate.WorkItemURL(st.Ref), Graph: st.Graph, Current: st.Current, Status: string(st.Status),
+		Reason: st.Reason, Skips: append([]string{}, st.Skips...), ApprovedBy: []Approval{}, UpdatedAt: e.Created}
+	visited := map[string]bool{}
+	for _, h := range st.History {
+		visited[h.Node] = true
+	}
+	g, _ := cfg.Graphs.Registry().Get(st.Graph)
+	if g != nil {
+		for _, n := range g.Nodes {
+			x := Node{Name: n.Name, Actor: string(n.Actor), Phase: n.Phase, Current: n.Name == st.Current, Visited: visited[n.Name],
+				Skipped: slices.Contains(st.Skips, n.Name)}
+			for _, h := range n.Exit {
+				x.Checks = append(x.Checks, string(h.Name))
+			}
+			if len(n.On) > 0 {
+				x.Next = map[string]string{}
+				for o, to := range n.On {
+					x.Next[string(o)] = to
+				}
+			}
+			wi.Nodes = append(wi.Nodes, x)
+		}
+		if st.AtHumanGate(g) {
+			n := g.Node(st.Current)
+			gate := &Gate{Node: n.Name, Kind: string(n.Gate), Phase: n.Phase, Reason: st.Reason, WaitingFor: waitingFor(cfg)}
+			if len(st.History) > 0 {
+				gate.Since = st.History[len(st.History)-1].EnteredAt
+			}
+			wi.Gate = gate
+		}
+	} else {
+		wi.Nodes = append(wi.Nodes, Node{Name: st.Current, Current: true, Visited: true})
+	}
+	for _, a := range st.ApprovedBy {
+		wi.ApprovedBy = append(wi.ApprovedBy, Approval{Login: a.Login, Node: a.Node, At: a.At, Channel: a.Provenance.Channel,
+			Member: a.Provenance.Member, RecordURL: a.Provenance.RecordURL, EventID: a.Provenance.EventID})
+	}
+	if tkv != nil {
+		if ts, ok, err := threads.New(tkv).ThreadFor(ctx, cfg.Channels.Slack.Channel, st.Ref); err == nil && ok {
+			wi.Thread = &Thread{Channel: cfg.Channels.Slack.Channel, TS: ts}
+		}
+	}
+	return wi, true
 }
 
 // waitingFor names who may answer a human gate: the authorized people
