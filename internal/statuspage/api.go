@@ -56,30 +56,33 @@ type Route struct {
 	Method  string
 	Path    string
 	Operate bool
+	// observe: the route reads the loop's state, which needs the observer
+	// identity; the guard answers 503 on a host without it.
+	observe bool
 	handle  func(*server, http.ResponseWriter, *http.Request)
 }
 
 // apiRoutes is every route the API serves.
 var apiRoutes = []Route{
 	{Method: http.MethodGet, Path: "/health", handle: (*server).apiHealth},
-	{Method: http.MethodGet, Path: "/work-items", handle: (*server).apiWorkItems},
-	{Method: http.MethodGet, Path: "/work-items/{ref}", handle: (*server).apiWorkItem},
-	{Method: http.MethodGet, Path: "/work-items/{ref}/graph", handle: (*server).apiGraph},
+	{Method: http.MethodGet, Path: "/work-items", observe: true, handle: (*server).apiWorkItems},
+	{Method: http.MethodGet, Path: "/work-items/{ref}", observe: true, handle: (*server).apiWorkItem},
+	{Method: http.MethodGet, Path: "/work-items/{ref}/graph", observe: true, handle: (*server).apiGraph},
 	{Method: http.MethodPost, Path: "/work-items/{ref}/graph/{action}", Operate: true, handle: (*server).apiOverride},
 	{Method: http.MethodPost, Path: "/work-items/{ref}/reply", Operate: true, handle: (*server).apiReply},
 	{Method: http.MethodPost, Path: "/work-items/{ref}/session/{command}", Operate: true, handle: (*server).apiControl},
-	{Method: http.MethodGet, Path: "/sessions", handle: (*server).apiSessions},
-	{Method: http.MethodGet, Path: "/sessions/{ref}/transcript", handle: (*server).apiTranscript},
-	{Method: http.MethodGet, Path: "/standing", handle: (*server).apiStanding},
+	{Method: http.MethodGet, Path: "/sessions", observe: true, handle: (*server).apiSessions},
+	{Method: http.MethodGet, Path: "/sessions/{ref}/transcript", observe: true, handle: (*server).apiTranscript},
+	{Method: http.MethodGet, Path: "/standing", observe: true, handle: (*server).apiStanding},
 	{Method: http.MethodPost, Path: "/standing/{name}/control/{command}", Operate: true, handle: (*server).apiStandingCommand},
 	{Method: http.MethodPost, Path: "/standing/{name}/say", Operate: true, handle: (*server).apiStandingSay},
-	{Method: http.MethodGet, Path: "/dead-letters", handle: (*server).apiDeadLetters},
+	{Method: http.MethodGet, Path: "/dead-letters", observe: true, handle: (*server).apiDeadLetters},
 	{Method: http.MethodPost, Path: "/dead-letters/{seq}/replay", Operate: true, handle: (*server).apiReplay},
-	{Method: http.MethodGet, Path: "/attention", handle: (*server).apiAttention},
-	{Method: http.MethodGet, Path: "/events", handle: (*server).apiEvents},
+	{Method: http.MethodGet, Path: "/attention", observe: true, handle: (*server).apiAttention},
+	{Method: http.MethodGet, Path: "/events", observe: true, handle: (*server).apiEvents},
 	{Method: http.MethodGet, Path: "/events/types", handle: (*server).apiEventTypes},
 	{Method: http.MethodGet, Path: "/config", handle: (*server).apiConfig},
-	{Method: http.MethodGet, Path: "/stream", handle: (*server).apiStream},
+	{Method: http.MethodGet, Path: "/stream", observe: true, handle: (*server).apiStream},
 	{Method: http.MethodGet, Path: "/openapi.json", handle: (*server).apiContract},
 	{Method: http.MethodGet, Path: "/docs", handle: (*server).apiDocs},
 }
@@ -204,7 +207,17 @@ func (s *server) apiGuard(rt Route) http.HandlerFunc {
 			apiError(w, http.StatusForbidden, "this host cannot act as the operator: it needs the operator identity and LOOP_ADMIN_TOKEN")
 			return
 		}
+		if rt.observe && s.o.Observer == nil {
+			apiError(w, http.StatusServiceUnavailable, NeedsObserver)
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxAPIBody)
+		if rt.Path != "/stream" {
+			// Every answer but the stream is one bounded read or publish.
+			ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
 		rt.handle(s, w, r)
 	}
 }
@@ -250,16 +263,6 @@ func (s *server) apiHealth(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, h)
 }
 
-// observer answers 503 and returns false when the host cannot read the
-// loop's state.
-func (s *server) observer(w http.ResponseWriter) bool {
-	if s.o.Observer == nil {
-		apiError(w, http.StatusServiceUnavailable, NeedsObserver)
-		return false
-	}
-	return true
-}
-
 // readFailed answers a read of the bus that failed; what failed goes to
 // the log, not to the client.
 func (s *server) readFailed(w http.ResponseWriter, part string, err error) {
@@ -268,11 +271,7 @@ func (s *server) readFailed(w http.ResponseWriter, part string, err error) {
 }
 
 func (s *server) apiWorkItems(w http.ResponseWriter, r *http.Request) {
-	if !s.observer(w) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	items, err := s.workItems(ctx, s.o.Config())
 	if err != nil {
 		s.readFailed(w, "the work items", err)
@@ -285,11 +284,7 @@ func (s *server) apiWorkItems(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) apiWorkItem(w http.ResponseWriter, r *http.Request) {
-	if !s.observer(w) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	ref := r.PathValue("ref")
 	wi, ok, err := s.oneWorkItem(ctx, s.o.Config(), ref)
 	switch {
@@ -303,11 +298,7 @@ func (s *server) apiWorkItem(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) apiSessions(w http.ResponseWriter, r *http.Request) {
-	if !s.observer(w) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	list, err := s.sessions(ctx)
 	if err != nil {
 		s.readFailed(w, "the sessions", err)
@@ -331,11 +322,7 @@ func (s *server) deadLetters(ctx context.Context) ([]DeadLetter, error) {
 }
 
 func (s *server) apiDeadLetters(w http.ResponseWriter, r *http.Request) {
-	if !s.observer(w) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	dl, err := s.deadLetters(ctx)
 	if err != nil {
 		s.readFailed(w, "the dead letters", err)
@@ -384,8 +371,7 @@ func (s *server) apiOverride(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, string(action)+" takes no to: it follows the graph")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	acc, err := s.o.Operator.Override(ctx, Override{Ref: r.PathValue("ref"), Action: action, To: body.To, Reason: body.Reason, As: body.As})
 	switch {
 	case errors.Is(err, ErrNoWorkItem):
@@ -524,11 +510,7 @@ func attention(items []WorkItem, sess []Session, dl []DeadLetter, refused []Atte
 }
 
 func (s *server) apiAttention(w http.ResponseWriter, r *http.Request) {
-	if !s.observer(w) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	items, err := s.workItems(ctx, s.o.Config())
 	if err != nil {
 		s.readFailed(w, "the work items", err)
@@ -683,16 +665,12 @@ func eventQuery(r *http.Request) (eventlog.Query, int, error) {
 }
 
 func (s *server) apiEvents(w http.ResponseWriter, r *http.Request) {
-	if !s.observer(w) {
-		return
-	}
 	q, limit, err := eventQuery(r)
 	if err != nil {
 		apiError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	out := []EventRecord{}
 	err = s.o.Observer.ReadLog(ctx, bus.ReadOptions{Since: q.Since}, func(lr bus.LogRecord) error {
 		var rec eventlog.Record
@@ -721,9 +699,6 @@ const streamKeepAlive = 15 * time.Second
 // query as /events. Every change of the loop writes a record, so a client
 // refreshes what a record says has changed.
 func (s *server) apiStream(w http.ResponseWriter, r *http.Request) {
-	if !s.observer(w) {
-		return
-	}
 	q, _, err := eventQuery(r)
 	if err != nil {
 		apiError(w, http.StatusBadRequest, err.Error())
@@ -805,9 +780,6 @@ func (s *server) apiStream(w http.ResponseWriter, r *http.Request) {
 // apiTranscript answers the end of a work item's session, as its terminal
 // shows it (secrets masked), asked of the dispatcher replica that runs it.
 func (s *server) apiTranscript(w http.ResponseWriter, r *http.Request) {
-	if !s.observer(w) {
-		return
-	}
 	lines := 200
 	if l := r.URL.Query().Get("lines"); l != "" {
 		n, err := strconv.Atoi(l)
@@ -817,8 +789,7 @@ func (s *server) apiTranscript(w http.ResponseWriter, r *http.Request) {
 		}
 		lines = n
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	ref := r.PathValue("ref")
 	store, err := sessions.Open(ctx, s.o.Observer)
 	if err != nil {
@@ -864,8 +835,7 @@ func (s *server) apiReply(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	ref := r.PathValue("ref")
 	// A reply to a work item without a session would be recorded and then
 	// dropped: refuse it before anything is written.
@@ -887,8 +857,7 @@ func (s *server) apiControl(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	acc, err := s.o.Operator.Control(ctx, Control{Ref: r.PathValue("ref"), Command: cmd, As: as})
 	s.answerOperation(w, acc, err, "the "+cmd)
 }
@@ -905,11 +874,7 @@ type StandingSession struct {
 }
 
 func (s *server) apiStanding(w http.ResponseWriter, r *http.Request) {
-	if !s.observer(w) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	store, err := sessions.Open(ctx, s.o.Observer)
 	if err != nil {
 		s.readFailed(w, "the sessions", err)
@@ -991,8 +956,7 @@ func (s *server) apiStandingCommand(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	acc, err := s.o.Operator.Control(ctx, Control{Ref: ledger, Command: cmd, As: as})
 	s.answerOperation(w, acc, err, "the "+cmd)
 }
@@ -1006,8 +970,7 @@ func (s *server) apiStandingSay(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	if s.notRunning(ctx, ledger) {
 		apiError(w, http.StatusConflict, "standing session "+r.PathValue("name")+" is not running: start it first")
 		return
@@ -1140,11 +1103,7 @@ func (s *server) notRunning(ctx context.Context, ref string) bool {
 // why it is held), read from the graph bucket, and how this host's config
 // reads it.
 func (s *server) apiGraph(w http.ResponseWriter, r *http.Request) {
-	if !s.observer(w) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
+	ctx := r.Context()
 	ref := r.PathValue("ref")
 	store, err := graphstate.Open(ctx, s.o.Observer)
 	if err != nil {

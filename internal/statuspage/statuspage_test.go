@@ -218,6 +218,12 @@ func TestWithoutTheObserverThePageShowsTheBusAndSaysWhy(t *testing.T) {
 	if len(st.Streams) != 5 || len(st.Consumers) == 0 {
 		t.Errorf("streams %d, consumers %d: the bus's state is every identity's to read", len(st.Streams), len(st.Consumers))
 	}
+	// The API's reads of the loop's state say what they need, each.
+	for _, path := range []string{"/api/v1/work-items", "/api/v1/sessions", "/api/v1/dead-letters", "/api/v1/attention", "/api/v1/events", "/api/v1/stream"} {
+		if a := request(mux, "GET", path, "127.0.0.1:5000", "127.0.0.1:9090", ""); a.Code != http.StatusServiceUnavailable || !strings.Contains(a.Body.String(), "observer") {
+			t.Errorf("GET %s without the observer: %d %s", path, a.Code, a.Body)
+		}
+	}
 	if len(st.DeadLetters) != 0 {
 		t.Errorf("dead letters shown without the observer: %+v", st.DeadLetters)
 	}
