@@ -46,7 +46,7 @@ func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, std
 			if err := api.get(ctx, "/sessions", &list); err != nil {
 				return err
 			}
-			return writeAPISessions(stdout, list.Sessions)
+			return writeSessions(stdout, list.Sessions)
 		}
 		conn, err := cliConnect(ctx, env, "the-loop-sessions", read)
 		if err != nil {
@@ -61,7 +61,11 @@ func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, std
 		if err != nil {
 			return fmt.Errorf("list sessions: %w", err)
 		}
-		return writeSessions(stdout, recs)
+		list := make([]statuspage.Session, len(recs))
+		for i, r := range recs {
+			list[i] = statuspage.SessionOf(r)
+		}
+		return writeSessions(stdout, list)
 	case "pause", "resume", "stop", "cleanup", "adopt", "end":
 		fs := newFlags("sessions "+verb, stderr)
 		ref := fs.String("work-item", "", "the work item, github:owner/repo#N")
@@ -77,14 +81,11 @@ func cmdSessions(ctx context.Context, args []string, env config.Env, stdout, std
 	return fmt.Errorf("%w: sessions list|pause|resume|stop|cleanup|adopt|end", errUsage)
 }
 
-// sessionsHeader heads the sessions table, read from NATS or the API.
-const sessionsHeader = "WORK ITEM\tSTATUS\tHOST\tTMUX\tHARNESS SESSION\tLAST CONTROL\tDELIVERED\tUNCERTAIN"
-
-// writeAPISessions prints the sessions as the API answers them, in the
-// table writeSessions prints.
-func writeAPISessions(w io.Writer, list []statuspage.Session) error {
+// writeSessions prints the sessions table, read from NATS or through the
+// API: a work item without a session shows dashes.
+func writeSessions(w io.Writer, list []statuspage.Session) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, sessionsHeader)
+	fmt.Fprintln(tw, "WORK ITEM\tSTATUS\tHOST\tTMUX\tHARNESS SESSION\tLAST CONTROL\tDELIVERED\tUNCERTAIN")
 	dash := func(s string) string {
 		if s == "" {
 			return "-"
@@ -92,38 +93,16 @@ func writeAPISessions(w io.Writer, list []statuspage.Session) error {
 		return s
 	}
 	for _, x := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", x.Ref, x.Status, dash(x.Host), dash(x.TmuxTarget), dash(x.HarnessSession),
-			dash(x.Control), x.Delivered, dash(x.Uncertain))
+		host, target, hid := x.Host, x.TmuxTarget, x.HarnessSession
+		if x.Status == statuspage.NoSession {
+			host, target, hid = "-", "-", "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", x.Ref, x.Status, host, target, hid, dash(x.Control), x.Delivered, dash(x.Uncertain))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "%d work item(s)\n", len(list))
-	return err
-}
-
-func writeSessions(w io.Writer, recs []sessions.Record) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, sessionsHeader)
-	for _, r := range recs {
-		status, host, target, hid, last := "no session", "-", "-", "-", "-"
-		delivered, uncertain := 0, "-"
-		if s := r.Session; s != nil {
-			status, host, target, hid = string(s.Status), s.Host, s.TmuxTarget, s.HarnessSessionID
-			delivered = len(s.Delivered)
-			if s.Pending != "" {
-				uncertain = s.Pending
-			}
-		}
-		if c := r.Control; c != nil {
-			last = c.Command + " by " + c.Actor
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Ref, status, host, target, hid, last, delivered, uncertain)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(w, "%d work item(s)\n", len(recs))
 	return err
 }
 

@@ -636,6 +636,27 @@ func waitingFor(cfg *config.Config) []string {
 	return out
 }
 
+// NoSession is Session.Status of a work item whose record holds no session.
+const NoSession = "no session"
+
+// SessionOf is a session's record as the page, the API and `the-loop
+// sessions list` show it.
+func SessionOf(r sessions.Record) Session {
+	x := Session{Ref: r.Ref, Status: NoSession}
+	if ss := r.Session; ss != nil {
+		x.Status, x.Host, x.CreatedAt, x.LastInputAt = string(ss.Status), ss.Host, ss.CreatedAt, ss.LastEventAt
+		x.TmuxTarget, x.HarnessSession, x.Delivered, x.Uncertain = ss.TmuxTarget, ss.HarnessSessionID, len(ss.Delivered), ss.Pending
+		x.AwaitingInput = ss.AwaitingInput
+		if n := len(ss.Delivered); n > 0 {
+			x.LastInput = ss.Delivered[n-1]
+		}
+	}
+	if c := r.Control; c != nil {
+		x.Control = c.Command + " by " + c.Actor
+	}
+	return x
+}
+
 func (s *server) sessions(ctx context.Context) ([]Session, error) {
 	store, err := sessions.Open(ctx, s.o.Observer)
 	if err != nil {
@@ -647,19 +668,7 @@ func (s *server) sessions(ctx context.Context) ([]Session, error) {
 	}
 	out := []Session{}
 	for _, r := range recs {
-		x := Session{Ref: r.Ref, Status: "no session"}
-		if ss := r.Session; ss != nil {
-			x.Status, x.Host, x.CreatedAt, x.LastInputAt = string(ss.Status), ss.Host, ss.CreatedAt, ss.LastEventAt
-			x.TmuxTarget, x.HarnessSession, x.Delivered, x.Uncertain = ss.TmuxTarget, ss.HarnessSessionID, len(ss.Delivered), ss.Pending
-			x.AwaitingInput = ss.AwaitingInput
-			if n := len(ss.Delivered); n > 0 {
-				x.LastInput = ss.Delivered[n-1]
-			}
-		}
-		if c := r.Control; c != nil {
-			x.Control = c.Command + " by " + c.Actor
-		}
-		out = append(out, x)
+		out = append(out, SessionOf(r))
 	}
 	return out, nil
 }
