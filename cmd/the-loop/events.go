@@ -92,7 +92,7 @@ func cmdEvents(ctx context.Context, args []string, env config.Env, stdout, stder
 		return err
 	}
 	defer conn.Close()
-	found, err := queryLog(ctx, conn, q, *limit)
+	found, err := statuspage.NewestLog(ctx, conn, q, *limit)
 	if err != nil {
 		return fmt.Errorf("read the event log: %w", err)
 	}
@@ -102,25 +102,6 @@ func cmdEvents(ctx context.Context, args []string, env config.Env, stdout, stder
 		}
 	}
 	return nil
-}
-
-// queryLog returns the newest limit stored records q selects, oldest
-// first. Records are read from q.Since on; a record that is not JSON is
-// kept, to be shown as unreadable.
-func queryLog(ctx context.Context, conn *bus.Conn, q eventlog.Query, limit int) ([]bus.LogRecord, error) {
-	var found []bus.LogRecord
-	err := conn.ReadLog(ctx, bus.ReadOptions{Since: q.Since}, func(r bus.LogRecord) error {
-		var rec eventlog.Record
-		if json.Unmarshal(r.Data, &rec) == nil && !q.Match(rec) {
-			return nil
-		}
-		found = append(found, r)
-		if len(found) > limit {
-			found = found[1:]
-		}
-		return nil
-	})
-	return found, err
 }
 
 // apiEvents prints the records the API's /events answers for the query.

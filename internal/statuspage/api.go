@@ -664,6 +664,26 @@ func eventQuery(r *http.Request) (eventlog.Query, int, error) {
 	return eventlog.Query{WorkItem: v.Get("workItem"), Type: v.Get("type"), DeliveryID: v.Get("deliveryId"), Since: since}, limit, nil
 }
 
+// NewestLog returns the newest limit stored event-log records q selects,
+// oldest first, read from q.Since on; a record that is not JSON is kept,
+// for its reader to show as unreadable. `the-loop events` and /events read
+// the log through it.
+func NewestLog(ctx context.Context, conn *bus.Conn, q eventlog.Query, limit int) ([]bus.LogRecord, error) {
+	var found []bus.LogRecord
+	err := conn.ReadLog(ctx, bus.ReadOptions{Since: q.Since}, func(r bus.LogRecord) error {
+		var rec eventlog.Record
+		if json.Unmarshal(r.Data, &rec) == nil && !q.Match(rec) {
+			return nil
+		}
+		found = append(found, r)
+		if len(found) > limit {
+			found = found[1:]
+		}
+		return nil
+	})
+	return found, err
+}
+
 func (s *server) apiEvents(w http.ResponseWriter, r *http.Request) {
 	q, limit, err := eventQuery(r)
 	if err != nil {
@@ -671,21 +691,17 @@ func (s *server) apiEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	out := []EventRecord{}
-	err = s.o.Observer.ReadLog(ctx, bus.ReadOptions{Since: q.Since}, func(lr bus.LogRecord) error {
-		var rec eventlog.Record
-		if json.Unmarshal(lr.Data, &rec) != nil || !q.Match(rec) {
-			return nil
-		}
-		out = append(out, EventRecord{Seq: lr.Seq, Record: rec})
-		if len(out) > limit {
-			out = out[1:]
-		}
-		return nil
-	})
+	found, err := NewestLog(ctx, s.o.Observer, q, limit)
 	if err != nil {
 		s.readFailed(w, "the event log", err)
 		return
+	}
+	out := []EventRecord{}
+	for _, lr := range found {
+		var rec eventlog.Record
+		if json.Unmarshal(lr.Data, &rec) == nil {
+			out = append(out, EventRecord{Seq: lr.Seq, Record: rec})
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string][]EventRecord{"events": out})
 }
