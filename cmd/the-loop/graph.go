@@ -3,14 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"strings"
 	"time"
 
-	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/internal/hatch"
 	"github.com/the-loop/bus/pkg/config"
 	"github.com/the-loop/bus/pkg/graph"
 	"github.com/the-loop/bus/pkg/graphstate"
@@ -126,35 +125,7 @@ func askDispatcher(ctx context.Context, env config.Env, subject, ref string, out
 		return err
 	}
 	defer conn.Close()
-	return requestGraph(ctx, conn, subject, ref, out)
-}
-
-// requestGraph sends ref to the dispatcher's endpoint on subject and decodes
-// its answer into out, turning the bus's failures into what a person can
-// act on.
-func requestGraph(ctx context.Context, conn *bus.Conn, subject, ref string, out any) error {
-	req, err := json.Marshal(dispatcher.GraphRequest{Ref: ref})
-	if err != nil {
-		return err
-	}
-	rctx, cancel := context.WithTimeout(ctx, graphTimeout)
-	defer cancel()
-	data, err := conn.Request(rctx, subject, req)
-	var refused *bus.ServiceError
-	switch {
-	case errors.Is(err, bus.ErrNoResponders):
-		return fmt.Errorf("no dispatcher answered on %s — is the dispatcher running? ('the-loop up', or 'the-loop serve dispatcher')", subject)
-	case errors.Is(err, bus.ErrRequestTimeout):
-		return fmt.Errorf("the dispatcher did not answer on %s within %s", subject, graphTimeout)
-	case errors.As(err, &refused):
-		return errors.New(refused.Description)
-	case err != nil:
-		return err
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("the dispatcher's answer on %s is not what this the-loop reads (%v); are both the same version?", subject, err)
-	}
-	return nil
+	return hatch.Ask(ctx, conn, subject, ref, out)
 }
 
 func graphStatus(ctx context.Context, env config.Env, stdout io.Writer, ref string, asJSON bool) error {

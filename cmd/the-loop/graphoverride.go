@@ -129,7 +129,7 @@ func waitOverride(ctx context.Context, conn *bus.Conn, stdout io.Writer, ref, id
 	deadline := time.Now().Add(wait)
 	for {
 		var ans dispatcher.GraphStatus
-		if err := requestGraph(ctx, conn, dispatcher.SubjectGraphStatus, ref, &ans); err == nil && ans.State != nil && ans.State.Overridden(id) {
+		if err := hatch.Ask(ctx, conn, dispatcher.SubjectGraphStatus, ref, &ans); err == nil && ans.State != nil && ans.State.Overridden(id) {
 			fmt.Fprintf(stdout, "%s: applied; now at %s (%s)\n", ref, ans.State.Current, ans.State.Status)
 			return nil
 		}

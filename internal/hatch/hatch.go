@@ -28,35 +28,45 @@ import (
 	"github.com/the-loop/bus/services/dispatcher"
 )
 
-// askTimeout bounds the question to the dispatcher.
-const askTimeout = 10 * time.Second
+// AskTimeout bounds one question to the dispatcher.
+const AskTimeout = 30 * time.Second
+
+// Ask asks the dispatcher's graph endpoint subject about ref over conn and
+// decodes its answer into out. A work item without graph state is
+// statuspage.ErrNoWorkItem; the other refusals are the dispatcher's words.
+func Ask(ctx context.Context, conn *bus.Conn, subject, ref string, out any) error {
+	req, err := json.Marshal(dispatcher.GraphRequest{Ref: ref})
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, AskTimeout)
+	defer cancel()
+	data, err := conn.Request(rctx, subject, req)
+	var refused *bus.ServiceError
+	switch {
+	case errors.Is(err, bus.ErrNoResponders):
+		return fmt.Errorf("no dispatcher answered on %s — is the dispatcher running? ('the-loop up', or 'the-loop serve dispatcher')", subject)
+	case errors.Is(err, bus.ErrRequestTimeout):
+		return fmt.Errorf("the dispatcher did not answer on %s within %s", subject, AskTimeout)
+	case errors.As(err, &refused) && refused.Code == bus.CodeNotFound:
+		return fmt.Errorf("%s: %w", refused.Description, statuspage.ErrNoWorkItem)
+	case errors.As(err, &refused):
+		return errors.New(refused.Description)
+	case err != nil:
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("the dispatcher's answer on %s is not what this the-loop reads (%v); are both the same version?", subject, err)
+	}
+	return nil
+}
 
 // Status asks the dispatcher over conn where ref stands. A work item
 // without graph state is statuspage.ErrNoWorkItem.
 func Status(ctx context.Context, conn *bus.Conn, ref string) (*dispatcher.GraphStatus, error) {
-	req, err := json.Marshal(dispatcher.GraphRequest{Ref: ref})
-	if err != nil {
-		return nil, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, askTimeout)
-	defer cancel()
-	data, err := conn.Request(rctx, dispatcher.SubjectGraphStatus, req)
-	var refused *bus.ServiceError
-	switch {
-	case errors.Is(err, bus.ErrNoResponders):
-		return nil, fmt.Errorf("no dispatcher answered on %s — is the dispatcher running? ('the-loop up', or 'the-loop serve dispatcher')", dispatcher.SubjectGraphStatus)
-	case errors.Is(err, bus.ErrRequestTimeout):
-		return nil, fmt.Errorf("the dispatcher did not answer on %s within %s", dispatcher.SubjectGraphStatus, askTimeout)
-	case errors.As(err, &refused) && refused.Code == bus.CodeNotFound:
-		return nil, fmt.Errorf("%s: %w", refused.Description, statuspage.ErrNoWorkItem)
-	case errors.As(err, &refused):
-		return nil, errors.New(refused.Description)
-	case err != nil:
-		return nil, err
-	}
 	var ans dispatcher.GraphStatus
-	if err := json.Unmarshal(data, &ans); err != nil {
-		return nil, fmt.Errorf("the dispatcher's answer on %s is not what this the-loop reads (%v); are both the same version?", dispatcher.SubjectGraphStatus, err)
+	if err := Ask(ctx, conn, dispatcher.SubjectGraphStatus, ref, &ans); err != nil {
+		return nil, err
 	}
 	if ans.State == nil {
 		return nil, fmt.Errorf("the dispatcher's answer on %s carries no state", dispatcher.SubjectGraphStatus)
