@@ -46,6 +46,8 @@ import (
 //     session read it (to-session). The session is told once GitHub has
 //     delivered the record's webhook back (docs/architecture.md: GitHub is
 //     the ledger); the fake delivers it at once.
+//   - slack-kickoff/loop: a top-level Slack message opening a work item,
+//     until its issue is on GitHub (to-github).
 //   - <path>/raw: the raw JetStream path of the same hops on the same
 //     server, nothing of ours on it: an HTTP handler verifying an HMAC and
 //     publishing to a work-queue stream (PubAck); a pull consumer, one in
@@ -156,6 +158,20 @@ func BenchmarkFeel(b *testing.B) {
 			})
 		})
 	})
+	// A kickoff: a top-level Slack message that opens a work item on GitHub
+	// (its issue is the one write). No raw path: its hops are a reply's.
+	b.Run("slack-kickoff", func(b *testing.B) {
+		b.Run("loop", func(b *testing.B) {
+			writes, _ := paced(b, func(_ int, token string) {
+				w.say(aliceSlack, "", token+" please build a frobnicator")
+			}, func(h *hops, start time.Time, token string) {
+				h.add("to-github", m.github.wait(b, token).Sub(start))
+			})
+			if writes > 1 {
+				b.Errorf("a kickoff cost %.2f GitHub writes per event, want at most one (its issue)", writes)
+			}
+		})
+	})
 }
 
 // settleGitHub returns once the fake has seen no request for a while: what
@@ -185,11 +201,15 @@ func newFeelMarks(b testing.TB, w *world) *feelMarks {
 	b.Cleanup(w.slack.AfterPost(func(msg slackfake.Message) { m.slack.mark(messageText(msg), time.Now()) }))
 	b.Cleanup(w.gh.AfterWrite(func(wr ghfake.Write) {
 		at := time.Now()
-		if wr.Kind != ghfake.WriteComment {
-			return
-		}
-		if c, ok := w.gh.Comment(wr.ID); ok {
-			m.github.mark(c.Body, at)
+		switch wr.Kind {
+		case ghfake.WriteComment:
+			if c, ok := w.gh.Comment(wr.ID); ok {
+				m.github.mark(c.Body, at)
+			}
+		case ghfake.WriteIssue:
+			if is, ok := w.gh.Issue(wr.Repo, wr.IssueNumber); ok {
+				m.github.mark(is.Title+"\n"+is.Body, at)
+			}
 		}
 	}))
 	return m
