@@ -173,7 +173,7 @@ requests="$(awk '
 if [ -n "$requests" ]; then
 	echo
 	echo "GitHub requests, counted by the GitHub fake (targets, which the benchmarks enforce: an event"
-	echo "from Slack at most one write, an event from GitHub none, a quiet poll one request a"
-	echo "repository answered 304 and none charged):"
+	echo "from Slack at most one write of its own, an event from GitHub none, a quiet poll one request"
+	echo "a repository answered 304 and none charged; gh-label-writes are a gate move's phase label):"
 	echo "$requests"
 fi

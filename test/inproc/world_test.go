@@ -253,7 +253,11 @@ func newWorldWith(t testing.TB, o worldOptions, edit ...func(*config.Config)) *w
 	// its own identity, so the whole story runs inside the grants; the
 	// test itself reads and writes as the operator.
 	topo := bustest.FastTopology(partitions)
-	w.srv = bustest.StartServer(t, bustest.Options{InProcessOnly: true, Auth: true, Topology: &topo})
+	// The topology's caps (about 7 GiB) are reserved up front; what the
+	// world writes is a few megabytes, so the store's cap is set above
+	// them rather than read off a test machine's free disk, with room for
+	// a benchmark's baseline streams beside them.
+	w.srv = bustest.StartServer(t, bustest.Options{InProcessOnly: true, Auth: true, Topology: &topo, MaxStore: 16 << 30})
 	w.srv.Provision(t, topo)
 	w.conn = w.srv.Connect(t, "inproc-test")
 	w.logs = &eventlog.Recorder{}
