@@ -23,9 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/rawbench"
 	"github.com/the-loop/bus/internal/testsupport/slackfake"
 	"github.com/the-loop/bus/internal/testsupport/socketfake"
 	"github.com/the-loop/bus/internal/testsupport/testkit"
@@ -397,36 +396,15 @@ type rawPath struct {
 func startRawPath(b testing.TB, w *world, m *feelMarks) *rawPath {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	nc := w.srv.RawConn(b, "feel-raw")
-	js, err := jetstream.New(nc)
+	h, err := rawbench.NewHops(ctx, w.srv.RawConn(b, "feel-raw"), "FEELRAW", "feelraw")
 	if err != nil {
 		b.Fatal(err)
-	}
-	// The inbox as the bus has it (work queue, file storage, discard new,
-	// a 2 h duplicate window); the event stream a limits stream.
-	for _, s := range []jetstream.StreamConfig{
-		{Name: "FEELRAW_IN", Subjects: []string{"feelraw.in.>"}, Retention: jetstream.WorkQueuePolicy},
-		{Name: "FEELRAW_EV", Subjects: []string{"feelraw.ev.>"}, Retention: jetstream.LimitsPolicy},
-	} {
-		s.Storage, s.Discard, s.Duplicates = jetstream.FileStorage, jetstream.DiscardNew, 2*time.Hour
-		if _, err := js.CreateOrUpdateStream(ctx, s); err != nil {
-			b.Fatal(err)
-		}
 	}
 	// The raw path records on an issue of its own, in a repository whose
 	// webhooks GitHub delivers to the raw path's front, as the record of a
 	// reply comes back to ingress-github.
 	w.gh.AddRepo(rawRepo)
 	w.gh.AddIssue(rawRepo, alice, "the raw path's records", "")
-	// The gates: a key-value bucket as JetStream builds one (a stream
-	// keeping the last message of each subject), without a cap, which a
-	// server would reserve up front, and the world's streams have taken
-	// most of what a test machine's disk allows.
-	gates, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "FEELRAW_GATE", Subjects: []string{"feelraw.gate.>"},
-		Storage: jetstream.FileStorage, MaxMsgsPerSubject: 1, Discard: jetstream.DiscardNew})
-	if err != nil {
-		b.Fatal(err)
-	}
 	r := &rawPath{agent: b.TempDir()}
 	var echoes sync.WaitGroup
 	w.elsewhere.Store(rawRepo, func(wr ghfake.Write) {
@@ -444,47 +422,23 @@ func startRawPath(b testing.TB, w *world, m *feelMarks) *rawPath {
 		}()
 	})
 	sock := r.startSession(b, w.tmuxDir)
-
-	var wg sync.WaitGroup
-	b.Cleanup(func() { cancel(); wg.Wait(); echoes.Wait() })
-	consume := func(stream, durable, filter string, handle func(jetstream.Msg) error) {
-		cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
-			Durable: durable, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
-			MaxAckPending: 1, AckWait: time.Minute,
-		})
-		if err != nil {
+	b.Cleanup(func() { cancel(); h.Wait(); echoes.Wait() })
+	fail := func(err error) { b.Errorf("raw path: %v", err) }
+	consume := func(stream, durable, filter string, handle func(rawbench.Msg) error) {
+		if err := h.Consume(ctx, stream, durable, filter, handle, fail); err != nil {
 			b.Fatal(err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
-				if err != nil {
-					continue
-				}
-				for msg := range batch.Messages() {
-					if err := handle(msg); err != nil {
-						if ctx.Err() == nil {
-							b.Errorf("raw %s: %v", durable, err)
-						}
-						continue
-					}
-					_ = msg.DoubleAck(ctx)
-				}
-			}
-		}()
 	}
 	client := &http.Client{Timeout: time.Minute}
 	// The ledger's hop: a reply is written on GitHub first, then fanned out.
-	consume("FEELRAW_IN", "hop", "", func(msg jetstream.Msg) error {
-		if rawKind(msg.Subject()) == "reply" {
+	consume("FEELRAW_IN", "hop", "", func(msg rawbench.Msg) error {
+		if rawKind(msg.Subject) == "reply" {
 			var ev struct {
 				Event struct {
 					Text string `json:"text"`
 				} `json:"event"`
 			}
-			if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+			if err := json.Unmarshal(msg.Data, &ev); err != nil {
 				return err
 			}
 			body, _ := json.Marshal(map[string]string{"body": ev.Event.Text})
@@ -493,18 +447,16 @@ func startRawPath(b testing.TB, w *world, m *feelMarks) *rawPath {
 				return err
 			}
 		}
-		id := msg.Headers().Get(jetstream.MsgIDHeader)
-		_, err := js.Publish(ctx, strings.Replace(msg.Subject(), ".in.", ".ev.", 1), msg.Data(), jetstream.WithMsgID(id))
-		return err
+		return h.Publish(ctx, strings.Replace(msg.Subject, ".in.", ".ev.", 1), msg.Data, msg.MsgID)
 	})
 	// The renderer's hop: a comment from GitHub is posted in Slack.
-	consume("FEELRAW_EV", "slack", "feelraw.ev.comment.>", func(msg jetstream.Msg) error {
+	consume("FEELRAW_EV", "slack", "feelraw.ev.comment.>", func(msg rawbench.Msg) error {
 		var ev struct {
 			Comment struct {
 				Body string `json:"body"`
 			} `json:"comment"`
 		}
-		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+		if err := json.Unmarshal(msg.Data, &ev); err != nil {
 			return err
 		}
 		form := url.Values{"channel": {channel}, "text": {ev.Comment.Body}}
@@ -512,23 +464,18 @@ func startRawPath(b testing.TB, w *world, m *feelMarks) *rawPath {
 			"Bearer "+slackfake.Token, []byte(form.Encode()))
 	})
 	// The dispatcher's hop: a comment from GitHub, or the record of a
-	// reply once GitHub delivered it, is typed into the session.
-	consume("FEELRAW_EV", "session", "", func(msg jetstream.Msg) error {
-		if rawKind(msg.Subject()) == "reply" {
+	// reply once GitHub delivered it, is typed into the session; the
+	// record of a press moves its gate instead.
+	consume("FEELRAW_EV", "session", "", func(msg rawbench.Msg) error {
+		if rawKind(msg.Subject) == "reply" {
 			return nil
 		}
-		tokens := feelToken.FindAllString(string(msg.Data()), 1)
+		tokens := feelToken.FindAllString(string(msg.Data), 1)
 		if len(tokens) == 0 {
-			return fmt.Errorf("no token in %s", msg.Subject())
+			return fmt.Errorf("no token in %s", msg.Subject)
 		}
-		if strings.Contains(string(msg.Data()), rawApproval) {
-			// The gate: read its state, move it with a compare-and-set.
-			subject := "feelraw.gate." + tokens[0]
-			rev := uint64(0)
-			if e, err := gates.GetLastMsgForSubject(ctx, subject); err == nil {
-				rev = e.Sequence
-			}
-			if _, err := js.Publish(ctx, subject, []byte("moved"), jetstream.WithExpectLastSequencePerSubject(rev)); err != nil {
+		if strings.Contains(string(msg.Data), rawApproval) {
+			if err := h.Move(ctx, tokens[0], []byte("moved")); err != nil {
 				return err
 			}
 			m.gate.mark(tokens[0], time.Now())
@@ -551,7 +498,7 @@ func startRawPath(b testing.TB, w *world, m *feelMarks) *rawPath {
 			return
 		}
 		subject := fmt.Sprintf("feelraw.in.%s.%s", req.Header.Get("X-Feel-Kind"), req.Header.Get("X-Feel-Issue"))
-		if _, err := js.Publish(req.Context(), subject, body, jetstream.WithMsgID(req.Header.Get("X-GitHub-Delivery"))); err != nil {
+		if err := h.Publish(req.Context(), subject, body, req.Header.Get("X-GitHub-Delivery")); err != nil {
 			http.Error(rw, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
