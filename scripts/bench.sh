@@ -25,6 +25,10 @@
 #   DISPATCHER_BENCHTIME
 #                  the same for BenchmarkDispatcherReplicas (default 24x:
 #                  two prompts to each of its 12 sessions)
+#   FEEL_BENCHTIME -benchtime of BenchmarkFeel in test/inproc (default 30x:
+#                  events per path, one a second; a count, not a duration,
+#                  for the same reason). Its p99-ms is over that many
+#                  samples (of 30: the worst).
 #   BENCH          -bench pattern (default: every benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +39,7 @@ BENCHTAGS="${BENCHTAGS-e2e}"
 E2E_BENCHTIME="${E2E_BENCHTIME:-50x}"
 REPLICA_BENCHTIME="${REPLICA_BENCHTIME:-144x}"
 DISPATCHER_BENCHTIME="${DISPATCHER_BENCHTIME:-24x}"
+FEEL_BENCHTIME="${FEEL_BENCHTIME:-30x}"
 BENCH="${BENCH:-.}"
 e2e=./test/e2e
 out="$(mktemp)"
@@ -43,7 +48,7 @@ trap 'rm -f "$out"' EXIT
 # tools/ aside: it holds no packages.
 mapfile -t modules < <(go list -m -f '{{.Dir}}/...' | grep -v '/tools/\.\.\.$')
 mapfile -t pkgs < <(go list -tags="$BENCHTAGS" "${modules[@]}" | grep -v '/test/e2e$')
-go test -run='^$' -bench="$BENCH" -skip='Replicas$' -benchmem -benchtime="$BENCHTIME" -count=1 -timeout=30m \
+go test -run='^$' -bench="$BENCH" -skip='Replicas$|^BenchmarkFeel$' -benchmem -benchtime="$BENCHTIME" -count=1 -timeout=30m \
 	-tags="$BENCHTAGS" "${pkgs[@]}" | tee "$out"
 if [[ "BenchmarkLedgerReplicas BenchmarkRendererReplicas" =~ $BENCH ]]; then
 	go test -run='^$' -bench='Replicas$' -benchtime="$REPLICA_BENCHTIME" -count=1 -timeout=30m \
@@ -52,6 +57,13 @@ fi
 if [[ "BenchmarkDispatcherReplicas" =~ $BENCH ]]; then
 	go test -run='^$' -bench='Replicas$' -benchtime="$DISPATCHER_BENCHTIME" -count=1 -timeout=30m \
 		-tags="$BENCHTAGS" ./services/dispatcher | tee -a "$out"
+fi
+# BenchmarkFeel alone (BENCH=Feel/button-press runs one of its paths).
+if [[ "BenchmarkFeel" =~ ${BENCH%%/*} ]]; then
+	feel="$BENCH"
+	[[ "$feel" == "." ]] && feel='^BenchmarkFeel$'
+	go test -run='^$' -bench="$feel" -benchtime="$FEEL_BENCHTIME" -count=1 -timeout=30m \
+		-tags="$BENCHTAGS" ./test/inproc | tee -a "$out"
 fi
 if [[ ",$BENCHTAGS," == *",e2e,"* ]]; then
 	go test -run='^$' -bench="$BENCH" -benchmem -benchtime="$E2E_BENCHTIME" -count=1 -timeout=30m \
@@ -70,7 +82,9 @@ ratios="$(awk '
 		unit = $(i + 1)
 		# Allocation figures of a multi-process run mean nothing; the
 		# ratio metrics some benchmarks report are ratios already.
-		if (unit == "B/op" || unit == "allocs/op" || unit == "x-1-replica" || unit == "max-share" || unit == "x-baseline-median") continue
+		# Counts of GitHub requests are held to targets below, not to a
+		# baseline.
+		if (unit == "B/op" || unit == "allocs/op" || unit == "x-1-replica" || unit == "max-share" || unit == "x-baseline-median" || unit ~ /^gh-/) continue
 		val[name, unit] = $i
 		units[name] = units[name] " " unit
 	}
@@ -123,4 +137,46 @@ if [ -n "$scaling" ]; then
 	echo
 	echo "replica scaling (throughput with N replicas over one replica's, busiest replica's share):"
 	echo "$scaling"
+fi
+overhead="$(awk '
+/^BenchmarkFeel\// {
+	name = $1; sub(/-[0-9]+$/, "", name)
+	seen[name] = 1
+	for (i = 3; i < NF; i += 2)
+		if ($(i + 1) ~ /-ms$/) { val[name, $(i + 1)] = $i; units[name] = units[name] " " $(i + 1) }
+}
+END {
+	for (k in seen) {
+		b = k; sub(/\/[^\/]+$/, "", b); b = b "/raw"
+		if (!(b in seen) || b == k) continue
+		m = split(units[k], us, " ")
+		for (j = 1; j <= m; j++) {
+			u = us[j]
+			if (!((b, u) in val)) continue
+			d = val[k, u] - val[b, u]
+			verdict = ""
+			if (u ~ /-p99-ms$/) verdict = (d < 20) ? "ok (target < 20)" : "MISSED (target < 20)"
+			printf "  %-40s %-20s %8.2f - %-8.2f = %7.2f ms  %s\n", k, u, val[k, u], val[b, u], d, verdict
+		}
+	}
+}' "$out" | sort)"
+if [ -n "$overhead" ]; then
+	echo
+	echo "the project's own latency: ours minus the raw JetStream path of the same hops, same run:"
+	echo "$overhead"
+fi
+requests="$(awk '
+/^Benchmark/ {
+	name = $1; sub(/-[0-9]+$/, "", name)
+	line = ""
+	for (i = 3; i < NF; i += 2)
+		if ($(i + 1) ~ /^gh-/) line = line sprintf("  %s %s", $(i + 1), $i)
+	if (line != "") printf "  %-40s%s\n", name, line
+}' "$out" | sort)"
+if [ -n "$requests" ]; then
+	echo
+	echo "GitHub requests, counted by the GitHub fake (targets, which the benchmarks enforce: an event"
+	echo "from Slack at most one write of its own, an event from GitHub none, a quiet poll one request"
+	echo "a repository answered 304 and none charged; gh-label-writes are a gate move's phase label):"
+	echo "$requests"
 fi

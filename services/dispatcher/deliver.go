@@ -175,11 +175,11 @@ func (s *Service) markPending(ctx context.Context, store *sessions.Store, in *in
 
 // typeInto types p into sess's terminal, respawning the session with p as
 // its boot prompt when the terminal is gone, and records the outcome.
+// Deliver probes the terminal itself and answers ErrMissing when it is gone,
+// so typeInto does not probe first: a probe is two tmux commands, each a
+// process start, on the path of every prompt (docs/performance.md).
 func (s *Service) typeInto(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, p string) error {
 	target := sess.TmuxTarget
-	if !s.tmux.Probe(ctx, target).LiveOrUnknown() {
-		return s.respawn(ctx, store, in, sess, p)
-	}
 	err := s.tmux.Deliver(ctx, target, p)
 	if errors.Is(err, tmux.ErrMissing) {
 		return s.respawn(ctx, store, in, sess, p)

@@ -390,6 +390,8 @@ type terminal interface {
 	Available() error
 	Probe(ctx context.Context, target string) tmux.State
 	Spawn(ctx context.Context, target, cwd string, env map[string]string, argv []string) error
+	// Deliver types prompt into target; it fails with tmux.ErrMissing,
+	// having typed nothing, when target is absent or dead (its own probe).
 	Deliver(ctx context.Context, target, prompt string) error
 	Kill(ctx context.Context, target string) error
 	Sessions(ctx context.Context) ([]string, error)

@@ -124,6 +124,14 @@ func (s *Server) PublishRaw(t TB, subject string, header map[string][]string, da
 	}
 }
 
+// RawConn is a plain nats.go connection as the operator (as anyone without
+// authorization), closed when t ends: for a benchmark's raw JetStream
+// baseline on the same server as the system it is compared with.
+func (s *Server) RawConn(t TB, name string) *nats.Conn {
+	t.Helper()
+	return s.rawOperator(t, name)
+}
+
 // rawOperator is a plain connection as the operator (as anyone without
 // authorization), closed when t ends.
 func (s *Server) rawOperator(t TB, name string) *nats.Conn {

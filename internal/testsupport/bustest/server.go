@@ -50,6 +50,11 @@ type Options struct {
 	// write (bus.EmbeddedOptions.SyncInterval): for benchmarks whose
 	// subject is not the disk. Implies InProcessOnly.
 	SyncInterval time.Duration
+	// MaxStore caps JetStream's file storage (bus.EmbeddedOptions.MaxStore;
+	// default 0: the server's own, three quarters of the free disk). The
+	// topology's caps are reserved up front against it, so a test that
+	// adds streams of its own beside them on a nearly full disk sets it.
+	MaxStore int64
 }
 
 // Server is a JetStream server for one test.
@@ -61,9 +66,10 @@ type Server struct {
 	port     int
 	external bool
 	// seeds holds each identity's NKey seed when authorization is on.
-	seeds map[string][]byte
-	users []bus.User
-	sync  time.Duration
+	seeds    map[string][]byte
+	users    []bus.User
+	sync     time.Duration
+	maxStore int64
 }
 
 // NewServer starts an in-process server (or uses LOOP_TEST_NATS_URL) that is
@@ -87,7 +93,7 @@ func StartServer(t TB, opts Options) *Server {
 	if opts.Port == 0 {
 		opts.Port = -1
 	}
-	s := &Server{storeDir: opts.StoreDir, port: opts.Port, sync: opts.SyncInterval}
+	s := &Server{storeDir: opts.StoreDir, port: opts.Port, sync: opts.SyncInterval, maxStore: opts.MaxStore}
 	if opts.Auth {
 		topo := bus.DefaultTopology()
 		if opts.Topology != nil {
@@ -108,6 +114,7 @@ func (s *Server) start(t TB) {
 	emb, err := bus.StartEmbedded(context.Background(), bus.EmbeddedOptions{
 		StoreDir:     s.storeDir,
 		SyncInterval: s.sync,
+		MaxStore:     s.maxStore,
 		Port:         s.port,
 		Users:        s.users,
 	})
