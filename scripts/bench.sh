@@ -95,6 +95,7 @@ END {
 		if (!(b in seen)) b = group[k] "/replicas=1"
 		if (!(b in seen)) b = group[k] "/auth=off"
 		if (!(b in seen)) b = group[k] "/signing=off"
+		if (!(b in seen)) b = group[k] "/busy=1"
 		if (!(b in seen) || b == k) continue
 		m = split(units[k], us, " ")
 		for (j = 1; j <= m; j++) {

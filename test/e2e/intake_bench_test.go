@@ -26,6 +26,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/pkg/bus"
+	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/sandbox"
 )
 
@@ -60,11 +62,23 @@ import (
 //     service's consumers held at once (max-pending-<service>, summed over
 //     its partitions, sampled every 100 ms; the log names the worst
 //     partition).
+//
 //   - sustained/raw: the raw JetStream path of the same hops at the same
 //     rate: an HTTP handler verifying the HMAC and publishing to a stream
 //     configured as LOOP_INBOX (PubAck, then 202), and a consumer per
 //     partition, one message in flight each, republishing to a stream
 //     configured as LOOP_EVENTS (PubAck, then ack).
+//
+//   - items=200/senders=N/up and /raw: the same as senders=N, each example
+//     made about one of 200 work items in turn (its issue or pull request
+//     number rewritten, its comment or review a new one), as a team's
+//     traffic spreads over its work items and every partition works.
+//
+//   - scale/up/busy=16 against scale/up/busy=1: the pipeline's events/s,
+//     from sending to each event's arrival on loop.ev, 800 deliveries from
+//     32 senders about 16 work items in 16 different partitions, against
+//     the same about one work item; scale/raw/busy=N the same through the
+//     raw hops, which shows what the store allows.
 //
 // The load is fixed (E2E_BENCHTIME does not size it). `make bench` prints
 // each up variant as a ratio to its raw one. Alone:
@@ -103,9 +117,21 @@ func BenchmarkWebhookIntake(b *testing.B) {
 		_, err := js.Publish(ctx, rawSubject("bench.in", d), d.body, jetstream.WithMsgID(id))
 		return err == nil, err
 	}
+	// A team's traffic: the same examples, each about one of 200 work
+	// items in turn and a new comment or review each time.
+	spreadSeq := 0
+	nextSpread := func() (intakeDelivery, string) {
+		d, id := next()
+		spreadSeq++
+		return spread(b, d, 1000+spreadSeq%spreadItems, spreadSeq), id
+	}
 	const rounds, perRound = 4, 500
 	for r := range rounds {
-		for _, senders := range []int{1, 8} {
+		for _, cfg := range []struct {
+			senders int
+			items   string // "" for the examples' own two work items
+		}{{1, ""}, {8, ""}, {1, "items=200/"}, {8, "items=200/"}} {
+			senders := cfg.senders
 			variants := []string{"up", "raw"}
 			if r%2 == 1 {
 				slices.Reverse(variants)
@@ -116,15 +142,19 @@ func BenchmarkWebhookIntake(b *testing.B) {
 				if v == "raw" {
 					send = rawSend
 				}
+				gen := next
+				if cfg.items != "" {
+					gen = nextSpread
+				}
 				jobs := make([]intakeJob, perRound)
 				for i := range jobs {
-					jobs[i].d, jobs[i].id = next()
+					jobs[i].d, jobs[i].id = gen()
 				}
 				el, lat, acc, err := runSenders(ctx, senders, jobs, send)
 				if err != nil {
-					b.Fatalf("%s, %d senders: %v", v, senders, err)
+					b.Fatalf("%s%s, %d senders: %v", cfg.items, v, senders, err)
 				}
-				name := fmt.Sprintf("senders=%d/%s", senders, v)
+				name := fmt.Sprintf("%ssenders=%d/%s", cfg.items, senders, v)
 				res := results[name]
 				if res == nil {
 					res = &result{}
@@ -137,10 +167,10 @@ func BenchmarkWebhookIntake(b *testing.B) {
 			}
 		}
 	}
-	for _, senders := range []int{1, 8} {
+	report := func(b *testing.B, prefix string, senders int) {
 		b.Run(fmt.Sprintf("senders=%d", senders), func(b *testing.B) {
 			for _, v := range []string{"up", "raw"} {
-				res := results[fmt.Sprintf("senders=%d/%s", senders, v)]
+				res := results[fmt.Sprintf("%ssenders=%d/%s", prefix, senders, v)]
 				b.Run(v, func(b *testing.B) {
 					b.ReportMetric(float64(res.n)/res.el.Seconds(), "deliveries/s")
 					b.ReportMetric(float64(res.el.Nanoseconds())/float64(res.n), "ns/op")
@@ -152,6 +182,14 @@ func BenchmarkWebhookIntake(b *testing.B) {
 			}
 		})
 	}
+	for _, senders := range []int{1, 8} {
+		report(b, "", senders)
+	}
+	b.Run(fmt.Sprintf("items=%d", spreadItems), func(b *testing.B) {
+		for _, senders := range []int{1, 8} {
+			report(b, fmt.Sprintf("items=%d/", spreadItems), senders)
+		}
+	})
 
 	// Sustained: 80 % of what 8 senders reached.
 	up8 := results["senders=8/up"]
@@ -238,6 +276,121 @@ func BenchmarkWebhookIntake(b *testing.B) {
 			})
 		}
 	})
+
+	// Scale with work items: the pipeline's events/s, webhook to loop.ev,
+	// with 16 work items busy in 16 partitions against one work item.
+	scaled := map[string]float64{}
+	for _, busy := range []int{1, catalog.DefaultPartitions} {
+		items := busyItems(busy)
+		for _, v := range []string{"up", "raw"} {
+			up.waitIdle(b, js)
+			raw.waitIdle(b)
+			jobs := make([]intakeJob, scaleDeliveries)
+			for i := range jobs {
+				d, id := next()
+				spreadSeq++
+				jobs[i].d, jobs[i].id = spread(b, d, items[i%busy], spreadSeq), id
+			}
+			var mu sync.Mutex
+			var events []string
+			send := func(ctx context.Context, d intakeDelivery, id string) (bool, error) {
+				if v == "raw" {
+					code, err := raw.deliver(ctx, d, id)
+					if err == nil && code == http.StatusAccepted {
+						mu.Lock()
+						events = append(events, id)
+						mu.Unlock()
+					}
+					return code == http.StatusAccepted, err
+				}
+				code, evs, err := up.deliver(ctx, d, id)
+				mu.Lock()
+				events = append(events, evs...)
+				mu.Unlock()
+				return code == http.StatusAccepted, err
+			}
+			start := time.Now()
+			if _, _, _, err := runSenders(ctx, scaleSenders, jobs, send); err != nil {
+				b.Fatalf("busy=%d %s: %v", busy, v, err)
+			}
+			last := start
+			for _, e := range events {
+				at, err := watch.wait(e, 5*time.Minute)
+				if err != nil {
+					b.Fatalf("busy=%d %s: %v", busy, v, err)
+				}
+				if at.After(last) {
+					last = at
+				}
+			}
+			scaled[fmt.Sprintf("busy=%d/%s", busy, v)] = float64(len(events)) / last.Sub(start).Seconds()
+		}
+	}
+	b.Run("scale", func(b *testing.B) {
+		for _, v := range []string{"up", "raw"} {
+			b.Run(v, func(b *testing.B) {
+				for _, busy := range []int{1, catalog.DefaultPartitions} {
+					b.Run(fmt.Sprintf("busy=%d", busy), func(b *testing.B) {
+						eps := scaled[fmt.Sprintf("busy=%d/%s", busy, v)]
+						b.ReportMetric(eps, "events/s")
+						b.ReportMetric(1e9/eps, "ns/op")
+					})
+				}
+			})
+		}
+	})
+}
+
+// spreadItems is how many work items the spread load concerns.
+const spreadItems = 200
+
+// The scaling run: deliveries per case, from this many concurrent senders
+// (enough to keep every busy partition's one message in flight fed).
+const scaleDeliveries, scaleSenders = 800, 32
+
+// spread returns d about work item number n of the examples' repository,
+// its comment's or review's id made unique by seq: a new event on that work
+// item, as a team's traffic would bring (the examples alone concern two
+// work items and repeat their comments). Its key is the work item's subject
+// key, so the raw path lands it in the partition the system does.
+func spread(b testing.TB, d intakeDelivery, n, seq int) intakeDelivery {
+	b.Helper()
+	var body map[string]any
+	dec := json.NewDecoder(bytes.NewReader(d.body))
+	dec.UseNumber() // the examples' other ids stay as they were
+	if err := dec.Decode(&body); err != nil {
+		b.Fatal(err)
+	}
+	for _, k := range []string{"issue", "pull_request"} {
+		if o, ok := body[k].(map[string]any); ok {
+			o["number"] = n
+		}
+	}
+	for _, k := range []string{"comment", "review"} {
+		if o, ok := body[k].(map[string]any); ok {
+			o["id"] = 1_000_000_000 + seq
+		}
+	}
+	out, err := json.Marshal(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return intakeDelivery{event: d.event, body: out, key: catalog.SubjectKey(fmt.Sprintf("github:Codertocat/Hello-World#%d", n))}
+}
+
+// busyItems returns n work item numbers of the examples' repository that
+// land in n different partitions (of catalog.DefaultPartitions).
+func busyItems(n int) []int {
+	var out []int
+	taken := map[int]bool{}
+	for num := 2000; len(out) < n; num++ {
+		p := bus.PartitionOf(catalog.SubjectKey(fmt.Sprintf("github:Codertocat/Hello-World#%d", num)), catalog.DefaultPartitions)
+		if !taken[p] {
+			taken[p] = true
+			out = append(out, num)
+		}
+	}
+	return out
 }
 
 // intakeDelivery is one example delivery: its X-GitHub-Event, body, and
