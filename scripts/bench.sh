@@ -181,3 +181,52 @@ if [ -n "$requests" ]; then
 	echo "a repository answered 304 and none charged; gh-label-writes are a gate move's phase label):"
 	echo "$requests"
 fi
+# The summary docs/performance.md and the README quote: one line per figure
+# of issue 30 that ran, each beside its baseline or target.
+summary="$(awk '
+/^Benchmark/ {
+	name = $1; sub(/-[0-9]+$/, "", name)
+	for (i = 3; i < NF; i += 2) v[name, $(i + 1)] = $i
+	seen[name] = 1
+}
+function ratio(a, b, u) { return ((a, u) in v && (b, u) in v && v[b, u] > 0) ? v[a, u] / v[b, u] : -1 }
+function row(what, val, base, verdict) { printf "  | %-46s | %-22s | %-34s |\n", what, val, base " " verdict }
+END {
+	worst = ""; w = -1e9
+	for (k in seen) {
+		if (k !~ /^BenchmarkFeel\/[^\/]+\/loop$/) continue
+		b = k; sub(/\/loop$/, "/raw", b)
+		for (key in v) {
+			split(key, kk, SUBSEP)
+			if (kk[1] != k || kk[2] !~ /-p99-ms$/ || !((b, kk[2]) in v)) continue
+			d = v[k, kk[2]] - v[b, kk[2]]
+			if (d > w) { w = d; worst = k " " kk[2] }
+		}
+	}
+	if (worst != "") {
+		sub(/^BenchmarkFeel\//, "", worst)
+		row("latency a person feels, worst p99 ours - raw", sprintf("%.1f ms", w), "(" worst ")", w < 20 ? "target < 20: ok" : "target < 20: MISSED")
+	}
+	mw = -1
+	for (k in seen) if (k ~ /^BenchmarkFeel\// && (k, "gh-writes/event") in v && v[k, "gh-writes/event"] > mw) mw = v[k, "gh-writes/event"]
+	if (mw >= 0) row("GitHub writes of its own per event, most", sprintf("%.2f", mw), "", "target <= 1")
+	if (("BenchmarkPollQuiet", "gh-requests/repo") in v)
+		row("quiet poll cycle, requests per repository", sprintf("%.2f (%.2f charged)", v["BenchmarkPollQuiet", "gh-requests/repo"], v["BenchmarkPollQuiet", "gh-charged/repo"]), "", "target 1 (0 charged)")
+	split("senders=1 senders=8 items=200/senders=1 items=200/senders=8", cases, " ")
+	for (c = 1; c <= 4; c++) {
+		r = ratio("BenchmarkWebhookIntake/" cases[c] "/up", "BenchmarkWebhookIntake/" cases[c] "/raw", "deliveries/s")
+		if (r >= 0) row("intake under the pipeline, " cases[c], sprintf("%.0f/s", v["BenchmarkWebhookIntake/" cases[c] "/up", "deliveries/s"]), sprintf("raw %.0f/s", v["BenchmarkWebhookIntake/" cases[c] "/raw", "deliveries/s"]), sprintf("= %.2fx (goal 0.6)", r))
+	}
+	for (s = 0; s < 2; s++) {
+		p = s ? "raw" : "up"
+		r = ratio("BenchmarkWebhookIntake/scale/" p "/busy=16", "BenchmarkWebhookIntake/scale/" p "/busy=1", "events/s")
+		if (r >= 0) row("events/s, 16 partitions busy (" p ")", sprintf("%.0f/s", v["BenchmarkWebhookIntake/scale/" p "/busy=16", "events/s"]), sprintf("1 busy %.0f/s", v["BenchmarkWebhookIntake/scale/" p "/busy=1", "events/s"]), sprintf("= %.2fx (goal 8)", r))
+	}
+}' "$out")"
+if [ -n "$summary" ]; then
+	echo
+	echo "summary (docs/performance.md; the README quotes it):"
+	echo "  | figure                                         | measured               | baseline or target                 |"
+	echo "  |---|---|---|"
+	echo "$summary"
+fi
