@@ -321,8 +321,10 @@ func (g *ghClient) react(ctx context.Context, r repoRef, commentID int64, review
 
 // phaseLabel makes label the only label of the issue that starts with
 // prefix: the others of the prefix are removed, then label is added when it
-// is missing. Reading first makes a repeat write nothing.
-func (g *ghClient) phaseLabel(ctx context.Context, r repoRef, prefix, label string) (changed bool, err error) {
+// is missing. Reading first makes a repeat write nothing. pace is called
+// before each write (each is a content write under GitHub's secondary
+// limits); its error is returned as is, nothing further written.
+func (g *ghClient) phaseLabel(ctx context.Context, r repoRef, prefix, label string, pace func() error) (changed bool, err error) {
 	var have []string
 	opts := &github.ListOptions{PerPage: 100}
 	for {
@@ -345,6 +347,9 @@ func (g *ghClient) phaseLabel(ctx context.Context, r repoRef, prefix, label stri
 		case name == label:
 			found = true
 		case strings.HasPrefix(name, prefix):
+			if err := pace(); err != nil {
+				return changed, err
+			}
 			resp, err := g.c.Issues.RemoveLabelForIssue(ctx, r.Owner, r.Repo, r.Number, name)
 			g.observe(resp)
 			if err != nil && (resp == nil || resp.StatusCode != http.StatusNotFound) {
@@ -356,6 +361,9 @@ func (g *ghClient) phaseLabel(ctx context.Context, r repoRef, prefix, label stri
 	}
 	if found {
 		return changed, nil
+	}
+	if err := pace(); err != nil {
+		return changed, err
 	}
 	_, resp, err := g.c.Issues.AddLabelsToIssue(ctx, r.Owner, r.Repo, r.Number, []string{label})
 	g.observe(resp)

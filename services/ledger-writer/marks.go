@@ -104,10 +104,20 @@ func (s *Service) mark(ctx context.Context, stop <-chan struct{}, ev *loopv1.Eve
 			return s.markFailed(ctx, ev, d, "invalid", errors.New("phase "+strconv.Quote(phase)))
 		}
 		label := PhasePrefix + phase
-		if err := s.pacer.wait(ctx, stop); err != nil {
-			return s.interrupted(err)
+		// A move is two content writes (the old label removed, the new
+		// one added); each is paced, the read before them is not.
+		var paused error
+		pace := func() error {
+			if err := s.pacer.wait(ctx, stop); err != nil {
+				paused = err
+				return err
+			}
+			return nil
 		}
-		changed, err := s.gh.phaseLabel(ctx, r, PhasePrefix, label)
+		changed, err := s.gh.phaseLabel(ctx, r, PhasePrefix, label, pace)
+		if paused != nil {
+			return s.interrupted(paused)
+		}
 		if err != nil {
 			return s.markFailed(ctx, ev, d, "", err)
 		}

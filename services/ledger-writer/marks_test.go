@@ -1,6 +1,7 @@
 package ledgerwriter
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/the-loop/bus/internal/testsupport/ghfake"
 	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/config"
@@ -129,6 +131,42 @@ func TestPhaseLabelFollows(t *testing.T) {
 	}
 	if len(e.logs.WithMessage("ledger-writer: mark not written; it is best effort")) == 0 {
 		t.Error("the refused phase was not logged")
+	}
+}
+
+// TestPhaseLabelsArePaced: moving a phase label is two content writes (the
+// old label removed, the new one added), and the pacer is charged for each.
+// A run of phase moves against a fake enforcing GitHub's 80 content writes a
+// minute (fake time 20× faster) lands in full without GitHub refusing one:
+// charged one token a move, the pacer let twice its budget through, GitHub
+// refused the excess and every work item behind a refused label on its
+// partition waited out the Retry-After.
+func TestPhaseLabelsArePaced(t *testing.T) {
+	t.Parallel()
+	const scale, items, moves = 20, 10, 12
+	e := newEnv(t, testTopology(), ghfake.WithTimeScale(scale), ghfake.WithSecondaryLimits(80, 0))
+	e.start("writer", WithTimeScale(scale), WithPacing(80, 0))
+	phases := []string{"design", "implementation"}
+	for n := 1; n <= items; n++ {
+		e.gh.SetLabels(testRepo, n, "bug", "loop:requirements")
+	}
+	for m := range moves {
+		for n := 1; n <= items; n++ {
+			e.publish(markEv(fmt.Sprintf("loop:paced-%d-%d", n, m), fmt.Sprintf("github:%s#%d", testRepo, n),
+				catalog.PhaseLabel, map[string]string{"phase": phases[m%2]}))
+		}
+	}
+	for n := 1; n <= items; n++ {
+		e.settled(t, fmt.Sprintf("github:%s#%d", testRepo, n), fmt.Sprintf("loop:after-paced-%d", n))
+	}
+	if c := e.gh.Counts(); c.SecondaryLimited != 0 {
+		t.Errorf("GitHub refused %d of %d label writes for the secondary limit: the pacer charged a move as one write", c.SecondaryLimited, c.Writes)
+	}
+	for n := 1; n <= items; n++ {
+		is, _ := e.gh.Issue(testRepo, n)
+		if want := []string{"bug", "loop:" + phases[(moves-1)%2]}; !slices.Equal(is.Labels, want) {
+			t.Errorf("issue %d: labels %v, want %v", n, is.Labels, want)
+		}
 	}
 }
 

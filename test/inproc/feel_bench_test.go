@@ -75,9 +75,11 @@ import (
 // prints each figure beside the raw path's, and ours minus raw.
 //
 // The Slack renderer's pacing (one post a second per channel, Slack's
-// limit) is shortened and the ledger-writer's (GitHub's content-creation
-// limits) lifted, as in the end-to-end benchmark: designed waits are not
-// the pipeline's latency.
+// limit) is shortened and GitHub's content-creation limits lifted, on the
+// ledger-writer's side (its pacer) and on the GitHub fake's (its
+// refusals), as in the end-to-end benchmark: designed waits are not the
+// pipeline's latency. The benchmark fails if the fake refused a request
+// for a rate limit.
 func BenchmarkFeel(b *testing.B) {
 	w := newWorldWith(b, worldOptions{unpaced: true})
 	m := newFeelMarks(b, w)
@@ -238,6 +240,13 @@ func BenchmarkFeel(b *testing.B) {
 			}
 		})
 	})
+	// GitHub's limits are lifted (worldOptions.unpaced): a refusal would
+	// put GitHub's Retry-After into the figures, as the fake's secondary
+	// limit once did to the presses (1.6 s at the median).
+	if c := w.gh.Counts(); c.PrimaryLimited+c.SecondaryLimited != 0 {
+		b.Errorf("GitHub refused %d requests for its primary and %d for its secondary rate limit: the figures hold its Retry-After",
+			c.PrimaryLimited, c.SecondaryLimited)
+	}
 }
 
 // startAtGate starts a work item and drives it to its requirements gate;

@@ -217,10 +217,14 @@ type worldOptions struct {
 	// command while the file fail-<command> exists in w.faults (a tmux that
 	// breaks under a running dispatcher).
 	faults bool
-	// unpaced lifts the ledger-writer's pacing of content writes (GitHub's
-	// secondary limits, 80 a minute and 500 an hour per credential): a
+	// unpaced lifts GitHub's secondary limits (80 content writes a minute
+	// and 500 an hour per credential) on both sides: the ledger-writer's
+	// pacing under them, and the GitHub fake's enforcing of them. A
 	// benchmark of the pipeline's own latency keeps that designed wait off
-	// its figures, as it keeps the Slack renderer's.
+	// its figures, as it keeps the Slack renderer's. Lifting the pacer
+	// alone would not: the fake would refuse what the pacer let through
+	// (403 and a Retry-After), and the figures would hold GitHub's
+	// penalty, which a paced deployment never pays.
 	unpaced bool
 }
 
@@ -271,7 +275,11 @@ func newWorldWith(t testing.TB, o worldOptions, edit ...func(*config.Config)) *w
 	}
 	w.cfg.Store(cfg)
 
-	w.gh = ghfake.New(t)
+	var ghOpts []ghfake.Option
+	if o.unpaced {
+		ghOpts = append(ghOpts, ghfake.WithSecondaryLimits(0, 0))
+	}
+	w.gh = ghfake.New(t, ghOpts...)
 	w.gh.AddRepo(repo)
 	w.gh.AddToken(ghToken, ledgerLogin)
 	w.gh.SetAuthorAssociation(repo, alice, "OWNER")
