@@ -221,7 +221,7 @@ END {
 	if (("start/up", "ready-ms") in v && ("start/raw", "ready-ms") in v)
 		printf "  start to ready: up %.0f ms, nats-server alone %.0f ms (%.3gx)\n", v["start/up", "ready-ms"], v["start/raw", "ready-ms"], v["start/up", "ready-ms"] / v["start/raw", "ready-ms"]
 	if (("rss/up", "rss-idle-MiB") in v)
-		printf "  up, one process: RSS %.1f MiB idle, %.1f MiB under load, peak %.1f MiB\n", v["rss/up", "rss-idle-MiB"], v["rss/up", "rss-load-MiB"], v["rss/up", "hwm-MiB"]
+		printf "  up, one process: RSS %.1f MiB idle (its own %.1f), %.1f MiB under load (%.1f), peak %.1f MiB\n", v["rss/up", "rss-idle-MiB"], v["rss/up", "anon-idle-MiB"], v["rss/up", "rss-load-MiB"], v["rss/up", "anon-load-MiB"], v["rss/up", "hwm-MiB"]
 	if (("soak", "events") in v)
 		printf "  soak: %d events handled at %.1f/s, at most %d messages pending\n", v["soak", "events"], v["soak", "events/s"], v["soak", "max-pending"]
 	n = 0
@@ -229,7 +229,7 @@ END {
 	if (n == 0) exit
 	for (i = 2; i <= n; i++) # insertion sort: the processes by name
 		for (j = i; j > 1 && names[j - 1] > names[j]; j--) { t = names[j]; names[j] = names[j - 1]; names[j - 1] = t }
-	printf "  %-16s %9s %9s %9s %11s %12s %12s %11s\n", "process (MiB)", "idle", "load", "peak", "slope/h", "slope/100k", "heap/100k", "limit/100k"
+	printf "  %-16s %6s %6s %6s %9s %9s %8s %11s %10s %11s\n", "process (MiB)", "idle", "load", "peak", "own idle", "own load", "slope/h", "slope/100k", "heap/100k", "limit/100k"
 	for (k = 1; k <= n; k++) {
 		p = names[k]
 		idle = v["rss/services", "rss-idle-MiB-" p]
@@ -237,13 +237,16 @@ END {
 		s = (("soak", "rss-slope-MiB-per-100k-" p) in v) ? v["soak", "rss-slope-MiB-per-100k-" p] : ""
 		h = (("soak", "heap-slope-MiB-per-100k-" p) in v) ? v["soak", "heap-slope-MiB-per-100k-" p] : ""
 		ph = (("soak", "rss-slope-MiB-per-h-" p) in v) ? v["soak", "rss-slope-MiB-per-h-" p] : ""
-		printf "  %-16s %9.1f %9.1f %9.1f %11s %12s %12s %11.2f\n", p, idle, v["rss/services", "rss-load-MiB-" p], v["rss/services", "hwm-MiB-" p], \
+		printf "  %-16s %6.1f %6.1f %6.1f %9.1f %9.1f %8s %11s %10s %11.2f\n", p, idle, v["rss/services", "rss-load-MiB-" p], v["rss/services", "hwm-MiB-" p], \
+			v["rss/services", "anon-idle-MiB-" p], v["rss/services", "anon-load-MiB-" p], \
 			ph == "" ? "-" : sprintf("%.2f", ph), s == "" ? "-" : sprintf("%.2f", s), h == "" ? "-" : sprintf("%.2f", h), limit
 	}
+	printf "  %-16s %6.1f %6.1f %6s %9.1f %9.1f\n", "all", v["rss/services", "rss-idle-MiB"], v["rss/services", "rss-load-MiB"], "", v["rss/services", "anon-idle-MiB"], v["rss/services", "anon-load-MiB"]
 }' "$out")"
 if [ -n "$footprint" ]; then
 	echo
-	echo "footprint (BenchmarkFootprint; RSS, MiB; a service fails the benchmark when its RSS or Go heap grows"
-	echo "by more than limit/100k, 5 % of its idle RSS per 100k events, beyond twice the slope's error):"
+	echo "footprint (BenchmarkFootprint; RSS, MiB, \"own\" its anonymous part, not the binary's shared pages;"
+	echo "slopes of RSS and Go heap over the soak; a service fails the benchmark when either grows by more than"
+	echo "limit/100k, 5 % of its idle RSS per 100k events, beyond twice the slope's error):"
 	echo "$footprint"
 fi

@@ -80,21 +80,24 @@ const (
 //     webhooks (fresh comments by an authorized person over
 //     footprintItems work items, so every delivery is a new event): the
 //     mean of the samples of the second half of footprintLoad; hwm-MiB is
-//     its peak (VmHWM) by then, heap-*-MiB the Go heap in use
+//     its peak (VmHWM) by then, anon-*-MiB the part of the RSS that is
+//     the process's own (RssAnon: not the binary's pages, which processes
+//     running the same binary share), heap-*-MiB the Go heap in use
 //     (go_memstats_heap_inuse_bytes on /metrics).
 //   - rss/services: the same with the five services as separate processes
 //     on a nats-server process (as BenchmarkEndToEnd runs them, one
 //     replica each, authorization on), so that each service's memory is
 //     its own: rss-idle-MiB-<process>, rss-load-MiB-<process>,
-//     hwm-MiB-<process>, and rss-idle-MiB, rss-load-MiB summed over them
-//     and the nats-server.
+//     anon-{idle,load}-MiB-<process>, hwm-MiB-<process>, and rss-idle-MiB,
+//     rss-load-MiB, anon-idle-MiB, anon-load-MiB summed over them and the
+//     nats-server.
 //   - rss/raw: the baseline of both, the nats-server of that run alone,
 //     which carries the same traffic: what JetStream itself holds.
 //   - soak: the same load on the separate processes for SOAK (default
 //     30m) after the load window, every process's RSS and Go heap sampled
 //     every footprintSample; the least-squares slope of each against the
 //     hours (rss-slope-MiB-per-h-<process>) and against the events
-//     handled (rss-slope-MiB-per-100k-<process>,
+//     handled (rss-slope-MiB-per-100k-<process>, anon-slope-…,
 //     heap-slope-MiB-per-100k-<process>), the events handled (deliveries
 //     answered 202) and the most messages the pipeline's consumers held
 //     at once (max-pending). The slopes are fitted to the samples after
@@ -203,27 +206,40 @@ func BenchmarkFootprint(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(upFP.idle["up"].rss, "rss-idle-MiB")
 			b.ReportMetric(upFP.load["up"].rss, "rss-load-MiB")
+			b.ReportMetric(upFP.idle["up"].anon, "anon-idle-MiB")
+			b.ReportMetric(upFP.load["up"].anon, "anon-load-MiB")
 			b.ReportMetric(upFP.hwm["up"], "hwm-MiB")
 			b.ReportMetric(upFP.idle["up"].heap, "heap-idle-MiB")
 			b.ReportMetric(upFP.load["up"].heap, "heap-load-MiB")
 		})
 		b.Run("services", func(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
-			var idle, load float64
+			var idle, load, anonIdle, anonLoad float64
 			for _, m := range meters {
 				idle += fp.idle[m.name].rss
 				load += fp.load[m.name].rss
+				anonIdle += fp.idle[m.name].anon
+				anonLoad += fp.load[m.name].anon
 				b.ReportMetric(fp.idle[m.name].rss, "rss-idle-MiB-"+m.name)
 				b.ReportMetric(fp.load[m.name].rss, "rss-load-MiB-"+m.name)
+				b.ReportMetric(fp.idle[m.name].anon, "anon-idle-MiB-"+m.name)
+				b.ReportMetric(fp.load[m.name].anon, "anon-load-MiB-"+m.name)
 				b.ReportMetric(fp.hwm[m.name], "hwm-MiB-"+m.name)
 			}
+			// The sums count the pages of the-loop's binary once per
+			// service process (RssFile: the kernel keeps one copy); the
+			// anonymous memory is each process's own.
 			b.ReportMetric(idle, "rss-idle-MiB")
 			b.ReportMetric(load, "rss-load-MiB")
+			b.ReportMetric(anonIdle, "anon-idle-MiB")
+			b.ReportMetric(anonLoad, "anon-load-MiB")
 		})
 		b.Run("raw", func(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 			b.ReportMetric(fp.idle["nats-server"].rss, "rss-idle-MiB")
 			b.ReportMetric(fp.load["nats-server"].rss, "rss-load-MiB")
+			b.ReportMetric(fp.idle["nats-server"].anon, "anon-idle-MiB")
+			b.ReportMetric(fp.load["nats-server"].anon, "anon-load-MiB")
 			b.ReportMetric(fp.hwm["nats-server"], "hwm-MiB")
 		})
 	})
@@ -254,6 +270,7 @@ func BenchmarkFootprint(b *testing.B) {
 			g := growthOf(fitted, m.name)
 			b.ReportMetric(g.rssPerHour, "rss-slope-MiB-per-h-"+m.name)
 			b.ReportMetric(g.rssPer100k, "rss-slope-MiB-per-100k-"+m.name)
+			b.ReportMetric(g.anonPer100k, "anon-slope-MiB-per-100k-"+m.name)
 			if m.metrics != "" {
 				b.ReportMetric(g.heapPer100k, "heap-slope-MiB-per-100k-"+m.name)
 			}
@@ -439,6 +456,10 @@ type meter struct {
 // memSample is one process's memory, in MiB.
 type memSample struct {
 	rss, hwm, heap float64
+	// anon is the part of rss that is the process's own (RssAnon), not
+	// pages of a file it maps, such as the-loop's binary, which the
+	// kernel keeps once for every process that runs it.
+	anon float64
 }
 
 const mib = 1 << 20
@@ -464,6 +485,8 @@ func (m meter) read(client *http.Client) (memSample, error) {
 			s.rss = kb * 1024 / mib
 		case "VmHWM:":
 			s.hwm = kb * 1024 / mib
+		case "RssAnon:":
+			s.anon = kb * 1024 / mib
 		}
 	}
 	if m.metrics == "" {
@@ -508,6 +531,7 @@ type soakSample struct {
 	at     time.Duration // since the soak began
 	events int64         // handled by then
 	rss    map[string]float64
+	anon   map[string]float64
 	heap   map[string]float64
 }
 
@@ -539,6 +563,7 @@ func measureFootprint(b *testing.B, meters []meter, load *commentLoad, js jetstr
 			for name, v := range s {
 				o := out[name]
 				o.rss += v.rss / float64(len(samples))
+				o.anon += v.anon / float64(len(samples))
 				o.heap += v.heap / float64(len(samples))
 				o.hwm = max(o.hwm, v.hwm)
 				out[name] = o
@@ -591,9 +616,9 @@ func measureFootprint(b *testing.B, meters []meter, load *commentLoad, js jetstr
 		for at := time.Duration(0); at <= soak; at += footprintSample {
 			time.Sleep(time.Until(began.Add(footprintLoad + at)))
 			s := soakSample{at: time.Since(began) - footprintLoad, events: load.accepted.Load(),
-				rss: map[string]float64{}, heap: map[string]float64{}}
+				rss: map[string]float64{}, anon: map[string]float64{}, heap: map[string]float64{}}
 			for name, v := range readAll(b, meters, client) {
-				s.rss[name], s.heap[name] = v.rss, v.heap
+				s.rss[name], s.anon[name], s.heap[name] = v.rss, v.anon, v.heap
 			}
 			fp.soak = append(fp.soak, s)
 			fp.maxPending = max(fp.maxPending, pending())
@@ -624,6 +649,7 @@ func measureFootprint(b *testing.B, meters []meter, load *commentLoad, js jetstr
 type growth struct {
 	rssPerHour          float64 // MiB per hour
 	rssPer100k, rssSE   float64 // MiB per 100k events, and its standard error
+	anonPer100k         float64
 	heapPer100k, heapSE float64
 }
 
@@ -638,9 +664,9 @@ func (fp *footprint) fitted() []soakSample {
 // every process, MiB, against the events handled.
 func (fp *footprint) logSeries(b *testing.B, meters []meter) {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "soak samples, RSS (Go heap) MiB:\n%8s %8s", "min", "events")
+	fmt.Fprintf(&sb, "soak samples, MiB: RSS/its anonymous part (Go heap in use)\n%8s %8s", "min", "events")
 	for _, m := range meters {
-		fmt.Fprintf(&sb, " %16s", m.name)
+		fmt.Fprintf(&sb, " %22s", m.name)
 	}
 	for i, s := range fp.soak {
 		if i%int(time.Minute/footprintSample) != 0 && i != len(fp.soak)-1 {
@@ -649,9 +675,9 @@ func (fp *footprint) logSeries(b *testing.B, meters []meter) {
 		fmt.Fprintf(&sb, "\n%8.1f %8d", s.at.Minutes(), s.events)
 		for _, m := range meters {
 			if m.metrics == "" {
-				fmt.Fprintf(&sb, " %16.1f", s.rss[m.name])
+				fmt.Fprintf(&sb, " %13.1f/%5.1f   ", s.rss[m.name], s.anon[m.name])
 			} else {
-				fmt.Fprintf(&sb, " %7.1f (%6.1f)", s.rss[m.name], s.heap[m.name])
+				fmt.Fprintf(&sb, " %6.1f/%5.1f (%6.1f)", s.rss[m.name], s.anon[m.name], s.heap[m.name])
 			}
 		}
 	}
@@ -659,16 +685,18 @@ func (fp *footprint) logSeries(b *testing.B, meters []meter) {
 }
 
 func growthOf(samples []soakSample, name string) growth {
-	var hours, events, rss, heap []float64
+	var hours, events, rss, anon, heap []float64
 	for _, s := range samples {
 		hours = append(hours, s.at.Hours())
 		events = append(events, float64(s.events)/1e5)
 		rss = append(rss, s.rss[name])
+		anon = append(anon, s.anon[name])
 		heap = append(heap, s.heap[name])
 	}
 	var g growth
 	g.rssPerHour, _ = fitSlope(hours, rss)
 	g.rssPer100k, g.rssSE = fitSlope(events, rss)
+	g.anonPer100k, _ = fitSlope(events, anon)
 	g.heapPer100k, g.heapSE = fitSlope(events, heap)
 	return g
 }
