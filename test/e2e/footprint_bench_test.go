@@ -260,12 +260,7 @@ func BenchmarkFootprint(b *testing.B) {
 		}
 		spanned := fitted[len(fitted)-1].events - fitted[0].events
 		judged := spanned >= judgedEvents
-		if b.N == 1 {
-			fp.logSeries(b, meters)
-			if !judged {
-				b.Logf("the fitted samples span %d events, fewer than %d: slopes reported, growth not judged", spanned, judgedEvents)
-			}
-		}
+		growths := map[string]growth{}
 		for _, m := range meters {
 			g := growthOf(fitted, m.name)
 			b.ReportMetric(g.rssPerHour, "rss-slope-MiB-per-h-"+m.name)
@@ -278,11 +273,11 @@ func BenchmarkFootprint(b *testing.B) {
 				continue
 			}
 			limit := growthLimit * fp.idle[m.name].rss
-			b.Logf("%s: RSS %.2f → %.2f MiB over %d events; slope %.3f ± %.3f MiB per 100k events (heap %.3f ± %.3f), limit %.3f",
-				m.name, fitted[0].rss[m.name], fitted[len(fitted)-1].rss[m.name], spanned,
-				g.rssPer100k, g.rssSE, g.heapPer100k, g.heapSE, limit)
+			growths[m.name] = g
+			// The nats-server is not ours: its streams and buckets hold
+			// what they are configured to keep (reported, not judged).
 			if m.name == "nats-server" || !judged {
-				continue // not ours: its streams hold what they are configured to retain
+				continue
 			}
 			if growsBeyond(g.rssPer100k, g.rssSE, limit) {
 				b.Errorf("%s's RSS grows %.3f ± %.3f MiB per 100k events handled, beyond %.0f %% of its idle %.1f MiB (%.3f MiB)",
@@ -292,6 +287,14 @@ func BenchmarkFootprint(b *testing.B) {
 				b.Errorf("%s's Go heap grows %.3f ± %.3f MiB per 100k events handled, beyond %.0f %% of its idle RSS %.1f MiB (%.3f MiB)",
 					m.name, g.heapPer100k, g.heapSE, 100*growthLimit, fp.idle[m.name].rss, limit)
 			}
+		}
+		// After the errors: a benchmark's log is cut after 10 lines.
+		if b.N == 1 {
+			title := fmt.Sprintf("soak: slopes fitted over %d samples spanning %d events", len(fitted), spanned)
+			if !judged {
+				title += fmt.Sprintf(" (fewer than %d: not judged)", judgedEvents)
+			}
+			fp.logSeries(b, title, meters, growths)
 		}
 	})
 }
@@ -660,16 +663,20 @@ func (fp *footprint) fitted() []soakSample {
 	return fp.soak[len(fp.soak)/5:]
 }
 
-// logSeries logs the soak's samples a minute apart: RSS (and Go heap) of
-// every process, MiB, against the events handled.
-func (fp *footprint) logSeries(b *testing.B, meters []meter) {
+// logSeries logs, under title, five of the soak's samples, evenly spaced,
+// and its last: RSS, its anonymous part and the Go heap of every process,
+// MiB, against the events handled; then each one's slopes with their
+// standard errors and its limit (in ten lines: a benchmark's log is cut
+// after 10).
+func (fp *footprint) logSeries(b *testing.B, title string, meters []meter, growths map[string]growth) {
+	step := max(1, (len(fp.soak)+4)/5)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "soak samples, MiB: RSS/its anonymous part (Go heap in use)\n%8s %8s", "min", "events")
+	fmt.Fprintf(&sb, "%s; MiB: RSS/its anonymous part (Go heap in use)\n%8s %8s", title, "min", "events")
 	for _, m := range meters {
 		fmt.Fprintf(&sb, " %22s", m.name)
 	}
 	for i, s := range fp.soak {
-		if i%int(time.Minute/footprintSample) != 0 && i != len(fp.soak)-1 {
+		if i%step != 0 && i != len(fp.soak)-1 {
 			continue
 		}
 		fmt.Fprintf(&sb, "\n%8.1f %8d", s.at.Minutes(), s.events)
@@ -680,6 +687,18 @@ func (fp *footprint) logSeries(b *testing.B, meters []meter) {
 				fmt.Fprintf(&sb, " %6.1f/%5.1f (%6.1f)", s.rss[m.name], s.anon[m.name], s.heap[m.name])
 			}
 		}
+	}
+	fmt.Fprintf(&sb, "\n%17s", "slope/100k, RSS:")
+	for _, m := range meters {
+		fmt.Fprintf(&sb, " %22s", fmt.Sprintf("%.2f±%.2f", growths[m.name].rssPer100k, growths[m.name].rssSE))
+	}
+	fmt.Fprintf(&sb, "\n%17s", "heap; limit:")
+	for _, m := range meters {
+		g := fmt.Sprintf("%.2f±%.2f; %.2f", growths[m.name].heapPer100k, growths[m.name].heapSE, growthLimit*fp.idle[m.name].rss)
+		if m.metrics == "" {
+			g = "-"
+		}
+		fmt.Fprintf(&sb, " %22s", g)
 	}
 	b.Log(sb.String())
 }
