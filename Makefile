@@ -107,7 +107,8 @@ fuzz:
 
 ## bench: every benchmark, the multi-process end-to-end ones included (the webhook intake of `the-loop up`
 ## among them; need tmux; BENCHTAGS= skips them, E2E_BENCHTIME=50x sizes the end-to-end one); figures are
-## also printed as ratios to a baseline measured in the same run.
+## also printed as ratios to a baseline measured in the same run. The footprint (start to ready, each
+## process's memory, a soak's growth) runs its soak for SOAK (default 30m: make bench SOAK=3m is quicker).
 bench:
 	BENCHTIME=$(BENCHTIME) ./scripts/bench.sh
 

@@ -29,6 +29,11 @@
 #                  events per path, one a second; a count, not a duration,
 #                  for the same reason). Its p99-ms is over that many
 #                  samples (of 30: the worst).
+#   SOAK           how long BenchmarkFootprint (test/e2e) keeps its load on
+#                  the five service processes after its load window,
+#                  sampling their memory every 10 s for the slope of each
+#                  (default 30m; a Go duration). It runs once, alone: its
+#                  loads are fixed, -benchtime does not size them.
 #   BENCH          -bench pattern (default: every benchmark)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +46,8 @@ REPLICA_BENCHTIME="${REPLICA_BENCHTIME:-144x}"
 DISPATCHER_BENCHTIME="${DISPATCHER_BENCHTIME:-24x}"
 FEEL_BENCHTIME="${FEEL_BENCHTIME:-30x}"
 BENCH="${BENCH:-.}"
+SOAK="${SOAK:-30m}"
+export SOAK
 e2e=./test/e2e
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
@@ -66,7 +73,27 @@ if [[ "BenchmarkFeel" =~ ${BENCH%%/*} ]]; then
 		-tags="$BENCHTAGS" ./test/inproc | tee -a "$out"
 fi
 if [[ ",$BENCHTAGS," == *",e2e,"* ]]; then
-	go test -run='^$' -bench="$BENCH" -benchmem -benchtime="$E2E_BENCHTIME" -count=1 -timeout=30m \
+	go test -run='^$' -bench="$BENCH" -skip='^BenchmarkFootprint$' -benchmem -benchtime="$E2E_BENCHTIME" -count=1 -timeout=30m \
+		-tags="$BENCHTAGS" "$e2e" | tee -a "$out"
+fi
+# BenchmarkFootprint once (1x: its sub-benchmarks only report what its run
+# measured), with time for the soak on top of its half hour of the rest.
+if [[ ",$BENCHTAGS," == *",e2e,"* && "BenchmarkFootprint" =~ ${BENCH%%/*} ]]; then
+	soak_s="$(awk -v d="$SOAK" 'BEGIN {
+		s = 0
+		while (match(d, /^[0-9.]+(h|ms|m|s)/)) {
+			t = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
+			u = t; sub(/^[0-9.]+/, "", u); v = t + 0
+			s += (u == "h") ? v * 3600 : (u == "m") ? v * 60 : (u == "s") ? v : v / 1000
+		}
+		if (d != "") { print "bad"; exit }
+		printf "%d\n", s
+	}')"
+	if [[ "$soak_s" == bad ]]; then
+		echo "SOAK=$SOAK: want a Go duration such as 30m or 1h30m" >&2
+		exit 2
+	fi
+	go test -run='^$' -bench='^BenchmarkFootprint$' -benchtime=1x -count=1 -timeout="$((soak_s + 1800))s" \
 		-tags="$BENCHTAGS" "$e2e" | tee -a "$out"
 fi
 echo
@@ -181,6 +208,49 @@ if [ -n "$requests" ]; then
 	echo "a repository answered 304 and none charged; gh-label-writes are a gate move's phase label):"
 	echo "$requests"
 fi
+footprint="$(awk '
+/^BenchmarkFootprint\// {
+	name = $1; sub(/-[0-9]+$/, "", name); sub(/^BenchmarkFootprint\//, "", name)
+	for (i = 3; i < NF; i += 2) {
+		v[name, $(i + 1)] = $i
+		if (name == "rss/services" && $(i + 1) ~ /^rss-idle-MiB-/) {
+			p = $(i + 1); sub(/^rss-idle-MiB-/, "", p); procs[p] = 1
+		}
+	}
+}
+END {
+	if (("start/up", "ready-ms") in v && ("start/raw", "ready-ms") in v)
+		printf "  start to ready: up %.0f ms, nats-server alone %.0f ms (%.3gx)\n", v["start/up", "ready-ms"], v["start/raw", "ready-ms"], v["start/up", "ready-ms"] / v["start/raw", "ready-ms"]
+	if (("rss/up", "rss-idle-MiB") in v)
+		printf "  up, one process: RSS %.1f MiB idle (its own %.1f), %.1f MiB under load (%.1f), peak %.1f MiB\n", v["rss/up", "rss-idle-MiB"], v["rss/up", "anon-idle-MiB"], v["rss/up", "rss-load-MiB"], v["rss/up", "anon-load-MiB"], v["rss/up", "hwm-MiB"]
+	if (("soak", "events") in v)
+		printf "  soak: %d events handled at %.1f/s, at most %d messages pending\n", v["soak", "events"], v["soak", "events/s"], v["soak", "max-pending"]
+	n = 0
+	for (p in procs) names[++n] = p
+	if (n == 0) exit
+	for (i = 2; i <= n; i++) # insertion sort: the processes by name
+		for (j = i; j > 1 && names[j - 1] > names[j]; j--) { t = names[j]; names[j] = names[j - 1]; names[j - 1] = t }
+	printf "  %-16s %6s %6s %6s %9s %9s %8s %11s %10s %11s\n", "process (MiB)", "idle", "load", "peak", "own idle", "own load", "slope/h", "slope/100k", "heap/100k", "limit/100k"
+	for (k = 1; k <= n; k++) {
+		p = names[k]
+		idle = v["rss/services", "rss-idle-MiB-" p]
+		limit = 0.05 * idle
+		s = (("soak", "rss-slope-MiB-per-100k-" p) in v) ? v["soak", "rss-slope-MiB-per-100k-" p] : ""
+		h = (("soak", "heap-slope-MiB-per-100k-" p) in v) ? v["soak", "heap-slope-MiB-per-100k-" p] : ""
+		ph = (("soak", "rss-slope-MiB-per-h-" p) in v) ? v["soak", "rss-slope-MiB-per-h-" p] : ""
+		printf "  %-16s %6.1f %6.1f %6.1f %9.1f %9.1f %8s %11s %10s %11.2f\n", p, idle, v["rss/services", "rss-load-MiB-" p], v["rss/services", "hwm-MiB-" p], \
+			v["rss/services", "anon-idle-MiB-" p], v["rss/services", "anon-load-MiB-" p], \
+			ph == "" ? "-" : sprintf("%.2f", ph), s == "" ? "-" : sprintf("%.2f", s), h == "" ? "-" : sprintf("%.2f", h), limit
+	}
+	printf "  %-16s %6.1f %6.1f %6s %9.1f %9.1f\n", "all", v["rss/services", "rss-idle-MiB"], v["rss/services", "rss-load-MiB"], "", v["rss/services", "anon-idle-MiB"], v["rss/services", "anon-load-MiB"]
+}' "$out")"
+if [ -n "$footprint" ]; then
+	echo
+	echo "footprint (BenchmarkFootprint; RSS, MiB, \"own\" its anonymous part, not the binary's shared pages;"
+	echo "slopes of RSS and Go heap over the soak; a service fails the benchmark when either grows by more than"
+	echo "limit/100k, 5 % of its idle RSS per 100k events, beyond twice the slope's error):"
+	echo "$footprint"
+fi
 # The summary docs/performance.md and the README quote: one line per figure
 # of issue 30 that ran, each beside its baseline or target.
 summary="$(awk '
@@ -222,6 +292,21 @@ END {
 		r = ratio("BenchmarkWebhookIntake/scale/" p "/busy=16", "BenchmarkWebhookIntake/scale/" p "/busy=1", "events/s")
 		if (r >= 0) row("events/s, 16 partitions busy (" p ")", sprintf("%.0f/s", v["BenchmarkWebhookIntake/scale/" p "/busy=16", "events/s"]), sprintf("1 busy %.0f/s", v["BenchmarkWebhookIntake/scale/" p "/busy=1", "events/s"]), sprintf("= %.2fx (goal 8)", r))
 	}
+	f = "BenchmarkFootprint/"
+	r = ratio(f "start/up", f "start/raw", "ready-ms")
+	if (r >= 0) row("up, start to ready", sprintf("%.0f ms", v[f "start/up", "ready-ms"]), sprintf("nats-server alone %.0f ms", v[f "start/raw", "ready-ms"]), sprintf("= %.0fx", r))
+	if ((f "rss/up", "rss-idle-MiB") in v)
+		row("up, resident memory idle / under load", sprintf("%.0f / %.0f MiB", v[f "rss/up", "rss-idle-MiB"], v[f "rss/up", "rss-load-MiB"]), "", "")
+	worst = ""; w = -1e9
+	for (key in v) {
+		split(key, kk, SUBSEP)
+		if (kk[1] != f "soak" || kk[2] !~ /^rss-slope-MiB-per-100k-/) continue
+		p = kk[2]; sub(/^rss-slope-MiB-per-100k-/, "", p)
+		if (p == "nats-server" || !((f "rss/services", "rss-idle-MiB-" p) in v)) continue
+		share = v[key] / v[f "rss/services", "rss-idle-MiB-" p]
+		if (share > w) { w = share; worst = p }
+	}
+	if (worst != "") row("soak, most RSS growth of a service per 100k events", sprintf("%.1f %% of idle (%s)", 100 * w, worst), "", "limit 5 %")
 }' "$out")"
 if [ -n "$summary" ]; then
 	echo

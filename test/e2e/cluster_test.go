@@ -319,6 +319,9 @@ type clusterOptions struct {
 	// comments are delivered, and a record never comes back to
 	// ingress-github (so a gate answered in Slack does not move).
 	echo bool
+	// env is more environment for every service process, after the
+	// cluster's own (a later variable wins: exec keeps the last).
+	env []string
 }
 
 // seed is the file of identity's NKey seed ("" with authorization off).
@@ -522,6 +525,7 @@ channels:
 		"HOME="+filepath.Join(dir, "home"),
 		"LOOP_DISPATCHER_SPAWN=always",
 	)
+	common = append(common, o.env...)
 	c.env = common
 	if len(c.natsProcs) > 1 {
 		common = append(common, fmt.Sprintf("LOOP_STREAM_REPLICAS=%d", len(c.natsProcs)))

@@ -32,6 +32,10 @@
 //   - BenchmarkWebhookIntake: webhook intake of `the-loop up` at 1 and 8
 //     senders and a sustained load, against raw JetStream on the same
 //     server (see its doc comment).
+//   - BenchmarkFootprint: `the-loop up`'s start to ready against a bare
+//     nats-server's, each process's resident memory idle and under load,
+//     and a soak (SOAK) whose growth per 100k events fails it beyond a
+//     limit (see its doc comment).
 //
 // With the build tag compose too (`make compose-e2e`), TestCompose brings
 // the repository's docker-compose.yml up on a local Docker engine and drives

@@ -568,6 +568,10 @@ type upProcess struct {
 	admin   string
 	webhook string
 	client  *http.Client
+	// gh is its GitHub (the fake), Codertocat/Hello-World on it.
+	gh *ghfake.Server
+	// run is the process once launched.
+	run *upRun
 }
 
 const intakeSecret = "intake-bench-webhook-secret"
@@ -576,7 +580,16 @@ const intakeSecret = "intake-bench-webhook-secret"
 // GitHub fake as its GitHub, Codertocat authorized, and waits for /readyz.
 func startUp(b testing.TB) *upProcess {
 	b.Helper()
-	loop, _ := binaries(b)
+	u, loop, env, logPath := prepareUp(b)
+	u.run = execUp(b, loop, env, logPath, "http://"+u.admin+"/readyz", u.client)
+	return u
+}
+
+// prepareUp is startUp up to the exec: the ports, a fresh store, the
+// GitHub fake, the config, and the binary and environment to start with.
+func prepareUp(b testing.TB) (u *upProcess, loop string, env []string, logPath string) {
+	b.Helper()
+	loop, _ = binaries(b)
 	dir := b.TempDir()
 	gh := ghfake.New(b, ghfake.WithPrimaryLimit(0), ghfake.WithSecondaryLimits(0, 0))
 	gh.AddRepo("Codertocat/Hello-World")
@@ -600,7 +613,7 @@ routing:
 		b.Fatal(err)
 	}
 	natsPort, admin, hook := freePortTB(b), freePortTB(b), freePortTB(b)
-	u := &upProcess{
+	u = &upProcess{
 		store:   filepath.Join(dir, "store"),
 		natsURL: fmt.Sprintf("nats://127.0.0.1:%d", natsPort),
 		admin:   fmt.Sprintf("127.0.0.1:%d", admin),
@@ -608,8 +621,9 @@ routing:
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 			MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute,
 		}},
+		gh: gh,
 	}
-	env := append(baseEnv(),
+	env = append(baseEnv(),
 		"LOOP_STORE_DIR="+u.store,
 		fmt.Sprintf("LOOP_NATS_LISTEN=127.0.0.1:%d", natsPort),
 		"LOOP_ADMIN_ADDR="+u.admin,
@@ -626,19 +640,32 @@ routing:
 		"LOOP_DISPATCHER_WORKDIR="+work,
 		"LOOP_HARNESS_BINARY="+harness,
 	)
-	logPath := filepath.Join(dir, "up.log")
-	launchUp(b, loop, env, logPath, "http://"+u.admin+"/readyz", u.client)
-	return u
+	return u, loop, env, filepath.Join(dir, "up.log")
 }
 
 // launchUp starts `the-loop up` with env, its output in logPath, stops it
-// (SIGTERM, then SIGKILL after 30 s) when the test ends, and waits until
-// readyz answers 200; it fails the test, with up's log, when up exits or
-// is not ready within 2 minutes, and shows the log's end when the test
-// failed.
-// launchUp starts `the-loop up` with env, waits until it is ready and returns
-// its pid.
+// when the test ends, waits until it is ready and returns its pid (see
+// execUp).
 func launchUp(tb testing.TB, loop string, env []string, logPath, readyz string, client *http.Client) int {
+	tb.Helper()
+	return execUp(tb, loop, env, logPath, readyz, client).pid
+}
+
+// upRun is one run of `the-loop up`.
+type upRun struct {
+	pid int
+	// ready is the time from exec until readyz first answered 200.
+	ready time.Duration
+	stop  func()
+}
+
+// execUp starts `the-loop up` with env, its output in logPath, and waits
+// until readyz answers 200, polling every 10 ms (fine enough to time a
+// start); it fails the test, with up's log, when up exits or is not ready
+// within 2 minutes. stop (SIGTERM, then SIGKILL after 30 s; the log's end
+// shown when the test failed) runs when the test ends, or earlier when
+// called.
+func execUp(tb testing.TB, loop string, env []string, logPath, readyz string, client *http.Client) *upRun {
 	tb.Helper()
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -653,32 +680,37 @@ func launchUp(tb testing.TB, loop string, env []string, logPath, readyz string, 
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	began := time.Now()
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); f.Close(); close(exited) }()
-	tb.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if tb.Failed() {
-			log, _ := os.ReadFile(logPath)
-			tb.Logf("the-loop up's log:\n%s", tail(log, 6000))
-		}
-	})
-	deadline := time.Now().Add(2 * time.Minute)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+			if tb.Failed() {
+				log, _ := os.ReadFile(logPath)
+				tb.Logf("the-loop up's log:\n%s", tail(log, 6000))
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	deadline := began.Add(2 * time.Minute)
 	for {
 		resp, err := client.Get(readyz)
 		if err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return cmd.Process.Pid
+				return &upRun{pid: cmd.Process.Pid, ready: time.Since(began), stop: stop}
 			}
 		}
 		select {
@@ -691,7 +723,7 @@ func launchUp(tb testing.TB, loop string, env []string, logPath, readyz string, 
 			log, _ := os.ReadFile(logPath)
 			tb.Fatalf("the-loop up not ready after 2m:\n%s", tail(log, 6000))
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
