@@ -56,12 +56,15 @@ func (r *Runner) loop(ctx, hctx context.Context, l *partLoop) {
 			}
 			cons, cfg = c, c.CachedInfo().Config
 		}
-		msg, ferr, err := r.fetch(cons, cfg)
+		// Once the pull request is out, this partition is being consumed:
+		// bound from then, not once the pull returns, which on a quiet
+		// partition is the whole fetch wait (a start's readiness waited
+		// 5 s for it).
+		msg, ferr, err := r.fetch(cons, cfg, func() { r.bound[p].Store(true) })
 		if err != nil {
 			pause(err, "fetch failed")
 			continue
 		}
-		// The pull request is out: this partition is being consumed.
 		r.bound[p].Store(true)
 		if msg == nil {
 			switch {
@@ -110,14 +113,16 @@ func (r *Runner) consumer(ctx context.Context, name string) (jetstream.Consumer,
 
 // fetch pulls one message of cons through the service's priority group. err
 // is the pull request's; when it went out, msg is the message, or nil with
-// ferr saying why none came (nil: an empty pull).
-func (r *Runner) fetch(cons jetstream.Consumer, cfg jetstream.ConsumerConfig) (msg jetstream.Msg, ferr, err error) {
+// ferr saying why none came (nil: an empty pull). out is called once the
+// request is out, before the pull returns.
+func (r *Runner) fetch(cons jetstream.Consumer, cfg jetstream.ConsumerConfig, out func()) (msg jetstream.Msg, ferr, err error) {
 	batch, err := cons.Fetch(1,
 		jetstream.FetchMaxWait(r.fetchWait(cfg)),
 		jetstream.FetchPriorityGroup(r.spec.Group))
 	if err != nil {
 		return nil, nil, err
 	}
+	out()
 	for m := range batch.Messages() {
 		msg = m
 	}

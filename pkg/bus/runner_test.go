@@ -349,3 +349,23 @@ func TestHandlerAcksFirst(t *testing.T) {
 		t.Errorf("the message acknowledged by its handler was delivered %d times, want once", seen["ack-then-fail"])
 	}
 }
+
+// TestReadyOnceThePullIsOut: a partition counts as consumed once its pull
+// request is out, not once the pull returns — on a quiet stream that is
+// the whole fetch wait, which a start's readiness used to wait out.
+func TestReadyOnceThePullIsOut(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	srv.Provision(t, bustest.FastTopology(2))
+	c := srv.Connect(t, "ready")
+	spec := fastSpec("ledger-writer", bus.StreamInbox, 2)
+	spec.FetchWait = 2 * time.Minute // longer than the wait below: an empty pull never returns in it
+	r, err := c.NewRunner(spec, bus.HandlerFunc(func(context.Context, *bus.Delivery) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = r.Run(ctx) }()
+	testkit.WaitWithin(t, 20*time.Second, "ready with both partitions' pulls pending on an empty stream", r.Ready)
+}
