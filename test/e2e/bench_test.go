@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/the-loop/bus/internal/testsupport/rawbench"
 	"github.com/the-loop/bus/internal/testsupport/slackfake"
 	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
@@ -170,7 +171,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				if err := c.githubComment(context.Background(), number, deliveryID(number, n), "hop "+k); err != nil {
 					b.Fatal(err)
 				}
-				h.add("webhook-202", time.Since(start))
+				h.Add("webhook-202", time.Since(start))
 				in := h.wait(b, "webhook-to-inbox", start, inboxed, k)
 				ev := h.wait(b, "inbox-to-events", in, ledgered, k)
 				h.wait(b, "events-to-slack", ev, posted, k)
@@ -190,7 +191,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				if _, err := c.slackReply(context.Background(), threads[number], "hop "+k); err != nil {
 					b.Fatal(err)
 				}
-				h.add("events-api-200", time.Since(start))
+				h.Add("events-api-200", time.Since(start))
 				in := h.wait(b, "events-api-to-inbox", start, inboxed, k)
 				ev := h.wait(b, "inbox-to-events-recorded", in, ledgered, k)
 				h.session(b, c, "events-to-session", ev, k)
@@ -202,20 +203,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 
 // hops collects the duration of each hop of a path, by name, in the order
 // first seen.
-type hops struct {
-	names []string
-	took  map[string][]time.Duration
-}
-
-func (h *hops) add(name string, d time.Duration) {
-	if h.took == nil {
-		h.took = map[string][]time.Duration{}
-	}
-	if _, ok := h.took[name]; !ok {
-		h.names = append(h.names, name)
-	}
-	h.took[name] = append(h.took[name], d)
-}
+type hops struct{ rawbench.Took }
 
 // wait adds hop name, from since until w first saw token k, and returns
 // when that was.
@@ -225,7 +213,7 @@ func (h *hops) wait(b *testing.B, name string, since time.Time, w *watch, k stri
 	if err != nil {
 		b.Fatal(err)
 	}
-	h.add(name, at.Sub(since))
+	h.Add(name, at.Sub(since))
 	return at
 }
 
@@ -237,7 +225,7 @@ func (h *hops) session(b *testing.B, c *cluster, name string, since time.Time, k
 	for {
 		for _, in := range tmuxtest.Inputs(b, c.standIn) {
 			if strings.Contains(in.Text, k) && !in.At.IsZero() {
-				h.add(name, in.At.Sub(since))
+				h.Add(name, in.At.Sub(since))
 				return
 			}
 		}
@@ -250,8 +238,8 @@ func (h *hops) session(b *testing.B, c *cluster, name string, since time.Time, k
 
 // report reports each hop's p50 and p99 in milliseconds.
 func (h *hops) report(b *testing.B) {
-	for _, name := range h.names {
-		lat := slices.Clone(h.took[name])
+	for _, name := range h.Names {
+		lat := slices.Clone(h.By[name])
 		slices.Sort(lat)
 		pct := func(p float64) float64 {
 			i := max(0, min(int(p*float64(len(lat))+0.5)-1, len(lat)-1))

@@ -146,8 +146,8 @@ func BenchmarkFeel(b *testing.B) {
 			writes, _ := paced(b, func(number int, token string) {
 				w.comment(number, alice, token+" please look at this")
 			}, func(h *hops, start time.Time, token string) {
-				h.add("to-slack", m.slack.wait(b, token).Sub(start))
-				h.add("to-session", m.session(b, w.agent, token).Sub(start))
+				h.Add("to-slack", m.slack.wait(b, token).Sub(start))
+				h.Add("to-session", m.session(b, w.agent, token).Sub(start))
 			})
 			if writes != 0 {
 				b.Errorf("a comment from GitHub cost %.2f GitHub writes per event, want none (GitHub is the ledger: it is recorded already)", writes)
@@ -158,8 +158,8 @@ func BenchmarkFeel(b *testing.B) {
 				c := w.gh.AddComment(repo, number, alice, token+" please look at this")
 				raw.send(b, "comment", number, w.commentHook(c))
 			}, func(h *hops, start time.Time, token string) {
-				h.add("to-slack", m.slack.wait(b, token).Sub(start))
-				h.add("to-session", m.session(b, raw.agent, token).Sub(start))
+				h.Add("to-slack", m.slack.wait(b, token).Sub(start))
+				h.Add("to-session", m.session(b, raw.agent, token).Sub(start))
 			})
 		})
 	})
@@ -168,8 +168,8 @@ func BenchmarkFeel(b *testing.B) {
 			writes, _ := paced(b, func(number int, token string) {
 				w.say(aliceSlack, threads[number], token+" sounds good")
 			}, func(h *hops, start time.Time, token string) {
-				h.add("to-github", m.github.wait(b, token).Sub(start))
-				h.add("to-session", m.session(b, w.agent, token).Sub(start))
+				h.Add("to-github", m.github.wait(b, token).Sub(start))
+				h.Add("to-session", m.session(b, w.agent, token).Sub(start))
 			})
 			if writes > 1 {
 				b.Errorf("a Slack reply cost %.2f GitHub writes per event, want at most one (its record)", writes)
@@ -179,8 +179,8 @@ func BenchmarkFeel(b *testing.B) {
 			paced(b, func(number int, token string) {
 				raw.send(b, "reply", number, socketfake.MessageEvent(channel, aliceSlack, token+" sounds good", w.nextTS(), threads[number]))
 			}, func(h *hops, start time.Time, token string) {
-				h.add("to-github", m.github.wait(b, token).Sub(start))
-				h.add("to-session", m.session(b, raw.agent, token).Sub(start))
+				h.Add("to-github", m.github.wait(b, token).Sub(start))
+				h.Add("to-session", m.session(b, raw.agent, token).Sub(start))
 			})
 		})
 	})
@@ -212,7 +212,7 @@ func BenchmarkFeel(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				h.add("to-gate", at.Sub(start))
+				h.Add("to-gate", at.Sub(start))
 			})
 			if writes > 1 {
 				b.Errorf("a button press cost %.2f GitHub writes per event, want at most one (its record)", writes)
@@ -222,7 +222,7 @@ func BenchmarkFeel(b *testing.B) {
 			paced(b, func(number int, token string) {
 				raw.send(b, "reply", number, socketfake.MessageEvent(channel, aliceSlack, token+" "+rawApproval, w.nextTS(), threads[number]))
 			}, func(h *hops, start time.Time, token string) {
-				h.add("to-gate", m.gate.wait(b, token).Sub(start))
+				h.Add("to-gate", m.gate.wait(b, token).Sub(start))
 			})
 		})
 	})
@@ -233,7 +233,7 @@ func BenchmarkFeel(b *testing.B) {
 			writes, _ := paced(b, func(_ int, token string) {
 				w.say(aliceSlack, "", token+" please build a frobnicator")
 			}, func(h *hops, start time.Time, token string) {
-				h.add("to-github", m.github.wait(b, token).Sub(start))
+				h.Add("to-github", m.github.wait(b, token).Sub(start))
 			})
 			if writes > 1 {
 				b.Errorf("a kickoff cost %.2f GitHub writes per event, want at most one (its issue)", writes)
@@ -364,26 +364,13 @@ func (m *marks) wait(b testing.TB, token string) time.Time {
 
 // hops collects each end point's durations, by name, in the order first
 // seen.
-type hops struct {
-	names []string
-	took  map[string][]time.Duration
-}
-
-func (h *hops) add(name string, d time.Duration) {
-	if h.took == nil {
-		h.took = map[string][]time.Duration{}
-	}
-	if _, ok := h.took[name]; !ok {
-		h.names = append(h.names, name)
-	}
-	h.took[name] = append(h.took[name], d)
-}
+type hops struct{ rawbench.Took }
 
 // report reports each end point's p50 and p99 in milliseconds (of few
 // samples, the p99 is their worst).
 func (h *hops) report(b *testing.B) {
-	for _, name := range h.names {
-		lat := slices.Clone(h.took[name])
+	for _, name := range h.Names {
+		lat := slices.Clone(h.By[name])
 		slices.Sort(lat)
 		pct := func(p float64) float64 {
 			i := max(0, min(int(p*float64(len(lat))+0.5)-1, len(lat)-1))

@@ -86,3 +86,21 @@ func RoundTripAt(b B, url, name string, subjects []string, subject string, data 
 	defer nc.Close()
 	RoundTrip(b, nc, jetstream.StreamConfig{Name: name, Subjects: subjects}, subject, data)
 }
+
+// Took collects durations by name, in the order each name was first seen:
+// a path's hops or end points, for a benchmark to report.
+type Took struct {
+	Names []string
+	By    map[string][]time.Duration
+}
+
+// Add appends d to name's durations.
+func (t *Took) Add(name string, d time.Duration) {
+	if t.By == nil {
+		t.By = map[string][]time.Duration{}
+	}
+	if _, ok := t.By[name]; !ok {
+		t.Names = append(t.Names, name)
+	}
+	t.By[name] = append(t.By[name], d)
+}
