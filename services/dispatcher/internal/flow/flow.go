@@ -361,11 +361,7 @@ func WriteApproval(workdir, pattern string, a graph.Approval) (string, error) {
 		return name, err
 	}
 	defer root.Close()
-	mode := fs.FileMode(0o644)
-	if fi, err := root.Stat(filepath.FromSlash(name)); err == nil {
-		mode = fi.Mode().Perm()
-	}
-	return name, root.WriteFile(filepath.FromSlash(name), out, mode)
+	return name, replace(root, filepath.FromSlash(name), out)
 }
 
 // Excerpt is an artifact's text for a notification: the YAML front matter
@@ -434,9 +430,36 @@ func WriteFeedback(workdir, pattern, node string, outcome graph.Outcome, at time
 		return name, err
 	}
 	defer root.Close()
+	return name, replace(root, filepath.FromSlash(name), out)
+}
+
+// replace writes data as name under root through a temporary file renamed
+// over it, keeping name's permissions. The dispatcher's own checks read an
+// artifact while a gate's approval or feedback is written into it (the work
+// item moves on meanwhile), so a reader must find the old text or the new,
+// never a truncated file.
+func replace(root *os.Root, name string, data []byte) error {
 	mode := fs.FileMode(0o644)
-	if fi, err := root.Stat(filepath.FromSlash(name)); err == nil {
+	if fi, err := root.Stat(name); err == nil {
 		mode = fi.Mode().Perm()
 	}
-	return name, root.WriteFile(filepath.FromSlash(name), out, mode)
+	tmp := filepath.Join(filepath.Dir(name), "."+filepath.Base(name)+".the-loop-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	cerr := f.Close()
+	err = errors.Join(werr, cerr)
+	if err == nil {
+		err = root.Chmod(tmp, mode) // the umask may have narrowed it
+	}
+	if err == nil {
+		err = root.Rename(tmp, name)
+	}
+	if err != nil {
+		_ = root.Remove(tmp)
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,6 +87,53 @@ func TestWriteApproval(t *testing.T) {
 	}
 	if _, err := WriteApproval(dir, "requirements.md", a); !errors.Is(err, ErrNoArtifact) {
 		t.Errorf("absent artifact: %v", err)
+	}
+}
+
+// TestWritesNeverShowAHalfArtifact: a gate's feedback is written into an
+// artifact while the dispatcher's own checks may read it (the work item has
+// moved on); every read finds a whole document, old or new, and nothing of
+// the writes is left beside it.
+func TestWritesNeverShowAHalfArtifact(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "execution-log.md")
+	doc := "---\nstatus: complete\n---\n# Execution log\n\n" + strings.Repeat("A line of the log.\n", 2000)
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	bad := make(chan string, 1)
+	go func() {
+		defer close(bad)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			b, err := os.ReadFile(path)
+			if err != nil || !strings.HasPrefix(string(b), "---\nstatus: complete\n---\n") || !strings.Contains(string(b), "A line of the log.") {
+				bad <- fmt.Sprintf("a reader found %d bytes (%v)", len(b), err)
+				return
+			}
+		}
+	}()
+	at := time.Date(2026, 5, 4, 9, 30, 0, 0, time.UTC)
+	for i := range 200 {
+		c := []graph.Comment{{Author: "alice", Body: fmt.Sprintf("round %d", i)}}
+		if _, err := WriteFeedback(dir, "execution-log.md", "security-sign-off", graph.Outcome("approved"), at.Add(time.Duration(i)*time.Minute), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	if msg, ok := <-bad; ok {
+		t.Fatal(msg)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the directory holds %d entries, want the artifact alone", len(entries))
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want the artifact's own 0600", fi.Mode().Perm())
 	}
 }
 
