@@ -65,7 +65,6 @@ func (r *Runner) loop(ctx, hctx context.Context, l *partLoop) {
 			pause(err, "fetch failed")
 			continue
 		}
-		r.bound[p].Store(true)
 		if msg == nil {
 			switch {
 			case ferr == nil, errors.Is(ferr, jetstream.ErrPinIDMismatch):

@@ -58,7 +58,6 @@ func BenchmarkStoreLevers(b *testing.B) {
 	data := make([]byte, 20<<10)
 	const n, partitions = 2000, 16
 
-	rates := map[string]float64{}
 	stream := func(name string, retention jetstream.RetentionPolicy, atomicOK bool) string {
 		prefix := "lever." + name
 		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -131,16 +130,14 @@ func BenchmarkStoreLevers(b *testing.B) {
 			_ = js.DeleteStream(ctx, "LEVER_"+name)
 		}
 	}
-	for name, t := range totals {
-		rates[name] = t[0] / t[1]
-	}
 	for _, group := range []string{"ack", "batch"} {
 		b.Run(group, func(b *testing.B) {
 			for _, v := range []string{"raw", "workqueue", "limits-trim", "atomic=8", "atomic=64"} {
-				rate, ok := rates[group+"/"+v]
+				t, ok := totals[group+"/"+v]
 				if !ok {
 					continue
 				}
+				rate := t[0] / t[1] // messages over seconds, all rounds
 				b.Run(v, func(b *testing.B) {
 					b.ReportMetric(rate, "msgs/s")
 					b.ReportMetric(1e9/rate, "ns/op")

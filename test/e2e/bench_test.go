@@ -178,7 +178,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				h.session(b, c, "events-to-session", ev, k)
 				time.Sleep(1100 * time.Millisecond) // the renderer's pacer, off the figures
 			}
-			h.report(b)
+			h.Report(b)
 		})
 		b.Run("slack", func(b *testing.B) {
 			started()
@@ -196,7 +196,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 				ev := h.wait(b, "inbox-to-events-recorded", in, ledgered, k)
 				h.session(b, c, "events-to-session", ev, k)
 			}
-			h.report(b)
+			h.Report(b)
 		})
 	})
 }
@@ -233,20 +233,6 @@ func (h *hops) session(b *testing.B, c *cluster, name string, since time.Time, k
 			b.Fatalf("%s was not typed into its session", k)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// report reports each hop's p50 and p99 in milliseconds.
-func (h *hops) report(b *testing.B) {
-	for _, name := range h.Names {
-		lat := slices.Clone(h.By[name])
-		slices.Sort(lat)
-		pct := func(p float64) float64 {
-			i := max(0, min(int(p*float64(len(lat))+0.5)-1, len(lat)-1))
-			return float64(lat[i]) / float64(time.Millisecond)
-		}
-		b.ReportMetric(pct(0.50), name+"-p50-ms")
-		b.ReportMetric(pct(0.99), name+"-p99-ms")
 	}
 }
 

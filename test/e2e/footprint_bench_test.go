@@ -204,11 +204,7 @@ func BenchmarkFootprint(b *testing.B) {
 		// 0 keeps it out of the printed ratios.
 		b.Run("up", func(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
-			b.ReportMetric(upFP.idle["up"].rss, "rss-idle-MiB")
-			b.ReportMetric(upFP.load["up"].rss, "rss-load-MiB")
-			b.ReportMetric(upFP.idle["up"].anon, "anon-idle-MiB")
-			b.ReportMetric(upFP.load["up"].anon, "anon-load-MiB")
-			b.ReportMetric(upFP.hwm["up"], "hwm-MiB")
+			upFP.report(b, "up", "")
 			b.ReportMetric(upFP.idle["up"].heap, "heap-idle-MiB")
 			b.ReportMetric(upFP.load["up"].heap, "heap-load-MiB")
 		})
@@ -220,11 +216,7 @@ func BenchmarkFootprint(b *testing.B) {
 				load += fp.load[m.name].rss
 				anonIdle += fp.idle[m.name].anon
 				anonLoad += fp.load[m.name].anon
-				b.ReportMetric(fp.idle[m.name].rss, "rss-idle-MiB-"+m.name)
-				b.ReportMetric(fp.load[m.name].rss, "rss-load-MiB-"+m.name)
-				b.ReportMetric(fp.idle[m.name].anon, "anon-idle-MiB-"+m.name)
-				b.ReportMetric(fp.load[m.name].anon, "anon-load-MiB-"+m.name)
-				b.ReportMetric(fp.hwm[m.name], "hwm-MiB-"+m.name)
+				fp.report(b, m.name, "-"+m.name)
 			}
 			// The sums count the pages of the-loop's binary once per
 			// service process (RssFile: the kernel keeps one copy); the
@@ -236,11 +228,7 @@ func BenchmarkFootprint(b *testing.B) {
 		})
 		b.Run("raw", func(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
-			b.ReportMetric(fp.idle["nats-server"].rss, "rss-idle-MiB")
-			b.ReportMetric(fp.load["nats-server"].rss, "rss-load-MiB")
-			b.ReportMetric(fp.idle["nats-server"].anon, "anon-idle-MiB")
-			b.ReportMetric(fp.load["nats-server"].anon, "anon-load-MiB")
-			b.ReportMetric(fp.hwm["nats-server"], "hwm-MiB")
+			fp.report(b, "nats-server", "")
 		})
 	})
 	b.Run("soak", func(b *testing.B) {
@@ -548,6 +536,16 @@ type footprint struct {
 	refusedPct float64
 	elapsed    time.Duration
 	maxPending int
+}
+
+// report reports process proc's memory in MiB, each metric's name ending
+// in suffix: RSS and its anonymous part idle and under load, and its peak.
+func (fp *footprint) report(b *testing.B, proc, suffix string) {
+	b.ReportMetric(fp.idle[proc].rss, "rss-idle-MiB"+suffix)
+	b.ReportMetric(fp.load[proc].rss, "rss-load-MiB"+suffix)
+	b.ReportMetric(fp.idle[proc].anon, "anon-idle-MiB"+suffix)
+	b.ReportMetric(fp.load[proc].anon, "anon-load-MiB"+suffix)
+	b.ReportMetric(fp.hwm[proc], "hwm-MiB"+suffix)
 }
 
 // measureFootprint leaves the processes of meters idle for footprintSettle

@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,7 +115,7 @@ func BenchmarkFeel(b *testing.B) {
 			b.StartTimer()
 		}
 		b.StopTimer()
-		h.report(b)
+		h.Report(b)
 		settleGitHub(w.gh)
 		after := w.gh.Counts()
 		// The phase label a gate move mirrors onto the issue (loop:<phase>:
@@ -365,21 +364,6 @@ func (m *marks) wait(b testing.TB, token string) time.Time {
 // hops collects each end point's durations, by name, in the order first
 // seen.
 type hops struct{ rawbench.Took }
-
-// report reports each end point's p50 and p99 in milliseconds (of few
-// samples, the p99 is their worst).
-func (h *hops) report(b *testing.B) {
-	for _, name := range h.Names {
-		lat := slices.Clone(h.By[name])
-		slices.Sort(lat)
-		pct := func(p float64) float64 {
-			i := max(0, min(int(p*float64(len(lat))+0.5)-1, len(lat)-1))
-			return float64(lat[i]) / float64(time.Millisecond)
-		}
-		b.ReportMetric(pct(0.50), name+"-p50-ms")
-		b.ReportMetric(pct(0.99), name+"-p99-ms")
-	}
-}
 
 // rawPath is the baseline: the same hops as plain JetStream on the world's
 // server, an HTTP handler at the front, the same fakes and a stand-in

@@ -6,6 +6,7 @@ package rawbench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -103,4 +104,20 @@ func (t *Took) Add(name string, d time.Duration) {
 		t.Names = append(t.Names, name)
 	}
 	t.By[name] = append(t.By[name], d)
+}
+
+// Report reports each name's p50 and p99 in milliseconds, as
+// "<name>-p50-ms" and "<name>-p99-ms" (of few samples, the p99 is their
+// worst).
+func (t *Took) Report(b interface{ ReportMetric(float64, string) }) {
+	for _, name := range t.Names {
+		lat := slices.Clone(t.By[name])
+		slices.Sort(lat)
+		pct := func(p float64) float64 {
+			i := max(0, min(int(p*float64(len(lat))+0.5)-1, len(lat)-1))
+			return float64(lat[i]) / float64(time.Millisecond)
+		}
+		b.ReportMetric(pct(0.50), name+"-p50-ms")
+		b.ReportMetric(pct(0.99), name+"-p99-ms")
+	}
 }
