@@ -266,7 +266,7 @@ var clientName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 var commands = map[string]bool{
 	"has-session": true, "list-panes": true, "list-sessions": true, "new-session": true,
 	"kill-session": true, "kill-server": true, "set-option": true, "show-options": true,
-	"load-buffer": true, "paste-buffer": true, "delete-buffer": true, "capture-pane": true,
+	"load-buffer": true, "set-buffer": true, "paste-buffer": true, "delete-buffer": true, "capture-pane": true,
 	"display-message": true,
 }
 

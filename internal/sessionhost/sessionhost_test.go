@@ -108,10 +108,15 @@ func TestHostRunsTheDispatchersTmuxCommands(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(tmuxDir, client, "tmux-"+itoa(os.Getuid()), "loop")); err != nil {
 		t.Errorf("the tmux server's socket is not in the client's directory: %v", err)
 	}
-	forward(t, sock, client, []byte("hello through the host"), "-L", "loop", "load-buffer", "-b", "evt", "-")
-	forward(t, sock, client, nil, "-L", "loop", "paste-buffer", "-p", "-d", "-b", "evt", "-t", "=loop-x:")
-	forward(t, sock, client, []byte("\r"), "-L", "loop", "load-buffer", "-b", "submit", "-")
-	forward(t, sock, client, nil, "-L", "loop", "paste-buffer", "-d", "-b", "submit", "-t", "=loop-x:")
+	// The dispatcher's Deliver: the pane read, then the paste as one sequence.
+	if r := forward(t, sock, client, nil, "-L", "loop", "list-panes", "-t", "=loop-x:", "-F", "#{pane_active}:#{pane_dead}"); strings.TrimSpace(string(r.Stdout)) != "1:0" {
+		t.Errorf("list-panes of a live pane: exit %d, %q", r.Exit, r.Stdout)
+	}
+	if r := forward(t, sock, client, []byte("hello through the host"), "-L", "loop", "load-buffer", "-b", "evt", "-", ";",
+		"paste-buffer", "-p", "-d", "-b", "evt", "-t", "=loop-x:", ";", "set-buffer", "-b", "submit", "\r", ";",
+		"paste-buffer", "-d", "-b", "submit", "-t", "=loop-x:"); r.Exit != 0 {
+		t.Errorf("the paste: exit %d: %s", r.Exit, r.Stderr)
+	}
 	var screen string
 	for range 100 {
 		screen = string(forward(t, sock, client, nil, "-L", "loop", "capture-pane", "-p", "-J", "-S", "-", "-t", "=loop-x:").Stdout)
@@ -221,6 +226,9 @@ func TestValidate(t *testing.T) {
 			";", "set-option", "-t", "=x:", "-w", "remain-on-exit", "on"},
 		{"load-buffer", "-b", "evt", "-"},
 		{"paste-buffer", "-p", "-d", "-b", "evt", "-t", "=x:"},
+		{"list-panes", "-t", "=x:", "-F", "#{pane_active}:#{pane_dead}"},
+		{"load-buffer", "-b", "evt", "-", ";", "paste-buffer", "-p", "-d", "-b", "evt", "-t", "=x:", ";",
+			"set-buffer", "-b", "submit", "\r", ";", "paste-buffer", "-d", "-b", "submit", "-t", "=x:"},
 		{"capture-pane", "-p", "-J", "-S", "-", "-t", "=x:"},
 		{"list-sessions", "-F", "#{session_name}"},
 		{"show-options", "-gqv", "@other"},

@@ -175,9 +175,9 @@ func (s *Service) markPending(ctx context.Context, store *sessions.Store, in *in
 
 // typeInto types p into sess's terminal, respawning the session with p as
 // its boot prompt when the terminal is gone, and records the outcome.
-// Deliver probes the terminal itself and answers ErrMissing when it is gone,
-// so typeInto does not probe first: a probe is two tmux commands, each a
-// process start, on the path of every prompt (docs/performance.md).
+// Deliver reads the terminal's pane itself and answers ErrMissing when it is
+// gone, so typeInto does not probe first: each tmux command run on its own
+// is a process start on the path of every prompt (docs/performance.md).
 func (s *Service) typeInto(ctx context.Context, store *sessions.Store, in *input, sess *sessions.Session, p string) error {
 	target := sess.TmuxTarget
 	err := s.tmux.Deliver(ctx, target, p)

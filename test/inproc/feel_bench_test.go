@@ -58,7 +58,7 @@ import (
 //     flight, writing the GitHub comment when the path has one and
 //     republishing to a limits stream (PubAck, double ack); pull consumers
 //     posting to the same Slack fake and typing into a stand-in session with
-//     the dispatcher's four tmux commands (double ack). A reply's record
+//     the dispatcher's tmux command sequence (double ack). A reply's record
 //     comes back from GitHub as a webhook to the same front and takes the
 //     same hops to the session.
 //
@@ -539,24 +539,17 @@ func (r *rawPath) startSession(b testing.TB, dir string) string {
 }
 
 // rawDeliver types text into the raw session as the dispatcher's tmux does:
-// a bracketed paste, then a carriage return pasted on its own.
+// a bracketed paste, then a carriage return pasted on its own, in one tmux
+// command sequence (without the dispatcher's read of the pane first).
 func rawDeliver(ctx context.Context, sock, text string) error {
-	for _, st := range []struct {
-		stdin string
-		args  []string
-	}{
-		{text, []string{"load-buffer", "-b", "feelraw-evt", "-"}},
-		{"", []string{"paste-buffer", "-p", "-d", "-b", "feelraw-evt", "-t", "raw:"}},
-		{"\r", []string{"load-buffer", "-b", "feelraw-submit", "-"}},
-		{"", []string{"paste-buffer", "-d", "-b", "feelraw-submit", "-t", "raw:"}},
-	} {
-		cmd := exec.CommandContext(ctx, "tmux", append([]string{"-S", sock}, st.args...)...)
-		if st.stdin != "" {
-			cmd.Stdin = strings.NewReader(st.stdin)
-		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("tmux %s: %w: %s", st.args[0], err, out)
-		}
+	cmd := exec.CommandContext(ctx, "tmux", "-S", sock,
+		"load-buffer", "-b", "feelraw-evt", "-", ";",
+		"paste-buffer", "-p", "-d", "-b", "feelraw-evt", "-t", "raw:", ";",
+		"set-buffer", "-b", "feelraw-submit", "\r", ";",
+		"paste-buffer", "-d", "-b", "feelraw-submit", "-t", "raw:")
+	cmd.Stdin = strings.NewReader(text)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("tmux paste: %w: %s", err, out)
 	}
 	return nil
 }

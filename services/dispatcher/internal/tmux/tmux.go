@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -324,25 +325,32 @@ func (s *Server) clear(ctx context.Context, target string, unknownOccupied bool)
 // the delivery (process and a counter), so two deliveries at once — to two
 // sessions, or a redelivery racing its original to one — never paste or
 // delete each other's buffer.
+//
+// It is two tmux clients, where it was six: each is a process start of a
+// few milliseconds on the path of every prompt (docs/performance.md). The
+// first reads whether the pane it pastes into still runs its program — tmux
+// 3.3 exits, taking every session with it, when asked to paste into a dead
+// pane — and the second is the paste as one command sequence. A session
+// that is absent, or whose pane is dead, is ErrMissing.
 func (s *Server) Deliver(ctx context.Context, target, prompt string) error {
-	if !s.Probe(ctx, target).LiveOrUnknown() {
+	out, answered, err := s.run(ctx, nil, "list-panes", "-t", window(target), "-F", "#{pane_active}:#{pane_dead}")
+	switch {
+	case answered && err != nil:
+		// No such session, or no server running.
 		return fmt.Errorf("%w: %s", ErrMissing, target)
+	case answered && slices.Contains(strings.Fields(out), "1:1"):
+		// The active pane, which the paste goes to, is dead.
+		return fmt.Errorf("%w: %s (its program has ended)", ErrMissing, target)
 	}
+	// Unanswered: the paste below says whether tmux is there at all.
 	n := fmt.Sprintf("%s-%d-%d", target, os.Getpid(), deliveries.Add(1))
 	evt, submit := "the-loop-evt-"+n, "the-loop-submit-"+n
-	steps := []struct {
-		stdin []byte
-		args  []string
-	}{
-		{[]byte(Pasteable(prompt)), []string{"load-buffer", "-b", evt, "-"}},
-		{nil, []string{"paste-buffer", "-p", "-d", "-b", evt, "-t", window(target)}},
-		{[]byte("\r"), []string{"load-buffer", "-b", submit, "-"}},
-		{nil, []string{"paste-buffer", "-d", "-b", submit, "-t", window(target)}},
-	}
-	for _, st := range steps {
-		if _, _, err := s.run(ctx, st.stdin, st.args...); err != nil {
-			return fmt.Errorf("tmux: deliver to %s: %w", target, err)
-		}
+	if _, _, err := s.run(ctx, []byte(Pasteable(prompt)),
+		"load-buffer", "-b", evt, "-", ";",
+		"paste-buffer", "-p", "-d", "-b", evt, "-t", window(target), ";",
+		"set-buffer", "-b", submit, "\r", ";",
+		"paste-buffer", "-d", "-b", submit, "-t", window(target)); err != nil {
+		return fmt.Errorf("tmux: deliver to %s: %w", target, err)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 const envDump = "TMUX_TEST_ENV_DUMP"
 
 func TestMain(m *testing.M) {
+	tmuxtest.MaybeRunStandIn()
 	if path := os.Getenv(envDump); path != "" {
 		env := map[string]string{}
 		for _, kv := range os.Environ() {
@@ -98,6 +99,70 @@ func TestProbeSpawnKill(t *testing.T) {
 	names, err := s.Sessions(ctx)
 	if err != nil || len(names) != 1 || names[0] != "loop-x-2" {
 		t.Errorf("Sessions = %v, %v", names, err)
+	}
+}
+
+// TestDeliverPastesInOneSequence: a prompt of several lines arrives whole and is
+// submitted once, by one tmux command sequence; a dead pane is refused as missing and
+// the server, with its other sessions, lives on (tmux 3.3 exits when asked
+// to paste into a dead pane); an absent session is missing; no buffer is
+// left behind.
+func TestDeliverPastesInOneSequence(t *testing.T) {
+	s := &Server{Socket: tmuxtest.Socket(t), RemainOnExit: true}
+	ctx := context.Background()
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Spawn(ctx, "loop-d-1", "", map[string]string{tmuxtest.EnvDir: dir, "PATH": os.Getenv("PATH")}, []string{exe}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Spawn(ctx, "loop-d-2", "", nil, []string{"true"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; s.Probe(ctx, "loop-d-2") != Dead; i++ {
+		if i == 500 {
+			t.Fatal("the pane of loop-d-2 never died")
+		}
+		_ = exec.Command("sleep", "0.02").Run()
+	}
+	for i := 0; len(tmuxtest.Boots(t, dir)) == 0; i++ {
+		if i == 500 {
+			t.Fatal("the stand-in never booted")
+		}
+		_ = exec.Command("sleep", "0.02").Run()
+	}
+	prompt := "first line\nsecond; line;\n  third"
+	if err := s.Deliver(ctx, "loop-d-1", prompt); err != nil {
+		t.Fatalf("deliver to a live session: %v", err)
+	}
+	if err := s.Deliver(ctx, "loop-d-2", "lost?"); !errors.Is(err, ErrMissing) {
+		t.Errorf("deliver to a dead pane: %v, want ErrMissing", err)
+	}
+	if err := s.Deliver(ctx, "loop-d-3", "nobody"); !errors.Is(err, ErrMissing) {
+		t.Errorf("deliver to an absent session: %v, want ErrMissing", err)
+	}
+	if err := s.Deliver(ctx, "loop-d-1", "again"); err != nil {
+		t.Fatalf("deliver after the refusals: %v (did the server survive the dead pane?)", err)
+	}
+	var got []string
+	for i := 0; len(got) < 2; i++ {
+		if i == 500 {
+			t.Fatalf("the stand-in read %q, want two prompts", got)
+		}
+		got = got[:0]
+		for _, in := range tmuxtest.Inputs(t, dir) {
+			got = append(got, in.Text)
+		}
+		_ = exec.Command("sleep", "0.02").Run()
+	}
+	if diff := cmp.Diff([]string{prompt, "again"}, got); diff != "" {
+		t.Errorf("what the session read (-want +got):\n%s", diff)
+	}
+	out, _, err := s.run(ctx, nil, "list-buffers", "-F", "#{buffer_name}")
+	if err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("buffers left behind: %q (%v)", out, err)
 	}
 }
 
