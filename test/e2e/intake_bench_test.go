@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/the-loop/bus/internal/testsupport/ghfake"
+	"github.com/the-loop/bus/internal/testsupport/rawbench"
 	"github.com/the-loop/bus/pkg/bus"
 	"github.com/the-loop/bus/pkg/catalog"
 	"github.com/the-loop/bus/pkg/sandbox"
@@ -551,14 +552,9 @@ func reportLatency(b *testing.B, prefix string, lat []time.Duration) {
 		return
 	}
 	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		i := int(p*float64(len(lat))+0.5) - 1
-		i = max(0, min(i, len(lat)-1))
-		return float64(lat[i]) / float64(time.Millisecond)
-	}
-	b.ReportMetric(pct(0.50), prefix+"p50-ms")
-	b.ReportMetric(pct(0.90), prefix+"p90-ms")
-	b.ReportMetric(pct(0.99), prefix+"p99-ms")
+	b.ReportMetric(rawbench.Percentile(lat, 0.50), prefix+"p50-ms")
+	b.ReportMetric(rawbench.Percentile(lat, 0.90), prefix+"p90-ms")
+	b.ReportMetric(rawbench.Percentile(lat, 0.99), prefix+"p99-ms")
 }
 
 // upProcess is one `the-loop up` process of the benchmark.

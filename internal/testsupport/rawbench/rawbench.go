@@ -113,11 +113,18 @@ func (t *Took) Report(b interface{ ReportMetric(float64, string) }) {
 	for _, name := range t.Names {
 		lat := slices.Clone(t.By[name])
 		slices.Sort(lat)
-		pct := func(p float64) float64 {
-			i := max(0, min(int(p*float64(len(lat))+0.5)-1, len(lat)-1))
-			return float64(lat[i]) / float64(time.Millisecond)
-		}
-		b.ReportMetric(pct(0.50), name+"-p50-ms")
-		b.ReportMetric(pct(0.99), name+"-p99-ms")
+		b.ReportMetric(Percentile(lat, 0.50), name+"-p50-ms")
+		b.ReportMetric(Percentile(lat, 0.99), name+"-p99-ms")
 	}
+}
+
+// Percentile is the p-th quantile (0 < p <= 1) of sorted, in milliseconds:
+// the sample of rank p·n rounded to the nearest, so of few samples the p99
+// is their worst. Of none, 0.
+func Percentile(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := max(0, min(int(p*float64(len(sorted))+0.5)-1, len(sorted)-1))
+	return float64(sorted[i]) / float64(time.Millisecond)
 }
