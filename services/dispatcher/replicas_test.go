@@ -281,11 +281,11 @@ const (
 // grow from 1 to 4, each its own host (tmux server), against slow
 // terminals: every paste into a session (the tmux command sequence that
 // pastes a prompt and submits it) takes 2 s more, as on a loaded host.
-// Twelve work items, one in each of 12 partitions, have live sessions (started off the clock);
-// then b.N comments from an authorized person are published, and the clock
-// stops when every one has been typed into its session. Each replica types
-// one prompt at a time (LOOP_CONCURRENCY 1) over the partitions it owns, so
-// replicas add throughput up to twelve. It reports events/s, x-1-replica
+// Twelve work items, one in each of 12 partitions, have live sessions
+// (started off the clock); then b.N comments from an authorized person are
+// published, and the clock stops when every one has been typed into its
+// session. Each replica types one prompt at a time (LOOP_CONCURRENCY 1)
+// over the partitions it owns, so replicas add throughput up to twelve. It reports events/s, x-1-replica
 // and max-share, and every round fails unless each session received its
 // work item's comments once each, in publish order.
 //

@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/the-loop/bus/internal/testsupport/testkit"
 	"github.com/the-loop/bus/internal/testsupport/tmuxtest"
 )
 
@@ -102,11 +104,11 @@ func TestProbeSpawnKill(t *testing.T) {
 	}
 }
 
-// TestDeliverPastesInOneSequence: a prompt of several lines arrives whole and is
-// submitted once, by one tmux command sequence; a dead pane is refused as missing and
-// the server, with its other sessions, lives on (tmux 3.3 exits when asked
-// to paste into a dead pane); an absent session is missing; no buffer is
-// left behind.
+// TestDeliverPastesInOneSequence: a prompt of several lines arrives whole
+// and is submitted once, by one tmux command sequence; a dead pane is
+// refused as missing and the server, with its other sessions, lives on
+// (tmux 3.3 exits when asked to paste into a dead pane); an absent session
+// is missing; no buffer is left behind.
 func TestDeliverPastesInOneSequence(t *testing.T) {
 	s := &Server{Socket: tmuxtest.Socket(t), RemainOnExit: true}
 	ctx := context.Background()
@@ -121,18 +123,8 @@ func TestDeliverPastesInOneSequence(t *testing.T) {
 	if err := s.Spawn(ctx, "loop-d-2", "", nil, []string{"true"}); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; s.Probe(ctx, "loop-d-2") != Dead; i++ {
-		if i == 500 {
-			t.Fatal("the pane of loop-d-2 never died")
-		}
-		_ = exec.Command("sleep", "0.02").Run()
-	}
-	for i := 0; len(tmuxtest.Boots(t, dir)) == 0; i++ {
-		if i == 500 {
-			t.Fatal("the stand-in never booted")
-		}
-		_ = exec.Command("sleep", "0.02").Run()
-	}
+	testkit.WaitWithin(t, 10*time.Second, "the pane of loop-d-2 to die", func() bool { return s.Probe(ctx, "loop-d-2") == Dead })
+	testkit.WaitWithin(t, 10*time.Second, "the stand-in to boot", func() bool { return len(tmuxtest.Boots(t, dir)) > 0 })
 	prompt := "first line\nsecond; line;\n  third"
 	if err := s.Deliver(ctx, "loop-d-1", prompt); err != nil {
 		t.Fatalf("deliver to a live session: %v", err)
@@ -147,16 +139,13 @@ func TestDeliverPastesInOneSequence(t *testing.T) {
 		t.Fatalf("deliver after the refusals: %v (did the server survive the dead pane?)", err)
 	}
 	var got []string
-	for i := 0; len(got) < 2; i++ {
-		if i == 500 {
-			t.Fatalf("the stand-in read %q, want two prompts", got)
-		}
+	testkit.WaitWithin(t, 10*time.Second, "the stand-in to read two prompts", func() bool {
 		got = got[:0]
 		for _, in := range tmuxtest.Inputs(t, dir) {
 			got = append(got, in.Text)
 		}
-		_ = exec.Command("sleep", "0.02").Run()
-	}
+		return len(got) >= 2
+	})
 	if diff := cmp.Diff([]string{prompt, "again"}, got); diff != "" {
 		t.Errorf("what the session read (-want +got):\n%s", diff)
 	}
